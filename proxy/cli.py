@@ -1,0 +1,185 @@
+"""The `frugal-proxy` command.
+
+frugal-proxy [options] -- <upstream command> [args...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+import anyio
+from frugal_proxy import __version__, logs
+from frugal_proxy.downstream import DownstreamPeer
+from frugal_proxy.errors import UpstreamDown
+from frugal_proxy.framing import DEFAULT_MAX_LINE_BYTES
+from frugal_proxy.session import Session
+from frugal_proxy.transports.child import ChildStartError
+from frugal_proxy.transports.lines import FrameReader, FrameWriter
+from frugal_proxy.transports.stdio import FdSink, FdSource
+from frugal_proxy.upstream import UpstreamConnection
+
+log = logging.getLogger("frugal_proxy.cli")
+
+DRAIN_SECONDS = 5.0
+USAGE = "frugal-proxy [options] -- <upstream command> [args...]"
+EPILOG = """examples:
+  frugal-proxy -- npx -y @modelcontextprotocol/server-everything
+  frugal-proxy --env API_KEY=x -- python my_server.py --flag
+
+The MCP client launches frugal-proxy where it used to launch the server; tools keep their
+names, and both protocol eras (2026-07-28 and 2024-11-05 ... 2025-11-25) work on either side.
+Logs go to stderr (FRUGAL_LOG_LEVEL or --log-level)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="frugal-proxy",
+        usage=USAGE,
+        description="A transparent MCP proxy: every tool call routed by policy, every result governed.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"frugal-proxy {__version__}")
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a variable in the upstream's environment (repeatable); it inherits ours otherwise",
+    )
+    parser.add_argument("--name", help="the upstream's name in logs and errors (default: from the command)")
+    parser.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=DEFAULT_MAX_LINE_BYTES,
+        metavar="N",
+        help="largest JSON-RPC message accepted from either side (default: 64 MiB)",
+    )
+    parser.add_argument(
+        "--probe-timeout",
+        type=float,
+        default=3.0,
+        metavar="SECONDS",
+        help="how long to wait for server/discover before treating the upstream as session-era",
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        help="stderr log level (default: warning)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if "--" in args_in:
+        split = args_in.index("--")
+        own, command = args_in[:split], args_in[split + 1 :]
+    else:
+        own, command = args_in, []
+    parser = build_parser()
+    options = parser.parse_args(own)
+    if not command:
+        parser.print_usage(sys.stderr)
+        print("frugal-proxy: error: give the upstream command after --", file=sys.stderr)
+        return 2
+    env: dict[str, str] = {}
+    for item in options.env:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            print(f"frugal-proxy: error: --env wants KEY=VALUE, got {item!r}", file=sys.stderr)
+            return 2
+        env[key] = value
+    logs.configure(options.log_level)
+    name = options.name or upstream_name(command)
+    try:
+        return anyio.run(
+            wrap_stdio,
+            command,
+            name,
+            env,
+            options.max_message_bytes,
+            options.probe_timeout,
+        )
+    except KeyboardInterrupt:
+        return 130
+
+
+_LAUNCHERS = frozenset({"node", "npx", "uvx", "uv", "bun", "bunx", "deno", "pipx", "docker", "run", "exec"})
+_GENERIC = frozenset({"index", "main", "server", "cli", "__main__", "app"})
+_BUILD_DIRS = frozenset({"dist", "build", "lib", "bin", "src", "out"})
+
+
+def upstream_name(command: Sequence[str]) -> str:
+    """A short name for the upstream: the package or script it runs, not the interpreter."""
+    for word in command:
+        if word.startswith("-"):
+            continue
+        parts = [part for part in word.replace("\\", "/").split("/") if part]
+        if "node_modules" in parts:
+            rest = parts[parts.index("node_modules") + 1 :]
+            if rest:
+                return rest[1] if rest[0].startswith("@") and len(rest) > 1 else rest[0]
+        if word.startswith("@") and len(parts) > 1:
+            return parts[1].split("@")[0]
+        stem = os.path.splitext(parts[-1] if parts else word)[0].split("@")[0]
+        if stem in _LAUNCHERS or stem.startswith("python"):
+            continue
+        if stem in _GENERIC:
+            parents = [part for part in parts[:-1] if part not in _BUILD_DIRS]
+            if parents:
+                return parents[-1]
+        return stem or "upstream"
+    return "upstream"
+
+
+async def wrap_stdio(
+    command: list[str], name: str, env: dict[str, str], max_line_bytes: int, probe_timeout: float
+) -> int:
+    """Serve one stdio client in front of one stdio upstream until the client goes away."""
+    source, sink = FdSource(sys.stdin.fileno()), FdSink(sys.stdout.fileno())
+    writer = FrameWriter(sink)
+    downstream = DownstreamPeer(writer)
+    try:
+        async with (
+            anyio.create_task_group() as tg,
+            UpstreamConnection(
+                command, name=name, env=env, probe_timeout=probe_timeout, max_line_bytes=max_line_bytes
+            ) as upstream,
+        ):
+            try:
+                await upstream.ensure_ready()
+            except ChildStartError as exc:
+                print(f"frugal-proxy: {exc.strerror}", file=sys.stderr)
+                tg.cancel_scope.cancel()
+                return 2
+            except UpstreamDown as exc:
+                print(f"frugal-proxy: the upstream did not start: {exc}", file=sys.stderr)
+                tg.cancel_scope.cancel()
+                return 2
+            session = Session(upstream, downstream, tg)
+            tg.start_soon(_stop_on_signal, tg.cancel_scope)
+            await session.serve(FrameReader(source, max_line_bytes))
+            log.info("client closed stdin; shutting down")
+            with anyio.move_on_after(DRAIN_SECONDS):
+                await session.drain()
+            downstream.close()
+            await upstream.shutdown()
+            tg.cancel_scope.cancel()
+    finally:
+        source.restore()
+        sink.restore()
+    return 0
+
+
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for received in signals:
+            log.info("stopping on signal", extra={"signal": signal.Signals(received).name})
+            scope.cancel()
+            return

@@ -1,0 +1,74 @@
+"""The records one `tools/call` leaves behind as it moves through the pipeline.
+
+`Call`, `Route`, `Attempt`, `Outcome` and `Receipt` are frozen: once a phase has written one, no
+later phase can quietly change it. `Exchange` is the one mutable record per call; each phase
+fills in its part of it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+import msgspec
+from frugal_proxy.jsonrpc import Frame, RequestId
+
+OutcomeKind = Literal["ok", "transient", "rate_limited", "permanent", "empty"]
+ProgressSink = Callable[[dict[str, msgspec.Raw]], Awaitable[None]]
+
+
+class Call(msgspec.Struct, frozen=True):
+    """What the client asked for: a tool by its exposed name, with its raw params."""
+
+    request_id: RequestId
+    tool: str
+    params: dict[str, msgspec.Raw]
+    started_at: float = msgspec.field(default_factory=time.monotonic)
+
+
+class Route(msgspec.Struct, frozen=True):
+    """An exposed tool and the providers that can serve it, in preference order."""
+
+    name: str
+    providers: tuple[str, ...]
+
+
+class Attempt(msgspec.Struct, frozen=True):
+    provider: str
+    outcome: OutcomeKind
+    latency_ms: float
+    cost_usd: float = 0.0
+    error: str | None = None
+
+
+class Outcome(msgspec.Struct, frozen=True):
+    """What a provider made of one attempt. Faults are classified here, not raised."""
+
+    kind: OutcomeKind
+    reply: Frame | None = None
+    message: str = ""
+    retry_after: float | None = None
+
+
+class Receipt(msgspec.Struct, frozen=True):
+    provider_used: str | None
+    cost_usd: float
+    attempts: tuple[Attempt, ...]
+    total_cost_usd: float
+    reason: str
+
+
+class Exchange(msgspec.Struct):
+    """One call's working record, filled in phase by phase."""
+
+    call: Call
+    route: Route
+    client: Any = None
+    on_progress: ProgressSink | None = None
+    candidates: list[str] = msgspec.field(default_factory=list)
+    trace: list[str] = msgspec.field(default_factory=list)
+    attempts: list[Attempt] = msgspec.field(default_factory=list)
+    outcome: Outcome | None = None
+    answer: Frame | None = None
+    receipt: Receipt | None = None

@@ -1,0 +1,147 @@
+"""An upstream MCP server run as a child process over stdio.
+
+The child inherits our environment plus the extra variables it was given. Its stdout carries
+frames; its stderr is copied line by line to ours, prefixed with the upstream's name, and the
+last lines are kept so that an error can say why the child died. Shutdown follows the stdio
+transport's advice: close its stdin, then SIGTERM after a grace period, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections import deque
+from collections.abc import Mapping, Sequence
+
+import anyio
+import anyio.abc
+from frugal_proxy.transports.lines import READ_CHUNK
+
+log = logging.getLogger("frugal_proxy.upstream")
+
+STDERR_TAIL_LINES = 20
+
+
+class ChildStartError(OSError):
+    """The command could not be started at all (not found, not executable)."""
+
+
+class ChildProcess:
+    """One running upstream process."""
+
+    def __init__(self, process: anyio.abc.Process, name: str) -> None:
+        self._process = process
+        self.name = name
+        self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
+        assert process.stdout is not None and process.stdin is not None
+        self._stdout = process.stdout
+        self._stdin = process.stdin
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.returncode
+
+    @classmethod
+    async def spawn(cls, command: Sequence[str], name: str, env: Mapping[str, str]) -> ChildProcess:
+        full_env = {**os.environ, **env}
+        try:
+            process = await anyio.open_process(
+                list(command),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=full_env,
+                start_new_session=True,
+            )
+        except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+            raise ChildStartError(exc.errno or 0, f"cannot start {command[0]!r}: {exc.strerror}") from None
+        return cls(process, name)
+
+    async def read(self) -> bytes:
+        try:
+            return await self._stdout.receive(READ_CHUNK)
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return b""
+
+    async def write(self, data: bytes) -> None:
+        await self._stdin.send(data)
+
+    async def close(self) -> None:
+        """Close the child's stdin (the polite way to ask an MCP server to exit)."""
+        try:
+            await self._stdin.aclose()
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass
+
+    async def pump_stderr(self) -> None:
+        """Copy the child's stderr to ours, line by line, prefixed with its name."""
+        stderr = self._process.stderr
+        assert stderr is not None
+        pending = b""
+        prefix = f"[{self.name}] ".encode()
+        out = sys.stderr.buffer
+        while True:
+            try:
+                chunk = await stderr.receive(READ_CHUNK)
+            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                break
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                self.stderr_tail.append(line.decode("utf-8", "replace")[:500])
+                out.write(prefix + line + b"\n")
+            if lines:
+                out.flush()
+        if pending:
+            self.stderr_tail.append(pending.decode("utf-8", "replace")[:500])
+            out.write(prefix + pending + b"\n")
+            out.flush()
+
+    async def wait(self) -> int:
+        return await self._process.wait()
+
+    async def terminate(self, grace: float = 2.0) -> int:
+        """Close stdin, then SIGTERM, then SIGKILL; returns the exit status."""
+        await self.close()
+        with anyio.move_on_after(grace):
+            return await self._process.wait()
+        self._signal(signal.SIGTERM)
+        with anyio.move_on_after(grace):
+            return await self._process.wait()
+        self._signal(signal.SIGKILL)
+        with anyio.CancelScope(shield=True):
+            await self._process.wait()
+        return self._process.returncode if self._process.returncode is not None else -9
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self._process.returncode is not None:
+            return
+        try:
+            os.killpg(self._process.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            try:
+                self._process.send_signal(sig)
+            except ProcessLookupError:
+                pass
+
+    def exit_reason(self) -> str:
+        """'exited with status 3' / 'killed by SIGKILL', for error messages."""
+        code = self._process.returncode
+        if code is None:
+            return "stopped answering"
+        if code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exited with status {code}"

@@ -1,0 +1,127 @@
+"""Frames over newline-delimited byte pipes: the stdio framing of both protocol eras."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+import anyio
+from frugal_proxy import jsonrpc
+from frugal_proxy.framing import DEFAULT_MAX_LINE_BYTES, LineFramer, OversizedLine
+from frugal_proxy.jsonrpc import Frame
+
+READ_CHUNK = 256 * 1024
+
+
+class ByteSource(Protocol):
+    async def read(self) -> bytes:
+        """The next chunk; b"" at end of stream."""
+        ...
+
+
+class ByteSink(Protocol):
+    async def write(self, data: bytes) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Frames:
+    """One line's worth of messages (several for a batch)."""
+
+    frames: list[Frame]
+    batch: bool
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class BadLine:
+    """A line that is not a usable message; `error` says which JSON-RPC error answers it."""
+
+    error: jsonrpc.MessageError
+    size: int
+    preview: str
+
+
+Event = Frames | BadLine
+
+
+class FrameReader:
+    """Reads a byte source and yields one event per line; it never raises on bad input."""
+
+    def __init__(self, source: ByteSource, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+        self._source = source
+        self._framer = LineFramer(max_line_bytes)
+        self._ready: deque[bytes | OversizedLine] = deque()
+        self.max_line_bytes = max_line_bytes
+
+    def __aiter__(self) -> FrameReader:
+        return self
+
+    async def __anext__(self) -> Event:
+        while not self._ready:
+            chunk = await self._source.read()
+            if not chunk:
+                raise StopAsyncIteration
+            self._ready.extend(self._framer.feed(chunk))
+        line = self._ready.popleft()
+        if isinstance(line, OversizedLine):
+            ident = _id_from_head(line.head)
+            message = (
+                f"message of {line.size} bytes exceeds the {self.max_line_bytes}-byte line cap"
+                " (raise it with --max-message-bytes)"
+            )
+            return BadLine(jsonrpc.MessageError(jsonrpc.INVALID_REQUEST, message, ident), line.size, "")
+        try:
+            frames, batch = jsonrpc.decode_frames(line)
+            for frame in frames:
+                jsonrpc.check_frame(frame)
+        except jsonrpc.MessageError as exc:
+            return BadLine(exc, len(line), _preview(line))
+        return Frames(frames, batch, len(line))
+
+
+class FrameWriter:
+    """Writes frames as lines; concurrent writers never interleave."""
+
+    def __init__(self, sink: ByteSink) -> None:
+        self._sink = sink
+        self._lock = anyio.Lock()
+        self.closed = False
+
+    async def send(self, frame: Frame | list[Frame]) -> None:
+        data = jsonrpc.encode(frame) + b"\n"
+        async with self._lock:
+            if self.closed:
+                raise anyio.ClosedResourceError
+            await self._sink.write(data)
+
+    async def close(self) -> None:
+        async with self._lock:
+            if not self.closed:
+                self.closed = True
+                await self._sink.close()
+
+
+def _preview(line: bytes) -> str:
+    """A short, printable prefix of a bad line, for a log message (never the whole payload)."""
+    return line[:60].decode("utf-8", "replace").encode("unicode_escape").decode("ascii")
+
+
+def _id_from_head(head: bytes) -> jsonrpc.RequestId | None:
+    """Find `"id": <int|str>` in the first bytes of an oversized message, if it is there."""
+    marker = head.find(b'"id"')
+    if marker < 0:
+        return None
+    rest = head[marker + 4 :].lstrip(b" \t:").lstrip()
+    if rest[:1] == b'"':
+        end = rest.find(b'"', 1)
+        return rest[1:end].decode("utf-8", "replace") if end > 0 else None
+    digits = bytearray()
+    for byte in rest:
+        if chr(byte).isdigit() or (byte == ord("-") and not digits):
+            digits.append(byte)
+        else:
+            break
+    return int(digits) if digits and digits != b"-" else None

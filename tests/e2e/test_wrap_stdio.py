@@ -1,0 +1,176 @@
+"""`frugal-proxy -- <cmd>` is transparent: the SDK client sees the same server through it, in
+both protocol eras, against an SDK server (both eras) and server-everything (session era only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp_types import (
+    CreateMessageResult,
+    ElicitResult,
+    ListRootsResult,
+    Root,
+    TextContent,
+)
+
+from tests.conftest import params, proxy_command
+
+pytestmark = pytest.mark.anyio
+
+ROOTS = [Root(uri="file:///tmp/frugal-root", name="frugal")]
+
+
+async def sampling(context: Any, request: Any) -> CreateMessageResult:
+    prompt = request.messages[0].content.text
+    return CreateMessageResult(
+        role="assistant", content=TextContent(type="text", text=f"sampled: {prompt}"), model="test-model"
+    )
+
+
+async def elicitation(context: Any, request: Any) -> ElicitResult:
+    if "confirm" in str(getattr(request, "requested_schema", "")):
+        return ElicitResult(action="accept", content={"confirm": True})
+    return ElicitResult(action="decline")
+
+
+async def roots(context: Any) -> ListRootsResult:
+    return ListRootsResult(roots=ROOTS)
+
+
+def client(command: list[str], mode: str, **kwargs: Any) -> Client:
+    return Client(
+        params(command),
+        mode=mode,  # type: ignore[arg-type]
+        sampling_callback=sampling,
+        elicitation_callback=elicitation,
+        list_roots_callback=roots,
+        cache=None,
+        **kwargs,
+    )
+
+
+def dump(model: Any) -> Any:
+    data = model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    if isinstance(data, dict):
+        data.pop("_meta", None)
+    return data
+
+
+CALLS = {
+    "notes": [("add", {"a": 2, "b": 40}), ("echo", {"text": "héllo, wörld"}), ("list_notes", {})],
+    "everything": [
+        ("echo", {"message": "héllo"}),
+        ("get-sum", {"a": 2, "b": 40}),
+        ("get-structured-content", {"location": "New York"}),
+    ],
+}
+
+
+async def test_tools_list_and_calls_match_direct(upstream: tuple[str, list[str]], mode: str) -> None:
+    name, command = upstream
+    with anyio.fail_after(40):
+        async with client(command, mode) as direct, client(proxy_command(command), mode) as proxied:
+            # A modern client gets 2026-07-28 from the proxy even where the upstream is session-era.
+            expected = "2026-07-28" if mode == "auto" else direct.protocol_version
+            assert proxied.protocol_version == expected
+            direct_tools = [dump(t) for t in (await direct.list_tools()).tools]
+            proxied_tools = [dump(t) for t in (await proxied.list_tools()).tools]
+            assert proxied_tools == direct_tools
+            for tool, arguments in CALLS[name]:
+                got = await proxied.call_tool(tool, arguments)
+                want = await direct.call_tool(tool, arguments)
+                assert dump(got) == dump(want), tool
+
+
+async def test_progress_arrives_in_order(upstream: tuple[str, list[str]], mode: str) -> None:
+    name, command = upstream
+    seen: list[tuple[float, float | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total))
+
+    tool, arguments = (
+        ("count", {"steps": 4})
+        if name == "notes"
+        else (
+            "trigger-long-running-operation",
+            {"duration": 1, "steps": 4},
+        )
+    )
+    with anyio.fail_after(40):
+        async with client(proxy_command(command), mode) as proxied:
+            result = await proxied.call_tool(tool, arguments, progress_callback=on_progress)
+    assert not result.is_error
+    assert seen == [(1, 4), (2, 4), (3, 4), (4, 4)]
+
+
+SERVER_REQUESTS = {
+    "notes": {
+        "sampling": ("summarise", {"topic": "tides"}, "sampled: Summarise tides"),
+        "elicitation": ("confirm", {"action": "deploy"}, "deploy: confirmed"),
+        "roots": ("roots", {}, "file:///tmp/frugal-root"),
+    },
+    "everything": {
+        "sampling": ("trigger-sampling-request", {"prompt": "tides", "maxTokens": 20}, "sampled: Resource"),
+        "elicitation": ("trigger-elicitation-request", {}, "decline"),
+        "roots": ("get-roots-list", {}, "file:///tmp/frugal-root"),
+    },
+}
+
+
+@pytest.mark.parametrize("kind", ["sampling", "elicitation", "roots"])
+async def test_server_requests_round_trip(upstream: tuple[str, list[str]], mode: str, kind: str) -> None:
+    name, command = upstream
+    tool, arguments, expected = SERVER_REQUESTS[name][kind]
+    with anyio.fail_after(40):
+        async with client(proxy_command(command), mode) as proxied:
+            result = await proxied.call_tool(tool, arguments)
+    text = " ".join(block.text for block in result.content if isinstance(block, TextContent))
+    assert not result.is_error, text
+    assert expected in text
+
+
+async def test_cancelled_call_is_cancelled_upstream(mode: str) -> None:
+    from tests.conftest import notes_command
+
+    with anyio.fail_after(40):
+        async with client(proxy_command(notes_command()), mode) as proxied:
+            with anyio.move_on_after(0.5):
+                await proxied.call_tool("sleep", {"seconds": 30})
+            for _ in range(100):
+                count = await proxied.call_tool("cancellations", {})
+                if count.structured_content == {"result": 1}:
+                    break
+                await anyio.sleep(0.05)
+            assert count.structured_content == {"result": 1}
+
+
+async def test_resources_and_prompts_pass_through(upstream: tuple[str, list[str]], mode: str) -> None:
+    name, command = upstream
+    with anyio.fail_after(40):
+        async with client(command, mode) as direct, client(proxy_command(command), mode) as proxied:
+            for method in ("list_resources", "list_resource_templates", "list_prompts"):
+                want = dump(await getattr(direct, method)())
+                got = dump(await getattr(proxied, method)())
+                for body in (want, got):
+                    for key in ("ttlMs", "cacheScope", "resultType"):
+                        body.pop(key, None)
+                assert got == want, method
+            uri = (
+                "notes://welcome"
+                if name == "notes"
+                else str((await direct.list_resources()).resources[0].uri)
+            )
+            assert (
+                dump(await proxied.read_resource(uri))["contents"]
+                == dump(await direct.read_resource(uri))["contents"]
+            )
+            prompt, arguments = (
+                ("review", {"topic": "caching"}) if name == "notes" else ("simple-prompt", None)
+            )
+            assert dump(await proxied.get_prompt(prompt, arguments)) == dump(
+                await direct.get_prompt(prompt, arguments)
+            )
