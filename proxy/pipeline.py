@@ -43,7 +43,7 @@ class Pipeline:
         return exchange.answer
 
     async def _dispatch(self, exchange: Exchange) -> None:
-        failures: list[str] = []
+        failures: list[tuple[str, str]] = []
         for name in exchange.candidates:
             provider = self.providers[name]
             started = time.monotonic()
@@ -61,12 +61,16 @@ class Pipeline:
             if outcome.kind == "ok" and outcome.reply is not None:
                 exchange.answer = outcome.reply
                 return
-            failures.append(f"{name}: {outcome.message or outcome.kind}")
+            failures.append((name, outcome.message or outcome.kind))
             if outcome.kind == "permanent":
                 break
         if not failures:
-            failures.append("no provider is configured for this tool")
-        text = f"{exchange.call.tool} failed: " + "; ".join(failures)
+            text = f"{exchange.call.tool} failed: no provider is available for this tool"
+        elif len(failures) == 1:
+            text = f"{exchange.call.tool} failed: {failures[0][1]}"
+        else:
+            tried = "; ".join(f"{name}: {message}" for name, message in failures)
+            text = f"{exchange.call.tool} failed on every provider: {tried}"
         exchange.answer = jsonrpc.result(exchange.call.request_id, jsonrpc.tool_error_result(text))
 
     @staticmethod

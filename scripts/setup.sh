@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Prepare this checkout for development, tests and the demo; safe to run again and again.
+#
+#   .venv/        python3 (>= 3.11) venv with the checkout installed as a strict editable
+#                 install plus the `test` extra
+#   .deps/node/   npm peers used by the end-to-end tests
+#
+# Each step prints one line and is skipped when its result is already in place: the Python
+# install is redone only when pyproject.toml, the set of package modules (a strict editable
+# install maps files, so a new module needs a reinstall) or this script change.
+# Set PYTHON to use another interpreter than `python3` for a new venv.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+PYTHON="${PYTHON:-python3}"
+VENV=.venv
+VPY="$VENV/bin/python"
+STAMP="$VENV/.frugal-setup-stamp"
+NODE_DIR=.deps/node
+NPM_PEERS=("@modelcontextprotocol/server-everything@2026.8.31")
+
+say() { printf 'setup: %s\n' "$*"; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+# Runs a noisy command quietly; shows its output only when it fails.
+quiet() {
+    local log
+    log="$(mktemp)"
+    if ! "$@" >"$log" 2>&1; then
+        cat "$log" >&2
+        rm -f "$log"
+        die "failed: $*"
+    fi
+    rm -f "$log"
+}
+
+# Two runs at once (a test run and the demo) must not install into the same venv together.
+mkdir -p .deps
+if command -v flock >/dev/null; then
+    exec 9>.deps/setup.lock
+    flock 9
+fi
+
+# 1. The venv.
+if "$VPY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    say "venv $VENV ready ($("$VPY" -V 2>&1))"
+else
+    command -v "$PYTHON" >/dev/null || die "$PYTHON not found; install Python 3.11 or newer"
+    "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+        || die "$PYTHON is $("$PYTHON" -V 2>&1); Python 3.11 or newer is needed"
+    quiet "$PYTHON" -m venv --clear "$VENV"
+    say "venv $VENV created ($("$VPY" -V 2>&1))"
+fi
+
+# 2. pip and the checkout with its test extra.
+stamp="$(
+    {
+        "$VPY" -V 2>&1
+        cat pyproject.toml "${BASH_SOURCE[0]}"
+        find proxy providers policies -name '*.py' 2>/dev/null | LC_ALL=C sort
+    } | "$VPY" -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())'
+)"
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$stamp" ]]; then
+    say "python packages up to date"
+else
+    rm -f "$STAMP"
+    quiet "$VPY" -m pip install --quiet --upgrade pip
+    say "pip $("$VPY" -m pip --version | cut -d' ' -f2)"
+    quiet "$VPY" -m pip install --quiet -e '.[test]' --config-settings editable_mode=strict
+    printf '%s\n' "$stamp" >"$STAMP"
+    say "installed frugal-proxy (strict editable) with the test extra"
+fi
+
+# 3. npm peers, pinned, in a folder of their own.
+peers_ok=1
+command -v node >/dev/null && command -v npm >/dev/null || die "node and npm are needed for $NODE_DIR"
+for spec in "${NPM_PEERS[@]}"; do
+    name="${spec%@*}"
+    want="${spec##*@}"
+    manifest="$NODE_DIR/node_modules/$name/package.json"
+    have="$(node -p "require('./$manifest').version" 2>/dev/null || true)"
+    [[ "$have" == "$want" ]] || peers_ok=0
+done
+if ((peers_ok)); then
+    say "npm peers up to date (${NPM_PEERS[*]})"
+else
+    mkdir -p "$NODE_DIR"
+    {
+        printf '{\n  "name": "frugal-proxy-peers",\n  "private": true,\n  "dependencies": {'
+        sep=""
+        for spec in "${NPM_PEERS[@]}"; do
+            printf '%s\n    "%s": "%s"' "$sep" "${spec%@*}" "${spec##*@}"
+            sep=","
+        done
+        printf '\n  }\n}\n'
+    } >"$NODE_DIR/package.json"
+    quiet npm install --prefix "$NODE_DIR" --no-audit --no-fund --loglevel=error
+    say "npm peers installed into $NODE_DIR (${NPM_PEERS[*]})"
+fi

@@ -1,0 +1,275 @@
+"""Bad input from either side gets a specific answer and loses nothing else."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+
+from tests.conftest import FAULTY_SERVER, proxy_command
+from tests.rawclient import MODERN_META, RawClient
+
+pytestmark = pytest.mark.anyio
+
+FAULTY = [sys.executable, str(FAULTY_SERVER)]
+
+
+@asynccontextmanager
+async def proxied(*options: str, upstream: list[str] = FAULTY) -> AsyncIterator[RawClient]:
+    async with anyio.create_task_group() as tg:
+        client = await RawClient.start(tg, proxy_command(upstream, *options))
+        try:
+            yield client
+        finally:
+            if client.process.returncode is None:
+                await client.close()
+            tg.cancel_scope.cancel()
+
+
+async def call(client: RawClient, ident: int, name: str, arguments: dict[str, object] | None = None) -> dict:
+    reply = await client.request(ident, "tools/call", {"name": name, "arguments": arguments or {}})
+    return dict(reply)
+
+
+def text(reply: dict) -> str:
+    return " ".join(block["text"] for block in reply["result"]["content"])
+
+
+async def test_line_that_is_not_json_gets_parse_error() -> None:
+    async with proxied() as client:
+        await client.initialize()
+        await client.send_line(b"{this is not json")
+        reply = await client.receive()
+        assert reply["id"] is None and reply["error"]["code"] == -32700
+        assert text(await call(client, 1, "echo", {"text": "still here"})) == "still here"
+    assert "client sent a bad message" in client.stderr_text()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"hello": "world"}',
+        b"[]",
+        b'{"jsonrpc": "2.0", "id": 5}',
+        b'{"jsonrpc": "1.0", "id": 5, "method": "x"}',
+    ],
+)
+async def test_json_that_is_not_jsonrpc_gets_invalid_request(line: bytes) -> None:
+    async with proxied() as client:
+        await client.initialize()
+        await client.send_line(line)
+        reply = await client.receive()
+        assert reply["error"]["code"] == -32600
+        assert text(await call(client, 1, "echo", {"text": "ok"})) == "ok"
+
+
+async def test_reply_to_unknown_id_is_dropped_with_a_warning() -> None:
+    async with proxied() as client:
+        await client.initialize()
+        await client.send({"jsonrpc": "2.0", "id": 4242, "result": {}})
+        assert text(await call(client, 1, "echo", {"text": "ok"})) == "ok"
+    assert "client answered a request nobody sent" in client.stderr_text()
+
+
+async def test_oversized_client_line_is_refused_and_the_connection_kept() -> None:
+    async with proxied("--max-message-bytes", "4096") as client:
+        await client.initialize()
+        big = {
+            "jsonrpc": "2.0",
+            "id": 9,
+            "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "y" * 10_000}},
+        }
+        await client.send(big)
+        reply = await client.receive()
+        assert reply["id"] == 9 and reply["error"]["code"] == -32600
+        assert "4096-byte line cap" in reply["error"]["message"]
+        assert text(await call(client, 1, "echo", {"text": "small"})) == "small"
+
+
+async def test_upstream_garbage_is_not_forwarded() -> None:
+    async with proxied() as client:
+        await client.initialize()
+        reply = await call(client, 1, "garbage")
+        assert text(reply) == "after garbage"
+        assert text(await call(client, 2, "echo", {"text": "next"})) == "next"
+    assert "upstream wrote a line that is not JSON-RPC" in client.stderr_text()
+
+
+async def test_upstream_reply_to_unknown_id_is_dropped() -> None:
+    async with proxied() as client:
+        await client.initialize()
+        assert text(await call(client, 1, "stray_reply")) == "after stray reply"
+    assert "upstream answered a request nobody sent" in client.stderr_text()
+
+
+async def test_oversized_upstream_reply_fails_only_that_call() -> None:
+    async with proxied("--max-message-bytes", "20000") as client:
+        await client.initialize()
+        reply = await call(client, 1, "huge", {"size": 50_000})
+        assert reply["error"]["code"] == -32603
+        assert "line cap" in reply["error"]["message"]
+        assert text(await call(client, 2, "huge", {"size": 1000})) == "x" * 1000
+
+
+async def test_upstream_death_fails_in_flight_calls_fast_and_restarts() -> None:
+    async with proxied() as client:
+        await client.initialize()
+        await client.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": "slow", "arguments": {"seconds": 20}},
+            }
+        )
+        started = time.monotonic()
+        await client.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "die"}})
+        replies = [await client.receive(), await client.receive()]
+        assert time.monotonic() - started < 1.5
+        assert sorted(reply["id"] for reply in replies) == [1, 2]
+        for reply in replies:
+            message = text(reply)
+            assert reply["result"]["isError"] is True
+            assert "exited with status 7" in message and "dying on purpose" in message
+        # the next request restarts the upstream (after the first backoff) and re-initializes it
+        assert text(await call(client, 3, "echo", {"text": "back"})) == "back"
+    assert "upstream died with requests in flight" in client.stderr_text()
+
+
+async def test_unknown_command_exits_2_at_once() -> None:
+    async with anyio.create_task_group() as tg:
+        client = await RawClient.start(tg, proxy_command(["/nonexistent/mcp-server", "--flag"]))
+        with anyio.fail_after(10):
+            code = await client.process.wait()
+        tg.cancel_scope.cancel()
+    assert code == 2
+    assert "cannot start '/nonexistent/mcp-server'" in client.stderr_text()
+
+
+async def test_command_that_exits_at_start_exits_2_with_its_reason() -> None:
+    upstream = [sys.executable, "-c", "import sys; sys.stderr.write('no config found\\n'); sys.exit(4)"]
+    async with anyio.create_task_group() as tg:
+        client = await RawClient.start(tg, proxy_command(upstream))
+        with anyio.fail_after(10):
+            code = await client.process.wait()
+        tg.cancel_scope.cancel()
+    assert code == 2
+    stderr = client.stderr_text()
+    assert "exited with status 4" in stderr and "no config found" in stderr
+
+
+async def test_stdin_eof_shuts_the_upstream_down() -> None:
+    async with proxied() as client:
+        await client.initialize()
+        pid = int(text(await call(client, 1, "pid")))
+        assert await client.close() == 0
+    with anyio.fail_after(5):
+        while _alive(pid):  # noqa: ASYNC110 - a foreign pid has no event to wait on
+            await anyio.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_batch_gets_one_array_of_replies() -> None:
+    async with proxied() as client:
+        await client.initialize()
+        await client.send(
+            [
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "tools/call",
+                    "params": {"name": "echo", "arguments": {"text": "a"}},
+                },
+                {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"},
+                {"jsonrpc": "2.0", "id": 2, "method": "ping"},
+            ]
+        )
+        replies = await client.receive()
+        assert isinstance(replies, list)
+        assert sorted(reply["id"] for reply in replies) == [1, 2]
+
+
+async def test_modern_request_errors_follow_the_spec() -> None:
+    async with proxied() as client:
+        unsupported = await client.request(
+            1,
+            "tools/list",
+            {"_meta": {**MODERN_META, "io.modelcontextprotocol/protocolVersion": "2099-01-01"}},
+        )
+        assert unsupported["error"]["code"] == -32022
+        assert "2026-07-28" in unsupported["error"]["data"]["supported"]
+        assert unsupported["error"]["data"]["requested"] == "2099-01-01"
+        no_caps = await client.request(
+            2, "tools/list", {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}
+        )
+        assert no_caps["error"]["code"] == -32602
+        assert "clientCapabilities" in no_caps["error"]["message"]
+        bare = await client.request(3, "tools/list", {})
+        assert bare["error"]["code"] == -32602
+        assert "initialize" in bare["error"]["message"]
+        discover = await client.request(4, "server/discover", {"_meta": MODERN_META})
+        body = discover["result"]
+        assert body["supportedVersions"] == ["2026-07-28"]
+        assert body["resultType"] == "complete" and body["cacheScope"] == "private" and body["ttlMs"] == 0
+        assert body["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "faulty"
+
+
+async def test_mrtr_bridge_rejects_a_tampered_request_state() -> None:
+    sampling_meta = {**MODERN_META, "io.modelcontextprotocol/clientCapabilities": {"sampling": {}}}
+    async with proxied() as client:
+        first = await client.request(
+            1, "tools/call", {"name": "ask", "arguments": {}, "_meta": sampling_meta}
+        )
+        body = first["result"]
+        assert body["resultType"] == "input_required"
+        ((key, request),) = body["inputRequests"].items()
+        assert request["method"] == "sampling/createMessage"
+        state = body["requestState"]
+        tampered = state[:-2] + ("AA" if not state.endswith("AA") else "BB")
+        answer = {key: {"role": "assistant", "content": {"type": "text", "text": "pong"}, "model": "m"}}
+        bad = await client.request(
+            2,
+            "tools/call",
+            {
+                "name": "ask",
+                "arguments": {},
+                "_meta": sampling_meta,
+                "inputResponses": answer,
+                "requestState": tampered,
+            },
+        )
+        assert bad["error"]["code"] == -32602
+        assert "requestState was altered" in bad["error"]["message"]
+        good = await client.request(
+            3,
+            "tools/call",
+            {
+                "name": "ask",
+                "arguments": {},
+                "_meta": sampling_meta,
+                "inputResponses": answer,
+                "requestState": state,
+            },
+        )
+        assert good["result"]["content"][0]["text"] == "client said: pong"
+        assert good["result"]["resultType"] == "complete"
+
+
+async def test_modern_client_without_the_capability_gets_a_clear_error() -> None:
+    async with proxied() as client:
+        reply = await client.request(1, "tools/call", {"name": "ask", "arguments": {}, "_meta": MODERN_META})
+        assert reply["result"]["isError"] is True
+        assert "did not declare the 'sampling' capability" in text(reply)
