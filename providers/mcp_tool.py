@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
+
 from frugal_proxy.errors import UpstreamDown, UpstreamError
 from frugal_proxy.jsonrpc import Frame
 from frugal_proxy.records import Exchange, Outcome, ProgressSink

@@ -29,6 +29,7 @@ import anyio
 import anyio.abc
 import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
 from frugal_proxy import eras, jsonrpc
 from frugal_proxy.errors import BridgeError
 from frugal_proxy.jsonrpc import Frame
@@ -123,13 +124,18 @@ class HeldCalls:
                     final.reply = await self._upstream.request(method, params, on_progress=progress)
                 except Exception as exc:
                     final.failure = exc
-            if final.reply is None and final.failure is None:
+            abandoned = final.reply is None and final.failure is None
+            if abandoned:
                 final.failure = BridgeError(
                     f"the call was abandoned: the client did not retry it within {self._hold_seconds:.0f} s",
                     jsonrpc.INTERNAL_ERROR,
                 )
+            try:
+                held.send.send_nowait(final)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass  # nobody will collect it: the call was abandoned or cancelled
+            if abandoned:
                 self._finish(held)
-            held.send.send_nowait(final)
 
         self._tg.start_soon(run)
         return held
@@ -210,6 +216,8 @@ class HeldCalls:
     def _finish(self, held: HeldCall) -> None:
         held.finished = True
         self._calls.pop(held.hold_id, None)
+        held.send.close()
+        held.receive.close()
 
     async def attach(self, frame: Frame) -> None:
         """Route a server-to-client request of the upstream to the call it belongs to."""

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 import anyio
+
 from frugal_proxy import __version__, logs
 from frugal_proxy.downstream import DownstreamPeer
 from frugal_proxy.errors import UpstreamDown

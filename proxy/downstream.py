@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+
 from frugal_proxy import jsonrpc
 from frugal_proxy.jsonrpc import Frame
 from frugal_proxy.transports.lines import FrameWriter

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
+
 from frugal_proxy import jsonrpc
 from frugal_proxy.jsonrpc import Frame
 

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 import msgspec
+
 from frugal_proxy.jsonrpc import Frame, RequestId
 
 OutcomeKind = Literal["ok", "transient", "rate_limited", "permanent", "empty"]

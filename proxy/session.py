@@ -25,6 +25,7 @@ from typing import Any, Literal
 import anyio
 import anyio.abc
 import msgspec
+
 from frugal_proxy import eras, jsonrpc
 from frugal_proxy.bridge import HeldCalls, fulfil_input_required
 from frugal_proxy.downstream import ClientGone, DownstreamPeer
@@ -33,12 +34,14 @@ from frugal_proxy.jsonrpc import Frame, RequestId
 from frugal_proxy.pipeline import Pipeline, build_pipeline
 from frugal_proxy.providers.mcp_tool import McpToolProvider
 from frugal_proxy.records import Call, Exchange, ProgressSink, Route
+from frugal_proxy.subscriptions import ListenHub, filter_for_legacy, listen_result, tag
 from frugal_proxy.transports.child import ChildStartError
 from frugal_proxy.transports.lines import BadLine, FrameReader, Frames
 from frugal_proxy.upstream import PROXY_CLIENT_INFO, UpstreamConnection
 
 log = logging.getLogger("frugal_proxy.session")
 
+SUBSCRIBE_METHODS = frozenset({"resources/subscribe", "resources/unsubscribe"})
 LIST_CHANGED = frozenset(
     {
         "notifications/tools/list_changed",
@@ -79,7 +82,12 @@ class Session:
         self.client = Client()
         self.held = HeldCalls(upstream, task_group)
         self._inflight: dict[RequestId, anyio.CancelScope] = {}
+        self._streams: set[RequestId] = set()
         self._idle = anyio.Event()
+        self.hub = ListenHub(self.downstream.send, self._subscribe_upstream, self._unsubscribe_upstream)
+        self._legacy_uris: set[str] = set()
+        self._legacy_listen: anyio.CancelScope | None = None
+        self._resubscribing = False
         self._init_lock = anyio.Lock()
         self.pipeline = pipeline or build_pipeline(
             {upstream.name: McpToolProvider(upstream.name, self.forward)}
@@ -100,7 +108,14 @@ class Session:
                 await self._on_frame(event.frames[0])
 
     async def drain(self) -> None:
-        """Wait until no request is in flight (bound it with a cancel scope)."""
+        """End the client's listen streams, then wait until no request is in flight (bound it
+        with a cancel scope)."""
+        for stream in list(self._streams):
+            scope = self._inflight.get(stream)
+            if scope is not None:
+                scope.cancel()
+        if self._legacy_listen is not None:
+            self._legacy_listen.cancel()
         while self._inflight:
             self._idle = anyio.Event()
             await self._idle.wait()
@@ -214,6 +229,10 @@ class Session:
                 level = jsonrpc.decode_any(params.get("level", msgspec.Raw(b"null")))
                 self.client.log_level = level if isinstance(level, str) else None
                 return jsonrpc.result(None, {})
+        if method == "subscriptions/listen" and client.modern:
+            return await self._listen(client_id, params, client)
+        if not client.modern and self.upstream.era == "modern" and method in SUBSCRIBE_METHODS:
+            return await self._legacy_subscribe(method, params)
         progress = self._progress_sink(params)
         if method == "tools/call":
             return await self._tools_call(client_id, params, client, progress)
@@ -301,6 +320,9 @@ class Session:
         }
         if discovered.get("instructions"):
             result["instructions"] = discovered["instructions"]
+        if self._legacy_listen is None:
+            self._legacy_listen = anyio.CancelScope()
+            self._tg.start_soon(self._listen_for_legacy_client)
         return jsonrpc.result(None, result)
 
     async def _ensure_upstream_initialized(self) -> None:
@@ -348,6 +370,92 @@ class Session:
         if initialized.get("instructions"):
             result["instructions"] = initialized["instructions"]
         return jsonrpc.result(None, result)
+
+    # -- change notifications ----------------------------------------------------------------------
+
+    async def _listen(self, client_id: RequestId, params: dict[str, msgspec.Raw], client: Client) -> Frame:
+        """A modern client's subscriptions/listen stream; it ends when the client cancels it."""
+        upstream = self.upstream
+        await upstream.ensure_ready()
+        requested = jsonrpc.decode_any(params["notifications"]) if "notifications" in params else {}
+        self._streams.add(client_id)
+        try:
+            if upstream.era == "legacy":
+                await self._ensure_upstream_initialized()
+                capabilities = (upstream.initialize_result or {}).get("capabilities") or {}
+                await self.hub.listen(client_id, requested, capabilities)
+                return jsonrpc.result(None, listen_result(client_id))
+
+            async def relay(frame: Frame) -> None:
+                await self.downstream.send(tag(frame, client_id))
+
+            reply = await upstream.request("subscriptions/listen", params, on_related=relay)
+            if "result" in reply:
+                body = jsonrpc.sub_object(reply, "result")
+                meta = jsonrpc.sub_object(body, "_meta")
+                meta[eras.META_SUBSCRIPTION_ID] = jsonrpc.raw(client_id)
+                body["_meta"] = jsonrpc.raw(meta)
+                reply = jsonrpc.result(None, body)
+            return reply
+        finally:
+            self._streams.discard(client_id)
+
+    async def _listen_for_legacy_client(self) -> None:
+        """Hold one upstream listen stream for a session-era client in front of a modern
+        upstream, so that its changes reach the client as ordinary notifications."""
+        assert self._legacy_listen is not None
+        while True:
+            with self._legacy_listen:
+                try:
+                    await self.upstream.ensure_ready()
+                    capabilities = (self.upstream.discover_result or {}).get("capabilities") or {}
+                    wanted = filter_for_legacy(capabilities, self._legacy_uris)
+                    if not wanted:
+                        return
+                    params = {"notifications": wanted, "_meta": self._stamp()}
+                    await self.upstream.request(
+                        "subscriptions/listen", params, on_related=self._relay_untagged
+                    )
+                except (UpstreamDown, ChildStartError) as exc:
+                    log.info("change stream lost; reopening", extra={"reason": str(exc)[:200]})
+                await anyio.sleep(1.0)
+            if self._legacy_listen.cancel_called and not self._resubscribing:
+                return
+            self._resubscribing = False
+            self._legacy_listen = anyio.CancelScope()
+
+    async def _relay_untagged(self, frame: Frame) -> None:
+        if jsonrpc.method_of(frame) == "notifications/subscriptions/acknowledged":
+            return
+        await self.downstream.send(tag(frame, None))
+
+    async def _legacy_subscribe(self, method: str, params: dict[str, msgspec.Raw]) -> Frame:
+        uri = jsonrpc.decode_any(params["uri"]) if "uri" in params else None
+        if not isinstance(uri, str):
+            raise jsonrpc.MessageError(jsonrpc.INVALID_PARAMS, f"{method} needs a string 'uri'")
+        before = set(self._legacy_uris)
+        if method == "resources/subscribe":
+            self._legacy_uris.add(uri)
+        else:
+            self._legacy_uris.discard(uri)
+        if self._legacy_uris != before:
+            if self._legacy_listen is None:
+                self._legacy_listen = anyio.CancelScope()
+                self._tg.start_soon(self._listen_for_legacy_client)
+            else:
+                self._resubscribing = True
+                self._legacy_listen.cancel()
+        return jsonrpc.result(None, {})
+
+    async def _subscribe_upstream(self, uri: str) -> None:
+        reply = await self.upstream.request("resources/subscribe", {"uri": uri})
+        problem = jsonrpc.error_of(reply)
+        if problem is not None:
+            raise BridgeError(f"upstream refused resources/subscribe for {uri}: {problem[1]}", problem[0])
+
+    async def _unsubscribe_upstream(self, uri: str) -> None:
+        if self.upstream.running:
+            await self.upstream.request("resources/unsubscribe", {"uri": uri})
 
     def _stamp(self) -> dict[str, Any]:
         """The per-request `_meta` keys a session-era client's requests carry to a modern upstream."""
@@ -421,7 +529,8 @@ class Session:
         method = jsonrpc.method_of(frame) or ""
         if self.client.modern:
             if method in LIST_CHANGED:
-                return  # a 2026-07-28 client hears of changes through subscriptions/listen only
+                await self.hub.publish(frame)  # to the listen streams that opted in, and no one else
+                return
             if method == "notifications/message" and self.client.log_level is None:
                 return
         await self.downstream.send(frame)
@@ -450,16 +559,10 @@ def _server_info(source: dict[str, Any], fallback_name: str) -> Any:
 
 
 def _capabilities_for_legacy(capabilities: Any) -> dict[str, Any]:
-    """A modern upstream's capabilities as a session-era client should see them.
-
-    Change notifications and resource subscriptions reach a 2026-07-28 client only through
-    subscriptions/listen, which this proxy does not yet bridge, so they are not promised.
-    """
+    """A modern upstream's capabilities as a session-era client should see them (extensions
+    are a 2026-07-28 notion; change notifications are bridged through subscriptions/listen)."""
     caps = dict(capabilities) if isinstance(capabilities, dict) else {}
     caps.pop("extensions", None)
-    for key in ("tools", "prompts", "resources"):
-        if isinstance(caps.get(key), dict):
-            caps[key] = {k: v for k, v in caps[key].items() if k not in ("listChanged", "subscribe")}
     return caps
 
 
@@ -467,9 +570,6 @@ def _capabilities_for_modern(capabilities: Any) -> dict[str, Any]:
     """A session-era upstream's capabilities as a 2026-07-28 client should see them."""
     caps = dict(capabilities) if isinstance(capabilities, dict) else {}
     caps.pop("tasks", None)  # core tasks became an extension in 2026-07-28; not bridged
-    for key in ("tools", "prompts", "resources"):
-        if isinstance(caps.get(key), dict):
-            caps[key] = {k: v for k, v in caps[key].items() if k not in ("listChanged", "subscribe")}
     return caps
 
 

@@ -26,6 +26,7 @@ from typing import Any, Literal
 import anyio
 import anyio.abc
 import msgspec
+
 from frugal_proxy import eras, jsonrpc
 from frugal_proxy.errors import UpstreamDown
 from frugal_proxy.jsonrpc import Frame
@@ -38,6 +39,7 @@ Era = Literal["modern", "legacy"]
 ProgressHandler = Callable[[dict[str, msgspec.Raw]], Awaitable[None]]
 ServerRequestHandler = Callable[["UpstreamConnection", Frame], Awaitable[None]]
 NotificationHandler = Callable[["UpstreamConnection", Frame], Awaitable[None]]
+RelatedHandler = Callable[[Frame], Awaitable[None]]
 
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 30.0
@@ -92,6 +94,7 @@ class UpstreamConnection:
         self.initialize_params: Any = None
         self._ids = itertools.count(1)
         self._progress: dict[int, ProgressHandler] = {}
+        self._related: dict[int, RelatedHandler] = {}
         self._abandoned: set[int] = set()
         self._gen: _Generation | None = None
         self._start_lock = anyio.Lock()
@@ -205,11 +208,14 @@ class UpstreamConnection:
         params: Any = None,
         *,
         on_progress: ProgressHandler | None = None,
+        on_related: RelatedHandler | None = None,
         abandon_quietly: bool = False,
     ) -> Frame:
         """Send a request and wait for its reply frame (a result or an error).
 
-        Raises UpstreamDown when the process is gone or dies first. Cancelling the caller sends
+        `on_progress` gets the request's progress notifications, `on_related` the notifications
+        of the stream it opens (those tagged with its id as their subscription id). Raises
+        UpstreamDown when the process is gone or dies first. Cancelling the caller sends
         `notifications/cancelled` upstream.
         """
         gen = self._gen
@@ -222,6 +228,8 @@ class UpstreamConnection:
             if pending.progress_token is not None:
                 self._progress[pending.progress_token] = on_progress
         gen.pending[upstream_id] = pending
+        if on_related is not None:
+            self._related[upstream_id] = on_related
         try:
             await gen.writer.send(jsonrpc.request(upstream_id, method, params))
             await pending.done.wait()
@@ -237,6 +245,7 @@ class UpstreamConnection:
             gen.pending.pop(upstream_id, None)
             raise self._down_error() from None
         finally:
+            self._related.pop(upstream_id, None)
             if pending.progress_token is not None:
                 self._progress.pop(pending.progress_token, None)
         if pending.failure is not None:
@@ -354,6 +363,8 @@ class UpstreamConnection:
             return
         if method == "notifications/cancelled":
             return  # the upstream cancelling its own server-to-client request: nothing pending here
+        if self._related and await self._route_related(frame):
+            return
         if self.on_notification is not None:
             await self.on_notification(self, frame)
 
@@ -364,6 +375,19 @@ class UpstreamConnection:
         if handler is None:
             return False
         await handler(params)
+        return True
+
+    async def _route_related(self, frame: Frame) -> bool:
+        params = frame.get("params")
+        if params is None or b"subscriptionId" not in bytes(params):
+            return False
+        meta = jsonrpc.sub_object(jsonrpc.params_of(frame), "_meta")
+        value = meta.get(eras.META_SUBSCRIPTION_ID)
+        ident = jsonrpc.decode_any(value) if value is not None else None
+        handler = self._related.get(ident) if isinstance(ident, int) else None
+        if handler is None:
+            return False
+        await handler(frame)
         return True
 
     async def _died(self, gen: _Generation) -> None:

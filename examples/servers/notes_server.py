@@ -57,6 +57,15 @@ def list_notes() -> list[str]:
 
 
 @server.tool()
+async def add_note(name: str, text: str, ctx: Context) -> str:
+    """Store a note; subscribers hear that the resource list and that note changed."""
+    NOTES[name] = text
+    await ctx.notify_resources_changed()
+    await ctx.notify_resource_updated(f"notes://{name}")
+    return f"stored {name}"
+
+
+@server.tool()
 def read_note(name: str) -> str:
     """Read one note by name."""
     if name not in NOTES:

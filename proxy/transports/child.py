@@ -18,11 +18,18 @@ from collections.abc import Mapping, Sequence
 
 import anyio
 import anyio.abc
+import anyio.to_thread
+
 from frugal_proxy.transports.lines import READ_CHUNK
 
 log = logging.getLogger("frugal_proxy.upstream")
 
 STDERR_TAIL_LINES = 20
+
+
+def _write_stderr(data: bytes) -> None:
+    sys.stderr.buffer.write(data)
+    sys.stderr.buffer.flush()
 
 
 class ChildStartError(OSError):
@@ -86,7 +93,6 @@ class ChildProcess:
         assert stderr is not None
         pending = b""
         prefix = f"[{self.name}] ".encode()
-        out = sys.stderr.buffer
         while True:
             try:
                 chunk = await stderr.receive(READ_CHUNK)
@@ -94,15 +100,17 @@ class ChildProcess:
                 break
             pending += chunk
             *lines, pending = pending.split(b"\n")
-            for line in lines:
-                self.stderr_tail.append(line.decode("utf-8", "replace")[:500])
-                out.write(prefix + line + b"\n")
             if lines:
-                out.flush()
+                await self._copy_out(prefix, lines)
         if pending:
-            self.stderr_tail.append(pending.decode("utf-8", "replace")[:500])
-            out.write(prefix + pending + b"\n")
-            out.flush()
+            await self._copy_out(prefix, [pending])
+
+    async def _copy_out(self, prefix: bytes, lines: list[bytes]) -> None:
+        for line in lines:
+            self.stderr_tail.append(line.decode("utf-8", "replace")[:500])
+        text = b"".join(prefix + line + b"\n" for line in lines)
+        # Our stderr may be a pipe nobody drains quickly: write it off the event loop.
+        await anyio.to_thread.run_sync(_write_stderr, text)
 
     async def wait(self) -> int:
         return await self._process.wait()

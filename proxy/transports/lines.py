@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import anyio
+
 from frugal_proxy import jsonrpc
 from frugal_proxy.framing import DEFAULT_MAX_LINE_BYTES, LineFramer, OversizedLine
 from frugal_proxy.jsonrpc import Frame

@@ -13,6 +13,7 @@ import stat
 
 import anyio
 import anyio.to_thread
+
 from frugal_proxy.transports.lines import READ_CHUNK
 
 

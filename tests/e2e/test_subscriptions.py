@@ -1,0 +1,70 @@
+"""Change notifications cross the eras: list_changed and resources/updated reach a modern
+client through subscriptions/listen and a session-era client as plain notifications."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPDeprecationWarning
+
+from tests.conftest import everything_command, notes_command, params, proxy_command
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_modern_client_listens_through_to_a_modern_upstream() -> None:
+    with anyio.fail_after(30):
+        async with Client(params(proxy_command(notes_command())), mode="auto", cache=None) as client:
+            assert client.protocol_version == "2026-07-28"
+            async with client.listen(
+                resources_list_changed=True, resource_subscriptions=["notes://x"]
+            ) as sub:
+                assert sub.honored.resources_list_changed is True
+                assert sub.honored.resource_subscriptions == ["notes://x"]
+                await client.call_tool("add_note", {"name": "x", "text": "hi"})
+                kinds = set()
+                async for event in sub:
+                    kinds.add(type(event).__name__)
+                    if len(kinds) == 2:
+                        break
+    assert kinds == {"ResourcesListChanged", "ResourceUpdated"}
+
+
+async def test_modern_client_listens_to_a_session_era_upstream() -> None:
+    with anyio.fail_after(40):
+        async with Client(params(proxy_command(everything_command())), mode="auto", cache=None) as client:
+            assert client.protocol_version == "2026-07-28"
+            uri = str((await client.list_resources()).resources[0].uri)
+            async with client.listen(tools_list_changed=True, resource_subscriptions=[uri]) as sub:
+                assert sub.honored.resource_subscriptions == [uri]
+                assert sub.honored.tools_list_changed is True
+                await client.call_tool("toggle-subscriber-updates", {})
+                async for event in sub:
+                    assert type(event).__name__ == "ResourceUpdated"
+                    assert event.uri == uri
+                    break
+
+
+async def test_legacy_client_hears_changes_of_a_modern_upstream() -> None:
+    received: list[str] = []
+    seen = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        name = type(getattr(message, "root", message)).__name__
+        received.append(name)
+        if {"ResourceListChangedNotification", "ResourceUpdatedNotification"} <= set(received):
+            seen.set()
+
+    with anyio.fail_after(30):
+        async with Client(
+            params(proxy_command(notes_command())), mode="legacy", cache=None, message_handler=on_message
+        ) as client:
+            assert client.server_capabilities.resources is not None
+            assert client.server_capabilities.resources.subscribe is True
+            with pytest.warns(MCPDeprecationWarning):  # deprecated in 2026-07-28, still session-era API
+                await client.subscribe_resource("notes://y")
+            await client.call_tool("add_note", {"name": "y", "text": "hello"})
+            await seen.wait()

@@ -1,0 +1,117 @@
+"""The proxy in-process, over memory pipes, against a real upstream: nothing it does blocks
+the event loop (blockbuster raises on any blocking call made from frugal_proxy's code)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import anyio
+import pytest
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from blockbuster import blockbuster_ctx
+
+from frugal_proxy.downstream import DownstreamPeer
+from frugal_proxy.session import Session
+from frugal_proxy.transports.lines import FrameReader, FrameWriter
+from frugal_proxy.upstream import UpstreamConnection
+from tests.conftest import notes_command
+
+pytestmark = pytest.mark.anyio
+
+
+class Pipe:
+    """A byte pipe between the test and the session (ByteSource on one end, ByteSink on the other)."""
+
+    def __init__(self) -> None:
+        self.send: MemoryObjectSendStream[bytes]
+        self.receive: MemoryObjectReceiveStream[bytes]
+        self.send, self.receive = anyio.create_memory_object_stream[bytes](math.inf)
+
+    async def read(self) -> bytes:
+        try:
+            return await self.receive.receive()
+        except anyio.EndOfStream:
+            return b""
+
+    async def write(self, data: bytes) -> None:
+        await self.send.send(data)
+
+    async def close(self) -> None:
+        await self.send.aclose()
+
+    def dispose(self) -> None:
+        self.send.close()
+        self.receive.close()
+
+
+async def test_a_session_never_blocks_the_loop() -> None:
+    to_proxy, from_proxy = Pipe(), Pipe()
+    buffer = b""
+
+    async def receive() -> Any:
+        nonlocal buffer
+        while b"\n" not in buffer:
+            buffer += await from_proxy.read()
+        line, _, buffer = buffer.partition(b"\n")
+        return json.loads(line)
+
+    async def send(message: Any) -> None:
+        await to_proxy.write(json.dumps(message).encode() + b"\n")
+
+    with anyio.fail_after(30), blockbuster_ctx(["frugal_proxy"]):
+        async with (
+            anyio.create_task_group() as tg,
+            UpstreamConnection(notes_command(), name="notes") as upstream,
+        ):
+            await upstream.ensure_ready()
+            session = Session(upstream, DownstreamPeer(FrameWriter(from_proxy)), tg)
+            tg.start_soon(session.serve, FrameReader(to_proxy))
+            meta = {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "progressToken": "p1",
+            }
+            await send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "tools/call",
+                    "params": {"name": "count", "arguments": {"steps": 3}, "_meta": meta},
+                }
+            )
+            kinds = []
+            while True:
+                message = await receive()
+                kinds.append(message.get("method", "reply"))
+                if message.get("id") == 1:
+                    break
+            assert kinds == ["notifications/progress"] * 3 + ["reply"]
+            await send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 2,
+                    "method": "tools/call",
+                    "params": {"name": "blob", "arguments": {"size": 1_000_000}, "_meta": meta},
+                }
+            )
+            reply = await receive()
+            while reply.get("id") != 2:
+                reply = await receive()
+            assert len(reply["result"]["content"][0]["text"]) == 1_000_000
+            await send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 3,
+                    "method": "tools/call",
+                    "params": {"name": "crash", "arguments": {}, "_meta": meta},
+                }
+            )
+            crashed = await receive()
+            assert crashed["result"]["isError"] is True
+            await to_proxy.close()
+            await upstream.shutdown()
+            tg.cancel_scope.cancel()
+    to_proxy.dispose()
+    from_proxy.dispose()
