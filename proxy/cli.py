@@ -10,7 +10,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import anyio
 
@@ -76,8 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+Command = Callable[[list[str]], int]
+# Subcommands (`frugal-proxy NAME ...`); anything else is the wrap form `[options] -- <cmd>`.
+COMMANDS: dict[str, Command] = {}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
+    if args_in and args_in[0] in COMMANDS:
+        return COMMANDS[args_in[0]](args_in[1:])
     if "--" in args_in:
         split = args_in.index("--")
         own, command = args_in[:split], args_in[split + 1 :]

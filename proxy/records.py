@@ -67,6 +67,7 @@ class Exchange(msgspec.Struct):
     route: Route
     client: Any = None
     on_progress: ProgressSink | None = None
+    operator: str = "local"
     candidates: list[str] = msgspec.field(default_factory=list)
     trace: list[str] = msgspec.field(default_factory=list)
     attempts: list[Attempt] = msgspec.field(default_factory=list)

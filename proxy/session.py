@@ -27,11 +27,14 @@ import anyio.abc
 import msgspec
 
 from frugal_proxy import eras, jsonrpc
+from frugal_proxy.assembly import Assembly, assemble
 from frugal_proxy.bridge import HeldCalls, fulfil_input_required
 from frugal_proxy.downstream import ClientGone, DownstreamPeer
 from frugal_proxy.errors import BridgeError, ProxyError, UpstreamDown
 from frugal_proxy.jsonrpc import Frame, RequestId
+from frugal_proxy.own_tools import OwnToolProvider
 from frugal_proxy.pipeline import Pipeline, build_pipeline
+from frugal_proxy.providers import Provider
 from frugal_proxy.providers.mcp_tool import McpToolProvider
 from frugal_proxy.records import Call, Exchange, ProgressSink, Route
 from frugal_proxy.subscriptions import ListenHub, filter_for_legacy, listen_result, tag
@@ -74,7 +77,8 @@ class Session:
         downstream: DownstreamPeer,
         task_group: anyio.abc.TaskGroup,
         *,
-        pipeline: Pipeline | None = None,
+        assembly: Assembly | None = None,
+        operator: str = "local",
     ) -> None:
         self.upstream = upstream
         self.downstream = downstream
@@ -89,9 +93,14 @@ class Session:
         self._legacy_listen: anyio.CancelScope | None = None
         self._resubscribing = False
         self._init_lock = anyio.Lock()
-        self.pipeline = pipeline or build_pipeline(
-            {upstream.name: McpToolProvider(upstream.name, self.forward)}
-        )
+        assembly = assembly or assemble()
+        self.own_tools = OwnToolProvider(assembly.own_tools)
+        self.operator = operator
+        providers: dict[str, Provider] = {
+            upstream.name: McpToolProvider(upstream.name, self.forward),
+            self.own_tools.name: self.own_tools,
+        }
+        self.pipeline: Pipeline = build_pipeline(providers, assembly.policies)
         upstream.on_server_request = self.on_server_request
         upstream.on_notification = self.on_upstream_notification
 
@@ -236,7 +245,25 @@ class Session:
         progress = self._progress_sink(params)
         if method == "tools/call":
             return await self._tools_call(client_id, params, client, progress)
-        return await self.forward(method, params, client, progress)
+        reply = await self.forward(method, params, client, progress)
+        if method == "tools/list" and self.own_tools.tools:
+            reply = self._with_own_tools(reply)
+        return reply
+
+    def _with_own_tools(self, reply: Frame) -> Frame:
+        """The upstream's tools/list with the proxy's own tools added to its last page."""
+        if "result" not in reply:
+            return reply
+        body = jsonrpc.sub_object(reply, "result")
+        if "nextCursor" in body and jsonrpc.decode_any(body["nextCursor"]) is not None:
+            return reply
+        tools = jsonrpc.decode_any(body["tools"]) if "tools" in body else []
+        if not isinstance(tools, list):
+            return reply
+        taken = {tool.get("name") for tool in tools if isinstance(tool, dict)}
+        tools.extend(tool for tool in self.own_tools.listings() if tool["name"] not in taken)
+        body["tools"] = jsonrpc.raw(tools)
+        return jsonrpc.result(None, body)
 
     async def _tools_call(
         self,
@@ -248,11 +275,13 @@ class Session:
         name = jsonrpc.decode_any(params["name"]) if "name" in params else None
         if not isinstance(name, str):
             raise jsonrpc.MessageError(jsonrpc.INVALID_PARAMS, "tools/call needs a string 'name'", client_id)
+        provider = self.own_tools.name if name in self.own_tools else self.upstream.name
         exchange = Exchange(
             call=Call(request_id=client_id, tool=name, params=params),
-            route=Route(name=name, providers=(self.upstream.name,)),
+            route=Route(name=name, providers=(provider,)),
             client=client,
             on_progress=progress,
+            operator=self.operator,
         )
         return await self.pipeline.run(exchange)
 

@@ -115,3 +115,65 @@ async def test_a_session_never_blocks_the_loop() -> None:
             tg.cancel_scope.cancel()
     to_proxy.dispose()
     from_proxy.dispose()
+
+
+async def test_own_tools_are_listed_after_the_upstreams_and_called_through_the_pipeline() -> None:
+    from frugal_proxy.assembly import Assembly
+    from frugal_proxy.own_tools import OwnTool, ToolArgumentError
+    from frugal_proxy.records import Exchange
+
+    async def shout(arguments: dict[str, Any], exchange: Exchange) -> dict[str, Any]:
+        if not isinstance(arguments.get("text"), str):
+            raise ToolArgumentError("send {'text': '...'}")
+        return {"content": [{"type": "text", "text": arguments["text"].upper() + f" ({exchange.operator})"}]}
+
+    tool = OwnTool("frugal__shout", "Upper-case a text.", {"type": "object"}, shout)
+    to_proxy, from_proxy = Pipe(), Pipe()
+    buffer = b""
+
+    async def request(ident: int, method: str, params: dict[str, Any]) -> Any:
+        nonlocal buffer
+        meta = {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+        await to_proxy.write(
+            json.dumps(
+                {"jsonrpc": "2.0", "id": ident, "method": method, "params": {**params, "_meta": meta}}
+            ).encode()
+            + b"\n"
+        )
+        while True:
+            while b"\n" not in buffer:
+                buffer += await from_proxy.read()
+            line, _, buffer = buffer.partition(b"\n")
+            message = json.loads(line)
+            if message.get("id") == ident:
+                return message
+
+    with anyio.fail_after(30):
+        async with (
+            anyio.create_task_group() as tg,
+            UpstreamConnection(notes_command(), name="notes") as upstream,
+        ):
+            await upstream.ensure_ready()
+            session = Session(
+                upstream,
+                DownstreamPeer(FrameWriter(from_proxy)),
+                tg,
+                assembly=Assembly(own_tools=[tool]),
+                operator="alice",
+            )
+            tg.start_soon(session.serve, FrameReader(to_proxy))
+            names = [t["name"] for t in (await request(1, "tools/list", {}))["result"]["tools"]]
+            assert names[-1] == "frugal__shout" and "add" in names
+            done = await request(2, "tools/call", {"name": "frugal__shout", "arguments": {"text": "hi"}})
+            assert done["result"]["content"][0]["text"] == "HI (alice)"
+            refused = await request(3, "tools/call", {"name": "frugal__shout", "arguments": {}})
+            assert refused["result"]["isError"] is True
+            assert "send {'text'" in refused["result"]["content"][0]["text"]
+            await to_proxy.close()
+            await upstream.shutdown()
+            tg.cancel_scope.cancel()
+    to_proxy.dispose()
+    from_proxy.dispose()
