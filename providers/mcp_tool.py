@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 import msgspec
 
-from frugal_proxy.errors import UpstreamDown, UpstreamError
+from frugal_proxy.errors import UpstreamError
 from frugal_proxy.jsonrpc import Frame
 from frugal_proxy.records import Exchange, Outcome, ProgressSink
 
@@ -21,18 +22,26 @@ Forwarder = Callable[[str, dict[str, msgspec.Raw], Any, ProgressSink | None], Aw
 class McpToolProvider:
     """Serves a route by calling one tool of one upstream."""
 
-    def __init__(self, name: str, forward: Forwarder, cost_per_call: float = 0.0) -> None:
+    def __init__(
+        self, name: str, forward: Forwarder, cost_per_call: float = 0.0, timeout: float | None = None
+    ) -> None:
         self.name = name
         self.cost_per_call = cost_per_call
+        self.timeout = timeout
         self._forward = forward
 
     async def call(self, exchange: Exchange) -> Outcome:
         try:
-            reply = await self._forward(
-                "tools/call", exchange.call.params, exchange.client, exchange.on_progress
+            with anyio.fail_after(self.timeout):
+                reply = await self._forward(
+                    "tools/call", exchange.call.params, exchange.client, exchange.on_progress
+                )
+        except TimeoutError:
+            return Outcome(
+                "transient",
+                message=f"upstream {self.name!r} did not answer within {self.timeout:g} s; "
+                "the call was cancelled upstream",
             )
-        except UpstreamDown as exc:
-            return Outcome("transient", message=str(exc))
         except UpstreamError as exc:
             return Outcome("transient", message=str(exc))
         # A JSON-RPC error and an isError result both reach the client as the upstream sent

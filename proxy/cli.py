@@ -19,7 +19,6 @@ from frugal_proxy.downstream import DownstreamPeer
 from frugal_proxy.errors import UpstreamDown
 from frugal_proxy.framing import DEFAULT_MAX_LINE_BYTES
 from frugal_proxy.session import Session
-from frugal_proxy.transports.child import ChildStartError
 from frugal_proxy.transports.lines import FrameReader, FrameWriter
 from frugal_proxy.transports.stdio import FdSink, FdSource
 from frugal_proxy.upstream import UpstreamConnection
@@ -162,10 +161,6 @@ async def wrap_stdio(
         ):
             try:
                 await upstream.ensure_ready()
-            except ChildStartError as exc:
-                print(f"frugal-proxy: {exc.strerror}", file=sys.stderr)
-                tg.cancel_scope.cancel()
-                return 2
             except UpstreamDown as exc:
                 print(f"frugal-proxy: the upstream did not start: {exc}", file=sys.stderr)
                 tg.cancel_scope.cancel()

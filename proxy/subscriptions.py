@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.abc
 import msgspec
 
 from frugal_proxy import eras, jsonrpc
@@ -97,8 +98,16 @@ class ListenHub:
     def _watched(self) -> set[str]:
         return {uri for listener in self._listeners.values() for uri in listener.uris}
 
-    async def listen(self, subscription_id: RequestId, requested: Any, capabilities: dict[str, Any]) -> None:
-        """Serve one listen stream until the client cancels it."""
+    async def listen(
+        self,
+        subscription_id: RequestId,
+        requested: Any,
+        capabilities: dict[str, Any],
+        *,
+        task_status: anyio.abc.TaskStatus[dict[str, Any]] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Serve one listen stream until the client cancels it; the filter it honours is
+        reported through `task_status` once the upstream subscriptions are in place."""
         accepted = honoured_filter(requested, capabilities)
         listener = _Listener(
             subscription_id,
@@ -109,8 +118,7 @@ class ListenHub:
             await self._subscribe(uri)
         self._listeners[subscription_id] = listener
         try:
-            params = {"notifications": accepted, "_meta": {eras.META_SUBSCRIPTION_ID: subscription_id}}
-            await self._send(jsonrpc.notification("notifications/subscriptions/acknowledged", params))
+            task_status.started(accepted)
             await anyio.sleep_forever()
         finally:
             self._listeners.pop(subscription_id, None)
@@ -140,3 +148,23 @@ def listen_result(subscription_id: RequestId) -> dict[str, msgspec.Raw]:
         "resultType": jsonrpc.raw("complete"),
         "_meta": jsonrpc.raw({eras.META_SUBSCRIPTION_ID: subscription_id}),
     }
+
+
+def acknowledgement(subscription_id: RequestId, accepted: dict[str, Any]) -> Frame:
+    params = {"notifications": accepted, "_meta": {eras.META_SUBSCRIPTION_ID: subscription_id}}
+    return jsonrpc.notification("notifications/subscriptions/acknowledged", params)
+
+
+def merge_filters(filters: list[dict[str, Any]]) -> dict[str, Any]:
+    """The union of what several upstreams honour, as one acknowledged filter."""
+    merged: dict[str, Any] = {}
+    uris: list[str] = []
+    for accepted in filters:
+        for key, value in accepted.items():
+            if key == "resourceSubscriptions":
+                uris.extend(uri for uri in value if uri not in uris)
+            elif value:
+                merged[key] = True
+    if uris:
+        merged["resourceSubscriptions"] = uris
+    return merged

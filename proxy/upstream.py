@@ -30,7 +30,7 @@ import msgspec
 from frugal_proxy import eras, jsonrpc
 from frugal_proxy.errors import UpstreamDown
 from frugal_proxy.jsonrpc import Frame
-from frugal_proxy.transports.child import ChildProcess
+from frugal_proxy.transports.child import ChildProcess, ChildStartError
 from frugal_proxy.transports.lines import BadLine, FrameReader, FrameWriter
 
 log = logging.getLogger("frugal_proxy.upstream")
@@ -44,6 +44,7 @@ RelatedHandler = Callable[[Frame], Awaitable[None]]
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 30.0
 HEALTHY_AFTER = 60.0
+MAX_WAIT_FOR_RESTART = 1.0  # a request waits out a backoff this short; a longer one fails at once
 PROXY_CLIENT_INFO = {"name": "frugal-proxy", "version": "0.1.0"}
 
 
@@ -76,6 +77,7 @@ class UpstreamConnection:
         *,
         name: str,
         env: dict[str, str] | None = None,
+        cwd: str | None = None,
         probe_timeout: float = 3.0,
         max_line_bytes: int = 64 * 1024 * 1024,
         on_server_request: ServerRequestHandler | None = None,
@@ -84,6 +86,7 @@ class UpstreamConnection:
         self.command = list(command)
         self.name = name
         self.env = env or {}
+        self.cwd = cwd
         self.probe_timeout = probe_timeout
         self.max_line_bytes = max_line_bytes
         self.on_server_request = on_server_request
@@ -116,6 +119,21 @@ class UpstreamConnection:
         assert self._tg is not None
         return await self._tg.__aexit__(*exc_info)  # type: ignore[arg-type]
 
+    def state(self) -> dict[str, object]:
+        """What `frugal-proxy status` shows of this upstream."""
+        if self.running:
+            assert self._gen is not None
+            return {
+                "state": "up",
+                "era": self.era,
+                "pid": self._gen.child.pid,
+                "restarts": self.generation - 1,
+            }
+        if self._last_down is not None:
+            retry_in = max(0.0, self._next_start - time.monotonic())
+            return {"state": "down", "reason": str(self._last_down), "retry_in_s": round(retry_in, 1)}
+        return {"state": "not started"}
+
     @property
     def running(self) -> bool:
         return self._gen is not None and not self._gen.dead
@@ -137,13 +155,22 @@ class UpstreamConnection:
             if self.running:
                 return
             wait = self._next_start - time.monotonic()
+            if wait > MAX_WAIT_FOR_RESTART:
+                raise self._down_error()  # fail fast; the backoff says when to try again
             if wait > 0:
                 await anyio.sleep(wait)
             await self._start()
 
     async def _start(self) -> None:
         assert self._tg is not None
-        child = await ChildProcess.spawn(self.command, self.name, self.env)
+        try:
+            child = await ChildProcess.spawn(self.command, self.name, self.env, self.cwd)
+        except ChildStartError as exc:
+            self._failures += 1
+            backoff = min(BACKOFF_FIRST * 2 ** (self._failures - 1), BACKOFF_MAX)
+            self._next_start = time.monotonic() + backoff
+            self._last_down = UpstreamDown(self.name, exc.strerror or str(exc), [])
+            raise self._down_error() from None
         gen = _Generation(child=child, writer=FrameWriter(child), started_at=time.monotonic())
         self._gen = gen
         self.generation += 1

@@ -18,7 +18,7 @@ VENV=.venv
 VPY="$VENV/bin/python"
 STAMP="$VENV/.frugal-setup-stamp"
 NODE_DIR=.deps/node
-NPM_PEERS=("@modelcontextprotocol/server-everything@2026.8.31")
+NPM_PEERS=("@modelcontextprotocol/server-everything@2026.8.31" "@modelcontextprotocol/server-filesystem@2026.8.31")
 
 say() { printf 'setup: %s\n' "$*"; }
 die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }

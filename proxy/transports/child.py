@@ -56,7 +56,9 @@ class ChildProcess:
         return self._process.returncode
 
     @classmethod
-    async def spawn(cls, command: Sequence[str], name: str, env: Mapping[str, str]) -> ChildProcess:
+    async def spawn(
+        cls, command: Sequence[str], name: str, env: Mapping[str, str], cwd: str | None = None
+    ) -> ChildProcess:
         full_env = {**os.environ, **env}
         try:
             process = await anyio.open_process(
@@ -65,6 +67,7 @@ class ChildProcess:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=full_env,
+                cwd=cwd,
                 start_new_session=True,
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:

@@ -1,0 +1,191 @@
+"""The configuration file: TOML read with tomllib into typed msgspec structs.
+
+Where it is: `--config FILE`, else `$FRUGAL_CONFIG`, else `$FRUGAL_HOME/config/frugal.toml`
+(`FRUGAL_HOME` defaults to `~/.frugal`). Every error names the file, the key path and what was
+expected; an unknown key is an error, never a silent no-op. `${VAR}` in `env`, `headers` and
+`url` values is replaced from the environment, and a variable that is not set is an error.
+Secrets come from the environment only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+
+import msgspec
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message says where and why."""
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a Go-style duration: `90s`, `2m`, `1h30m`, `250ms`."""
+    position, total = 0, 0.0
+    for match in _DURATION.finditer(text):
+        if match.start() != position:
+            break
+        total += float(match.group(1)) * _UNITS[match.group(2)]
+        position = match.end()
+    if not text or position != len(text):
+        raise ValueError(f"{text!r} is not a duration; write it like '90s', '2m' or '1h30m'")
+    return total
+
+
+class ToolFilter(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    allow: list[str] = []
+    deny: list[str] = []
+
+
+class Upstream(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """One upstream MCP server: a command to run over stdio, or (later) a URL."""
+
+    command: list[str] | None = None
+    url: str | None = None
+    env: dict[str, str] = {}
+    headers: dict[str, str] = {}
+    cwd: str | None = None
+    prefix: str | None = None
+    lazy: bool = False
+    timeout: str | None = None
+    cost_per_call: float = 0.0
+    tools: ToolFilter = ToolFilter()
+
+    @property
+    def timeout_seconds(self) -> float | None:
+        return parse_duration(self.timeout) if self.timeout is not None else None
+
+
+class Limits(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    call_timeout: str = "5m"
+    max_message_bytes: int = 64 * 1024 * 1024
+
+    @property
+    def call_timeout_seconds(self) -> float:
+        return parse_duration(self.call_timeout)
+
+
+class Config(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    upstreams: dict[str, Upstream] = {}
+    limits: Limits = Limits()
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("FRUGAL_HOME") or Path.home() / ".frugal")
+
+
+def config_path(explicit: str | None = None) -> Path:
+    if explicit:
+        return Path(explicit)
+    if os.environ.get("FRUGAL_CONFIG"):
+        return Path(os.environ["FRUGAL_CONFIG"])
+    return default_home() / "config" / "frugal.toml"
+
+
+def load(path: Path, environ: dict[str, str] | None = None) -> Config:
+    """Read, validate and expand one config file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{path}: no such config file (frugal-proxy config init writes a starter)"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    return loads(text, str(path), environ)
+
+
+def loads(text: str, source: str = "<config>", environ: dict[str, str] | None = None) -> Config:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    try:
+        config = msgspec.convert(data, Config)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{source}: {_readable(str(exc))}") from None
+    env = dict(os.environ if environ is None else environ)
+    upstreams = {name: _check_upstream(source, name, up, env) for name, up in config.upstreams.items()}
+    try:
+        config.limits.call_timeout_seconds  # noqa: B018 - validates the duration
+    except ValueError as exc:
+        raise ConfigError(f"{source}: at limits.call_timeout: {exc}") from None
+    return msgspec.structs.replace(config, upstreams=upstreams)
+
+
+def _readable(message: str) -> str:
+    """msgspec's `... - at `$.upstreams.files`` as `at upstreams.files: ...`."""
+    text, sep, where = message.rpartition(" - at `")
+    if not sep:
+        return message
+    path = where.rstrip("`").removeprefix("$").lstrip(".")
+    path = re.sub(r"\[(\d+)\]", r"[\1]", path)
+    text = text.replace("Object contains unknown field", "unknown key")
+    text = text.replace("Expected `", "expected ").replace("`, got `", ", got ").rstrip("`")
+    return f"at {path or 'the top level'}: {text}"
+
+
+def _check_upstream(source: str, name: str, upstream: Upstream, env: dict[str, str]) -> Upstream:
+    where = f"{source}: at upstreams.{name}"
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
+        raise ConfigError(f"{where}: an upstream name uses letters, digits, '-' and '_' (1-64 of them)")
+    if (upstream.command is None) == (upstream.url is None):
+        raise ConfigError(f"{where}: give exactly one of 'command' (a list of strings) or 'url'")
+    if upstream.command is not None and not upstream.command:
+        raise ConfigError(f"{where}.command: the command is empty")
+    if upstream.url is not None:
+        raise ConfigError(
+            f"{where}.url: remote (HTTP) upstreams are not supported yet; wrap a stdio bridge as a "
+            "command instead"
+        )
+    if upstream.prefix is not None and not re.fullmatch(r"[A-Za-z0-9_.-]{0,64}", upstream.prefix):
+        raise ConfigError(f"{where}.prefix: use letters, digits, '_', '-' and '.' only")
+    if upstream.timeout is not None:
+        try:
+            parse_duration(upstream.timeout)
+        except ValueError as exc:
+            raise ConfigError(f"{where}.timeout: {exc}") from None
+    if upstream.cost_per_call < 0:
+        raise ConfigError(f"{where}.cost_per_call: must not be negative")
+    expanded_env = {key: _expand(value, env, f"{where}.env.{key}") for key, value in upstream.env.items()}
+    headers = {key: _expand(value, env, f"{where}.headers.{key}") for key, value in upstream.headers.items()}
+    return msgspec.structs.replace(upstream, env=expanded_env, headers=headers)
+
+
+def _expand(value: str, env: dict[str, str], where: str) -> str:
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in env:
+            raise ConfigError(f"{where}: environment variable {name} is not set")
+        return env[name]
+
+    return _ENV_REF.sub(substitute, value)
+
+
+STARTER = """\
+# frugal-proxy configuration. Reference: the README's "Configuration" section.
+# Durations are Go-style strings ("90s", "2m"); ${VAR} in env and headers comes from the
+# environment. An unknown key is an error.
+
+# One table per upstream MCP server. With several, tools are exposed as <prefix>__<tool>
+# (prefix defaults to the table's name; prefix = "" keeps the names unchanged).
+[upstreams.everything]
+command = ["npx", "-y", "@modelcontextprotocol/server-everything"]
+tools = { deny = ["get-env"] }      # glob lists: allow = [...] and/or deny = [...]
+
+# [upstreams.files]
+# command = ["npx", "-y", "@modelcontextprotocol/server-filesystem", "/data"]
+# env = { LOG_LEVEL = "warn" }
+# lazy = true                       # start on first use instead of at start-up
+# timeout = "60s"                   # per-call deadline for this upstream
+# cost_per_call = 0.0               # USD, for routing and the ledger
+
+[limits]
+call_timeout = "5m"                 # deadline of one call, whatever the upstream
+"""
