@@ -37,9 +37,7 @@ def server_params(direct: bool) -> StdioServerParameters:
     upstream = [sys.executable, str(NOTES_SERVER)]
     if direct:
         return StdioServerParameters(command=upstream[0], args=upstream[1:], cwd=ROOT)
-    return StdioServerParameters(
-        command=sys.executable, args=["-m", "frugal_proxy", "--", *upstream], cwd=ROOT
-    )
+    return StdioServerParameters(command=sys.executable, args=["-m", "frugal_proxy", "--", *upstream], cwd=ROOT)
 
 
 def text_of(result: CallToolResult) -> str:

@@ -22,9 +22,7 @@ Forwarder = Callable[[str, dict[str, msgspec.Raw], Any, ProgressSink | None], Aw
 class McpToolProvider:
     """Serves a route by calling one tool of one upstream."""
 
-    def __init__(
-        self, name: str, forward: Forwarder, cost_per_call: float = 0.0, timeout: float | None = None
-    ) -> None:
+    def __init__(self, name: str, forward: Forwarder, cost_per_call: float = 0.0, timeout: float | None = None) -> None:
         self.name = name
         self.cost_per_call = cost_per_call
         self.timeout = timeout
@@ -33,9 +31,7 @@ class McpToolProvider:
     async def call(self, exchange: Exchange) -> Outcome:
         try:
             with anyio.fail_after(self.timeout):
-                reply = await self._forward(
-                    "tools/call", exchange.call.params, exchange.client, exchange.on_progress
-                )
+                reply = await self._forward("tools/call", exchange.call.params, exchange.client, exchange.on_progress)
         except TimeoutError:
             return Outcome(
                 "transient",

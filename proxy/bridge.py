@@ -152,8 +152,7 @@ class HeldCalls:
         held = self._calls.get(claims.hold_id)
         if held is None or held.finished:
             raise BridgeError(
-                "the call this requestState belongs to has ended; retry the original request without "
-                "requestState",
+                "the call this requestState belongs to has ended; retry the original request without requestState",
                 jsonrpc.INVALID_PARAMS,
             )
         answers = jsonrpc.sub_object(params, "inputResponses")

@@ -95,17 +95,17 @@ class Catalog:
         links: list[UpstreamLink],
         prefixes: dict[str, str | None] | None = None,
         filters: dict[str, ToolFilter] | None = None,
+        page_size: int = PAGE_SIZE,
     ) -> None:
         self.links = links
+        self.page_size = page_size
         self._by_name = {link.name: link for link in links}
         several = len(links) > 1
         configured = prefixes or {}
         self.prefixes: dict[str, str | None] = {}
         for link in links:
             explicit = configured.get(link.name)
-            self.prefixes[link.name] = (
-                (explicit or None) if explicit is not None else (link.name if several else None)
-            )
+            self.prefixes[link.name] = (explicit or None) if explicit is not None else (link.name if several else None)
         self.filters = filters or {}
         self._listings: dict[tuple[str, str], _Listing] = {}
         self._merged: dict[str, _Merged] = {}
@@ -167,9 +167,7 @@ class Catalog:
                     log.error("name collision; both withheld", extra={"detail": problem})
             return merged
 
-    async def _fetch(
-        self, link: UpstreamLink, method: str, params: dict[str, msgspec.Raw], client: Client
-    ) -> _Listing:
+    async def _fetch(self, link: UpstreamLink, method: str, params: dict[str, msgspec.Raw], client: Client) -> _Listing:
         key, _ = KINDS[method]
         items: list[dict[str, Any]] = []
         ttl: int | None = None
@@ -217,9 +215,7 @@ class Catalog:
                 claims.setdefault(self.exposed(link_name, original), []).append((link_name, original, item))
             for exposed, claimants in claims.items():
                 if len(claimants) > 1:
-                    sides = " and ".join(
-                        f"upstream {u!r} ({kind_word(method)} {o!r})" for u, o, _ in claimants
-                    )
+                    sides = " and ".join(f"upstream {u!r} ({kind_word(method)} {o!r})" for u, o, _ in claimants)
                     merged.collisions.append(f"{kind_word(method)} name {exposed!r} is claimed by {sides}")
                     continue
                 link_name, original, item = claimants[0]
@@ -251,9 +247,10 @@ class Catalog:
         merged = await self.merged(method, params, client)
         offset = decode_cursor(params.get("cursor"))
         key, _ = KINDS[method]
-        body: dict[str, Any] = {key: merged.items[offset : offset + PAGE_SIZE]}
-        if offset + PAGE_SIZE < len(merged.items):
-            body["nextCursor"] = encode_cursor(offset + PAGE_SIZE)
+        end = offset + self.page_size
+        body: dict[str, Any] = {key: merged.items[offset:end]}
+        if end < len(merged.items):
+            body["nextCursor"] = encode_cursor(end)
         if client.modern:
             ttl, scope = self.hints(method)
             body.update(resultType="complete", ttlMs=ttl, cacheScope=scope)
@@ -275,9 +272,7 @@ class Catalog:
             owner = merged.owners.get(name)
         if owner is None:
             kind = kind_word(list_method)
-            raise CatalogError(
-                f"no upstream offers a {kind} named {name!r}; call {list_method} for the names"
-            )
+            raise CatalogError(f"no upstream offers a {kind} named {name!r}; call {list_method} for the names")
         return owner
 
     async def owner_of_uri(self, uri: str, params: dict[str, msgspec.Raw], client: Client) -> Owner:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 from collections.abc import Callable, Sequence
 
@@ -18,7 +17,9 @@ from frugal_proxy import __version__, logs
 from frugal_proxy.downstream import DownstreamPeer
 from frugal_proxy.errors import UpstreamDown
 from frugal_proxy.framing import DEFAULT_MAX_LINE_BYTES
+from frugal_proxy.serve import config_command, serve_command, status_command
 from frugal_proxy.session import Session
+from frugal_proxy.signals import stop_on_signal
 from frugal_proxy.transports.lines import FrameReader, FrameWriter
 from frugal_proxy.transports.stdio import FdSink, FdSource
 from frugal_proxy.upstream import UpstreamConnection
@@ -77,7 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 Command = Callable[[list[str]], int]
 # Subcommands (`frugal-proxy NAME ...`); anything else is the wrap form `[options] -- <cmd>`.
-COMMANDS: dict[str, Command] = {}
+COMMANDS: dict[str, Command] = {
+    "serve": serve_command,
+    "config": config_command,
+    "status": status_command,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -166,7 +171,7 @@ async def wrap_stdio(
                 tg.cancel_scope.cancel()
                 return 2
             session = Session(upstream, downstream, tg)
-            tg.start_soon(_stop_on_signal, tg.cancel_scope)
+            tg.start_soon(stop_on_signal, tg.cancel_scope)
             await session.serve(FrameReader(source, max_line_bytes))
             log.info("client closed stdin; shutting down")
             with anyio.move_on_after(DRAIN_SECONDS):
@@ -178,11 +183,3 @@ async def wrap_stdio(
         source.restore()
         sink.restore()
     return 0
-
-
-async def _stop_on_signal(scope: anyio.CancelScope) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-        async for received in signals:
-            log.info("stopping on signal", extra={"signal": signal.Signals(received).name})
-            scope.cancel()
-            return

@@ -13,11 +13,13 @@ import os
 import re
 import tomllib
 from pathlib import Path
+from typing import Any, TypeVar
 
 import msgspec
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+T = TypeVar("T")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -65,6 +67,7 @@ class Upstream(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 class Limits(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     call_timeout: str = "5m"
     max_message_bytes: int = 64 * 1024 * 1024
+    page_size: int = 500
 
     @property
     def call_timeout_seconds(self) -> float:
@@ -93,9 +96,7 @@ def load(path: Path, environ: dict[str, str] | None = None) -> Config:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(
-            f"{path}: no such config file (frugal-proxy config init writes a starter)"
-        ) from None
+        raise ConfigError(f"{path}: no such config file (frugal-proxy config init writes a starter)") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     return loads(text, str(path), environ)
@@ -106,12 +107,16 @@ def loads(text: str, source: str = "<config>", environ: dict[str, str] | None = 
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from None
-    try:
-        config = msgspec.convert(data, Config)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(f"{source}: {_readable(str(exc))}") from None
+    tables = data.pop("upstreams", {})
+    if not isinstance(tables, dict):
+        raise ConfigError(f"{source}: at upstreams: expected a table of [upstreams.NAME] tables")
+    config = _convert(data, Config, source, "")
+    upstreams_raw = {name: _convert(table, Upstream, source, f"upstreams.{name}") for name, table in tables.items()}
+    config = msgspec.structs.replace(config, upstreams=upstreams_raw)
     env = dict(os.environ if environ is None else environ)
     upstreams = {name: _check_upstream(source, name, up, env) for name, up in config.upstreams.items()}
+    if config.limits.page_size < 1 or config.limits.max_message_bytes < 1024:
+        raise ConfigError(f"{source}: at limits: page_size must be >= 1 and max_message_bytes >= 1024")
     try:
         config.limits.call_timeout_seconds  # noqa: B018 - validates the duration
     except ValueError as exc:
@@ -119,16 +124,24 @@ def loads(text: str, source: str = "<config>", environ: dict[str, str] | None = 
     return msgspec.structs.replace(config, upstreams=upstreams)
 
 
-def _readable(message: str) -> str:
-    """msgspec's `... - at `$.upstreams.files`` as `at upstreams.files: ...`."""
-    text, sep, where = message.rpartition(" - at `")
+def _convert(value: Any, kind: type[T], source: str, where: str) -> T:
+    try:
+        return msgspec.convert(value, kind)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{source}: {_readable(str(exc), where)}") from None
+
+
+def _readable(message: str, where: str) -> str:
+    """msgspec's "Expected `int`, got `str` - at `$.limits.page_size`" as "at limits.page_size: expected
+    int, got str", with the key path rooted where the value came from."""
+    text, sep, at = message.rpartition(" - at `")
     if not sep:
-        return message
-    path = where.rstrip("`").removeprefix("$").lstrip(".")
-    path = re.sub(r"\[(\d+)\]", r"[\1]", path)
-    text = text.replace("Object contains unknown field", "unknown key")
-    text = text.replace("Expected `", "expected ").replace("`, got `", ", got ").rstrip("`")
-    return f"at {path or 'the top level'}: {text}"
+        text, at = message, "$`"
+    path = at.rstrip("`").removeprefix("$").lstrip(".")
+    full = ".".join(part for part in (where, path) if part)
+    text = text.replace("Object contains unknown field", "unknown key").replace(" | null", "")
+    text = re.sub(r"Expected `([^`]*)`, got `([^`]*)`", r"expected \1, got \2", text)
+    return f"at {full or 'the top level'}: {text}"
 
 
 def _check_upstream(source: str, name: str, upstream: Upstream, env: dict[str, str]) -> Upstream:
@@ -141,8 +154,7 @@ def _check_upstream(source: str, name: str, upstream: Upstream, env: dict[str, s
         raise ConfigError(f"{where}.command: the command is empty")
     if upstream.url is not None:
         raise ConfigError(
-            f"{where}.url: remote (HTTP) upstreams are not supported yet; wrap a stdio bridge as a "
-            "command instead"
+            f"{where}.url: remote (HTTP) upstreams are not supported yet; wrap a stdio bridge as a command instead"
         )
     if upstream.prefix is not None and not re.fullmatch(r"[A-Za-z0-9_.-]{0,64}", upstream.prefix):
         raise ConfigError(f"{where}.prefix: use letters, digits, '_', '-' and '.' only")

@@ -78,9 +78,7 @@ def validate_modern(request_id: jsonrpc.RequestId, meta: dict[str, msgspec.Raw])
     """Check the per-request keys; raise MessageError with the spec's code when they are wrong."""
     version = jsonrpc.decode_any(meta[META_VERSION])
     if not isinstance(version, str):
-        raise jsonrpc.MessageError(
-            jsonrpc.INVALID_PARAMS, f"_meta[{META_VERSION!r}] must be a string", request_id
-        )
+        raise jsonrpc.MessageError(jsonrpc.INVALID_PARAMS, f"_meta[{META_VERSION!r}] must be a string", request_id)
     if version not in MODERN_VERSIONS:
         raise UnsupportedVersion(request_id, version)
     if META_CAPABILITIES not in meta:

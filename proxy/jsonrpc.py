@@ -83,9 +83,7 @@ def check_frame(frame: Frame) -> None:
     has_method = "method" in frame
     has_reply = "result" in frame or "error" in frame
     if has_method == has_reply:
-        raise MessageError(
-            INVALID_REQUEST, "a message needs either a method or a result/error", _safe_id(frame)
-        )
+        raise MessageError(INVALID_REQUEST, "a message needs either a method or a result/error", _safe_id(frame))
     if has_method and not isinstance(decode_any(frame["method"]), str):
         raise MessageError(INVALID_REQUEST, "method must be a string", _safe_id(frame))
     if "id" in frame:

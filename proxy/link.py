@@ -103,7 +103,9 @@ class UpstreamLink:
         assert isinstance(client, Client)
         upstream = self.upstream
         await upstream.ensure_ready()
-        if upstream.era == "modern":
+        if upstream.era == "legacy":
+            await self.ensure_initialized()
+        if upstream.modern:
             out = params if client.modern else eras.add_modern_meta(params, self.stamp())
             reply = await upstream.request(method, out, on_progress=on_progress)
             if client.modern or method not in eras.INPUT_REQUIRED_METHODS:
@@ -115,7 +117,6 @@ class UpstreamLink:
             return await fulfil_input_required(
                 reply, out, capabilities=self.client.capabilities, ask=self.downstream.request, retry=retry
             )
-        await self.ensure_initialized()
         if not client.modern:
             return await upstream.request(method, params, on_progress=on_progress)
         out = eras.strip_modern_meta(params)
@@ -152,9 +153,13 @@ class UpstreamLink:
             if passthrough:
                 async with self._init_lock:
                     if upstream.initialize_params is None:
-                        return await upstream.initialize(params)
+                        reply = await upstream.initialize(params)
+                        if "result" in reply or upstream.era == "legacy":
+                            return reply
+                        upstream.initialize_params = None  # it turned out modern; describe it below
             else:
                 await self.ensure_initialized()
+        if upstream.era == "legacy":
             return jsonrpc.result(None, dict(upstream.initialize_result or {}))
         discovered = upstream.discover_result or {}
         result: dict[str, Any] = {
@@ -187,6 +192,8 @@ class UpstreamLink:
             problem = jsonrpc.error_of(reply)
             if problem is not None:
                 upstream.initialize_params = None
+                if upstream.modern:
+                    return  # its late discover answer arrived first: it is served statelessly
                 raise BridgeError(
                     f"upstream {upstream.name!r} refused initialize: {problem[1]}", jsonrpc.INTERNAL_ERROR
                 )
@@ -275,9 +282,7 @@ class UpstreamLink:
                     if not wanted:
                         return
                     params = {"notifications": wanted, "_meta": self.stamp()}
-                    await self.upstream.request(
-                        "subscriptions/listen", params, on_related=self._relay_untagged
-                    )
+                    await self.upstream.request("subscriptions/listen", params, on_related=self._relay_untagged)
                 except UpstreamDown as exc:
                     log.info("change stream lost; reopening", extra={"reason": str(exc)[:200]})
                 await anyio.sleep(1.0)

@@ -16,9 +16,7 @@ _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 class KeyValueFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         head = f"{self.formatTime(record, '%H:%M:%S')} {record.levelname.lower():5} {record.name}: "
-        fields = " ".join(
-            f"{key}={_value(value)}" for key, value in record.__dict__.items() if key not in _STANDARD
-        )
+        fields = " ".join(f"{key}={_value(value)}" for key, value in record.__dict__.items() if key not in _STANDARD)
         line = head + record.getMessage() + (" " + fields if fields else "")
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)

@@ -52,17 +52,17 @@ class Session:
         filters: dict[str, ToolFilter] | None = None,
         costs: dict[str, float] | None = None,
         timeouts: dict[str, float | None] | None = None,
+        page_size: int = 500,
     ) -> None:
         connections = upstreams if isinstance(upstreams, list) else [upstreams]
         self.downstream = downstream
         self._tg = task_group
         self.client = Client()
         self.links = [
-            UpstreamLink(up, self.client, downstream, task_group, on_change=self._changed)
-            for up in connections
+            UpstreamLink(up, self.client, downstream, task_group, on_change=self._changed) for up in connections
         ]
         self._link_by_name = {link.name: link for link in self.links}
-        self.catalog = Catalog(self.links, prefixes, filters)
+        self.catalog = Catalog(self.links, prefixes, filters, page_size)
         self.single = len(self.links) == 1
         self._inflight: dict[RequestId, anyio.CancelScope] = {}
         self._streams: set[RequestId] = set()
@@ -256,9 +256,7 @@ class Session:
             if isinstance(ref, dict) and isinstance(ref.get("uri"), str):
                 owner = await self.catalog.owner_of_uri(ref["uri"], params, client)
                 return owner.link, {**params, "ref": jsonrpc.raw({**ref, "uri": owner.original})}
-            raise jsonrpc.MessageError(
-                jsonrpc.INVALID_PARAMS, "completion/complete needs a ref/prompt or ref/resource"
-            )
+            raise jsonrpc.MessageError(jsonrpc.INVALID_PARAMS, "completion/complete needs a ref/prompt or ref/resource")
         raise jsonrpc.MessageError(
             jsonrpc.METHOD_NOT_FOUND,
             f"{method} is not routed when frugal-proxy serves several upstreams",
@@ -277,7 +275,15 @@ class Session:
         elif self.single:
             provider, upstream_params = self.links[0].name, params
         else:
-            owner = await self.catalog.owner_of("tools/call", name, params, client)
+            try:
+                owner = await self.catalog.owner_of("tools/call", name, params, client)
+            except CatalogError:
+                down = self._down_upstream_named_by(name)
+                if down is None:
+                    raise
+                message = f"{name} is unavailable: {down}"
+                log.warning("call to a tool of an upstream that is down", extra={"tool": name})
+                return jsonrpc.result(None, jsonrpc.tool_error_result(message))
             provider, upstream_params = owner.link.name, {**params, "name": jsonrpc.raw(owner.original)}
         exchange = Exchange(
             call=Call(request_id=client_id, tool=name, params=upstream_params),
@@ -287,6 +293,15 @@ class Session:
             operator=self.operator,
         )
         return await self.pipeline.run(exchange)
+
+    def _down_upstream_named_by(self, name: str) -> str | None:
+        """The down-state of the upstream whose prefix a tool name carries, if it is not running."""
+        for link in self.links:
+            prefix = self.catalog.prefixes.get(link.name)
+            if prefix and name.startswith(f"{prefix}__") and not link.upstream.running:
+                state = link.upstream.state()
+                return str(state.get("reason") or f"upstream {link.name!r} has not started")
+        return None
 
     def _with_own_tools(self, reply: Frame) -> Frame:
         """The upstream's tools/list with the proxy's own tools added to its last page."""

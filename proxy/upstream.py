@@ -135,6 +135,11 @@ class UpstreamConnection:
         return {"state": "not started"}
 
     @property
+    def modern(self) -> bool:
+        """Whether it speaks 2026-07-28 (this can change once, when a late discover answer arrives)."""
+        return self.era == "modern"
+
+    @property
     def running(self) -> bool:
         return self._gen is not None and not self._gen.dead
 
@@ -182,18 +187,27 @@ class UpstreamConnection:
     async def _negotiate(self) -> None:
         probe = await self._probe_discover()
         if probe is not None:
-            self.era = "modern"
-            self.discover_result = probe
-            log.info("upstream speaks 2026-07-28", extra={"upstream": self.name})
+            self._become_modern(probe)
             return
         self.era = "legacy"
         log.info("upstream speaks the session era", extra={"upstream": self.name})
         if self.initialize_params is not None:
             reply = await self._initialize(self.initialize_params)
-            if "error" in reply:
+            if "error" in reply and self.era == "legacy":
                 log.warning("upstream refused re-initialize", extra={"upstream": self.name})
 
+    def _become_modern(self, discovered: dict[str, Any]) -> None:
+        self.era = "modern"
+        self.discover_result = discovered
+        log.info("upstream speaks 2026-07-28", extra={"upstream": self.name})
+
     async def _probe_discover(self) -> dict[str, Any] | None:
+        """Ask `server/discover`; None means the session era (an error, or no answer in time).
+
+        The probe is never withdrawn: a slow server (one still importing its modules, say) that
+        answers after the timeout is recognised as modern then, even though the proxy has moved
+        on; a dual-era server refuses `initialize` once it has answered a modern request.
+        """
         params = {
             "_meta": {
                 eras.META_VERSION: eras.LATEST_MODERN,
@@ -201,17 +215,28 @@ class UpstreamConnection:
                 eras.META_CLIENT_INFO: PROXY_CLIENT_INFO,
             }
         }
-        reply: Frame | None = None
+        answered = anyio.Event()
+        outcome: list[dict[str, Any] | None] = []
+        generation = self.generation
+
+        async def probe() -> None:
+            try:
+                reply = await self.request("server/discover", params)
+            except UpstreamDown:
+                reply = None
+            outcome.append(_discovered(reply))
+            answered.set()
+            if self.generation == generation and self.era == "legacy" and outcome[0] is not None:
+                log.info("upstream answered server/discover late", extra={"upstream": self.name})
+                self._become_modern(outcome[0])
+
+        assert self._tg is not None
+        self._tg.start_soon(probe)
         with anyio.move_on_after(self.probe_timeout):
-            reply = await self.request("server/discover", params, abandon_quietly=True)
-        if reply is None or "result" not in reply:
-            return None
-        body = jsonrpc.decode_any(reply["result"])
-        if not isinstance(body, dict) or not isinstance(body.get("supportedVersions"), list):
-            return None
-        if eras.LATEST_MODERN not in body["supportedVersions"]:
-            return None
-        return body
+            await answered.wait()
+        if not answered.is_set() and not self.running:
+            raise self._down_error()
+        return outcome[0] if outcome else None
 
     async def initialize(self, params: Any) -> Frame:
         """Initialize a session-era upstream; the params are kept and replayed after a restart."""
@@ -447,3 +472,13 @@ class UpstreamConnection:
             pending.failure = down
             pending.done.set()
         gen.pending.clear()
+
+
+def _discovered(reply: Frame | None) -> dict[str, Any] | None:
+    """The DiscoverResult in a reply, if it is one that names the modern version."""
+    if reply is None or "result" not in reply:
+        return None
+    body = jsonrpc.decode_any(reply["result"])
+    if not isinstance(body, dict) or not isinstance(body.get("supportedVersions"), list):
+        return None
+    return body if eras.LATEST_MODERN in body["supportedVersions"] else None

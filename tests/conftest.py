@@ -14,14 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTES_SERVER = ROOT / "examples" / "servers" / "notes_server.py"
 FAULTY_SERVER = ROOT / "tests" / "servers" / "faulty_server.py"
 EVERYTHING_JS = (
-    ROOT
-    / ".deps"
-    / "node"
-    / "node_modules"
-    / "@modelcontextprotocol"
-    / "server-everything"
-    / "dist"
-    / "index.js"
+    ROOT / ".deps" / "node" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
 )
 
 
@@ -67,3 +60,12 @@ def mode(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def frugal_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Signing keys and other state go to a temporary FRUGAL_HOME, never the real home (child
+    processes inherit it through the environment)."""
+    home = tmp_path_factory.mktemp("frugal-home")
+    monkeypatch.setenv("FRUGAL_HOME", str(home))
+    return home

@@ -230,9 +230,7 @@ async def test_modern_request_errors_follow_the_spec() -> None:
 async def test_mrtr_bridge_rejects_a_tampered_request_state() -> None:
     sampling_meta = {**MODERN_META, "io.modelcontextprotocol/clientCapabilities": {"sampling": {}}}
     async with proxied() as client:
-        first = await client.request(
-            1, "tools/call", {"name": "ask", "arguments": {}, "_meta": sampling_meta}
-        )
+        first = await client.request(1, "tools/call", {"name": "ask", "arguments": {}, "_meta": sampling_meta})
         body = first["result"]
         assert body["resultType"] == "input_required"
         ((key, request),) = body["inputRequests"].items()

@@ -19,9 +19,7 @@ async def test_modern_client_listens_through_to_a_modern_upstream() -> None:
     with anyio.fail_after(30):
         async with Client(params(proxy_command(notes_command())), mode="auto", cache=None) as client:
             assert client.protocol_version == "2026-07-28"
-            async with client.listen(
-                resources_list_changed=True, resource_subscriptions=["notes://x"]
-            ) as sub:
+            async with client.listen(resources_list_changed=True, resource_subscriptions=["notes://x"]) as sub:
                 assert sub.honored.resources_list_changed is True
                 assert sub.honored.resource_subscriptions == ["notes://x"]
                 await client.call_tool("add_note", {"name": "x", "text": "hi"})

@@ -21,9 +21,7 @@ def feed_all(framer: LineFramer, chunks: list[bytes]) -> list[bytes | OversizedL
 
 @given(
     lines=st.lists(
-        st.binary(min_size=1, max_size=50).filter(
-            lambda b: b"\n" not in b and b.strip() and not b.endswith(b"\r")
-        ),
+        st.binary(min_size=1, max_size=50).filter(lambda b: b"\n" not in b and b.strip() and not b.endswith(b"\r")),
         max_size=20,
     ),
     cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=30),

@@ -25,9 +25,7 @@ def test_unknown_fields_and_meta_survive_an_id_rewrite() -> None:
 
 
 def test_batch_is_recognised() -> None:
-    frames, batch = jsonrpc.decode_frames(
-        b'[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","method":"n"}]'
-    )
+    frames, batch = jsonrpc.decode_frames(b'[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","method":"n"}]')
     assert batch and len(frames) == 2
     assert jsonrpc.is_request(frames[0]) and jsonrpc.is_notification(frames[1])
 

@@ -138,9 +138,7 @@ async def test_own_tools_are_listed_after_the_upstreams_and_called_through_the_p
             "io.modelcontextprotocol/clientCapabilities": {},
         }
         await to_proxy.write(
-            json.dumps(
-                {"jsonrpc": "2.0", "id": ident, "method": method, "params": {**params, "_meta": meta}}
-            ).encode()
+            json.dumps({"jsonrpc": "2.0", "id": ident, "method": method, "params": {**params, "_meta": meta}}).encode()
             + b"\n"
         )
         while True:

@@ -83,9 +83,7 @@ def call(request_id: object, name: str, arguments: dict) -> None:
             daemon=True,
         ).start()
     else:
-        send(
-            {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32602, "message": f"unknown tool {name}"}}
-        )
+        send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32602, "message": f"unknown tool {name}"}})
 
 
 def main() -> None:
@@ -118,9 +116,7 @@ def main() -> None:
         elif method == "ping":
             send({"jsonrpc": "2.0", "id": request_id, "result": {}})
         else:
-            send(
-                {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": "Method not found"}}
-            )
+            send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": "Method not found"}})
 
 
 if __name__ == "__main__":

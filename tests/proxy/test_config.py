@@ -1,0 +1,84 @@
+"""The config file: typed, expanded, and every error names the key path and the reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from frugal_proxy import config
+from frugal_proxy.config import ConfigError
+
+
+def test_a_full_config_loads_with_defaults_and_expansion() -> None:
+    loaded = config.loads(
+        """
+        [upstreams.files]
+        command = ["npx", "-y", "server-filesystem", "/data"]
+        env = { TOKEN = "${SECRET}", PLAIN = "x" }
+        timeout = "1m30s"
+        cost_per_call = 0.002
+        tools = { allow = ["read_*"], deny = ["read_secret"] }
+
+        [limits]
+        call_timeout = "90s"
+        """,
+        environ={"SECRET": "s3"},
+    )
+    files = loaded.upstreams["files"]
+    assert files.env == {"TOKEN": "s3", "PLAIN": "x"}
+    assert files.timeout_seconds == 90.0
+    assert files.tools.allow == ["read_*"] and files.lazy is False and files.prefix is None
+    assert loaded.limits.call_timeout_seconds == 90.0
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[upstreams.a]\ncommand = ["x"]\ncomand = ["y"]', "at upstreams.a: unknown key `comand`"),
+        ('[upstreams.a]\ncommand = "x y"', "at upstreams.a.command: expected array, got str"),
+        ('[upstreams.a]\ncommand = ["x"]\ntimeout = "soon"', "upstreams.a.timeout: 'soon' is not a duration"),
+        ('[limits]\ncall_timeout = "5 minutes"', "limits.call_timeout: '5 minutes' is not a duration"),
+        (
+            '[upstreams.a]\ncommand = ["x"]\nenv = { K = "${NOPE_NOT_SET}" }',
+            "upstreams.a.env.K: environment variable NOPE_NOT_SET is not set",
+        ),
+        ("[upstreams.a]\nenv = {}", "give exactly one of 'command'"),
+        ('[upstreams.a]\nurl = "https://example.invalid/mcp"', "remote (HTTP) upstreams are not supported yet"),
+        ('[upstreams."a b"]\ncommand = ["x"]', "an upstream name uses letters"),
+        ('[upstreams.a]\ncommand = ["x"]\ncost_per_call = -1.0', "must not be negative"),
+        ("[routing]\nstrategy = 'cheap'", "at the top level: unknown key `routing`"),
+        ("[upstreams.a\ncommand = 1", "not valid TOML"),
+    ],
+)
+def test_errors_name_the_key_path_and_the_reason(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        config.loads(text, "frugal.toml", environ={})
+    assert str(caught.value).startswith("frugal.toml: ")
+    assert message in str(caught.value)
+
+
+def test_durations() -> None:
+    assert config.parse_duration("250ms") == 0.25
+    assert config.parse_duration("2m") == 120
+    assert config.parse_duration("1h30m") == 5400
+    for bad in ("", "10", "1d", "m5", "5m "):
+        with pytest.raises(ValueError):
+            config.parse_duration(bad)
+
+
+def test_where_the_file_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FRUGAL_CONFIG", raising=False)
+    monkeypatch.setenv("FRUGAL_HOME", str(tmp_path))
+    assert config.config_path() == tmp_path / "config" / "frugal.toml"
+    monkeypatch.setenv("FRUGAL_CONFIG", "/etc/frugal.toml")
+    assert config.config_path() == Path("/etc/frugal.toml")
+    assert config.config_path("mine.toml") == Path("mine.toml")
+    with pytest.raises(ConfigError, match="no such config file"):
+        config.load(tmp_path / "missing.toml")
+
+
+def test_the_starter_file_is_a_valid_config() -> None:
+    starter = config.loads(config.STARTER, environ={})
+    assert list(starter.upstreams) == ["everything"]
+    assert starter.upstreams["everything"].tools.deny == ["get-env"]
