@@ -1,0 +1,106 @@
+"""The Ed25519 keys that sign receipts, kept under `$FRUGAL_HOME/keys` (default `~/.frugal/keys`).
+
+    current.key        the signing key (raw private bytes, hex), mode 0600
+    <key_id>.pub       every public key ever used here, so receipts signed before a rotation
+                       still verify
+
+A key id is the key's fingerprint: `ed25519:` and the first 32 hex digits of the blake3 hash of
+the raw public key. Blocking file I/O: async callers run these functions in a worker thread.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import blake3
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
+
+CURRENT = "current.key"
+
+
+def keys_dir() -> Path:
+    home = os.environ.get("FRUGAL_HOME")
+    return (Path(home) if home else Path.home() / ".frugal") / "keys"
+
+
+def fingerprint(public: Ed25519PublicKey) -> str:
+    raw = public.public_bytes(Encoding.Raw, PublicFormat.Raw)
+    return "ed25519:" + blake3.blake3(raw).hexdigest()[:32]
+
+
+def _file_name(key_id: str) -> str:
+    return key_id.replace(":", "-") + ".pub"
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    key_id: str
+    private: Ed25519PrivateKey
+
+
+def _write_private(path: Path, key: Ed25519PrivateKey, *, exclusive: bool) -> None:
+    data = key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption()).hex().encode()
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else os.O_TRUNC)
+    fd = os.open(path, flags, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data + b"\n")
+    os.chmod(path, 0o600)
+
+
+def _write_public(directory: Path, key: Ed25519PrivateKey) -> str:
+    public = key.public_key()
+    key_id = fingerprint(public)
+    path = directory / _file_name(key_id)
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(public.public_bytes(Encoding.Raw, PublicFormat.Raw).hex().encode() + b"\n")
+    return key_id
+
+
+def _read_private(path: Path) -> Ed25519PrivateKey:
+    return Ed25519PrivateKey.from_private_bytes(bytes.fromhex(path.read_text().strip()))
+
+
+def load_or_create(directory: Path | None = None) -> SigningKey:
+    """The current signing key, made on first use (two processes starting together agree on one)."""
+    directory = directory or keys_dir()
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = directory / CURRENT
+    if not path.exists():
+        try:
+            _write_private(path, Ed25519PrivateKey.generate(), exclusive=True)
+        except FileExistsError:
+            pass
+    private = _read_private(path)
+    return SigningKey(_write_public(directory, private), private)
+
+
+def rotate(directory: Path | None = None) -> SigningKey:
+    """Make a new signing key; the old public keys stay, so earlier receipts still verify."""
+    directory = directory or keys_dir()
+    load_or_create(directory)
+    key = Ed25519PrivateKey.generate()
+    key_id = _write_public(directory, key)
+    staged = directory / (CURRENT + ".new")
+    _write_private(staged, key, exclusive=False)
+    os.replace(staged, directory / CURRENT)
+    return SigningKey(key_id, key)
+
+
+def public_keys(directory: Path | None = None) -> dict[str, Ed25519PublicKey]:
+    """Every public key kept here, by key id (an empty mapping when there are none yet)."""
+    directory = directory or keys_dir()
+    found: dict[str, Ed25519PublicKey] = {}
+    if not directory.is_dir():
+        return found
+    for path in sorted(directory.glob("*.pub")):
+        try:
+            public = Ed25519PublicKey.from_public_bytes(bytes.fromhex(path.read_text().strip()))
+        except ValueError:
+            continue
+        found[fingerprint(public)] = public
+    return found
