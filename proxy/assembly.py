@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from frugal_proxy.governor_tools import governor_tools
 from frugal_proxy.own_tools import OwnTool
 from frugal_proxy.policies import Policy
+from frugal_proxy.policies.governor import Governor, GovernorSettings
 
 
 @dataclass
@@ -19,6 +21,13 @@ class Assembly:
     own_tools: list[OwnTool] = field(default_factory=list)
 
 
-def assemble() -> Assembly:
-    """The embedded default: no policies beyond the call log that build_pipeline adds."""
-    return Assembly()
+def assemble(governor: GovernorSettings | None = None) -> Assembly:
+    """The embedded default: the size governor (on unless `enabled = false`) with its in-memory
+    spill store and its own tools; build_pipeline adds the call log after these policies."""
+    settings = governor or GovernorSettings()
+    assembly = Assembly()
+    if settings.enabled:
+        policy = Governor.embedded(settings)
+        assembly.policies.append(policy)
+        assembly.own_tools.extend(governor_tools(policy))
+    return assembly

@@ -14,9 +14,12 @@ from collections.abc import Callable, Sequence
 import anyio
 
 from frugal_proxy import __version__, logs
+from frugal_proxy.assembly import assemble
+from frugal_proxy.cli_keys import keys_command, receipts_command
 from frugal_proxy.downstream import DownstreamPeer
 from frugal_proxy.errors import UpstreamDown
 from frugal_proxy.framing import DEFAULT_MAX_LINE_BYTES
+from frugal_proxy.policies.governor import GovernorSettings
 from frugal_proxy.serve import config_command, serve_command, status_command
 from frugal_proxy.session import Session
 from frugal_proxy.signals import stop_on_signal
@@ -73,6 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["debug", "info", "warning", "error"],
         help="stderr log level (default: warning)",
     )
+    parser.add_argument("--no-govern", action="store_true", help="pass every result through ungoverned")
+    for flag, default in (("--max-bytes", 32_768), ("--max-records", 50), ("--max-tokens", 8_192)):
+        parser.add_argument(
+            flag, type=int, metavar="N", help=f"the size governor's default budget (default: {default})"
+        )
     return parser
 
 
@@ -82,6 +90,8 @@ COMMANDS: dict[str, Command] = {
     "serve": serve_command,
     "config": config_command,
     "status": status_command,
+    "keys": keys_command,
+    "receipts": receipts_command,
 }
 
 
@@ -107,6 +117,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"frugal-proxy: error: --env wants KEY=VALUE, got {item!r}", file=sys.stderr)
             return 2
         env[key] = value
+    try:
+        limits = {"max_bytes": options.max_bytes, "max_records": options.max_records, "max_tokens": options.max_tokens}
+        governor = GovernorSettings(
+            enabled=not options.no_govern, **{key: value for key, value in limits.items() if value is not None}
+        )
+    except ValueError as exc:
+        print(f"frugal-proxy: error: {exc}", file=sys.stderr)
+        return 2
     logs.configure(options.log_level)
     name = options.name or upstream_name(command)
     try:
@@ -117,6 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             env,
             options.max_message_bytes,
             options.probe_timeout,
+            governor,
+            backend_options={"use_uvloop": __import__("os").environ.get("FRUGAL_UVLOOP") == "1"},
         )
     except KeyboardInterrupt:
         return 130
@@ -151,7 +171,12 @@ def upstream_name(command: Sequence[str]) -> str:
 
 
 async def wrap_stdio(
-    command: list[str], name: str, env: dict[str, str], max_line_bytes: int, probe_timeout: float
+    command: list[str],
+    name: str,
+    env: dict[str, str],
+    max_line_bytes: int,
+    probe_timeout: float,
+    governor: GovernorSettings | None = None,
 ) -> int:
     """Serve one stdio client in front of one stdio upstream until the client goes away."""
     source, sink = FdSource(sys.stdin.fileno()), FdSink(sys.stdout.fileno())
@@ -170,7 +195,7 @@ async def wrap_stdio(
                 print(f"frugal-proxy: the upstream did not start: {exc}", file=sys.stderr)
                 tg.cancel_scope.cancel()
                 return 2
-            session = Session(upstream, downstream, tg)
+            session = Session(upstream, downstream, tg, assembly=assemble(governor))
             tg.start_soon(stop_on_signal, tg.cancel_scope)
             await session.serve(FrameReader(source, max_line_bytes))
             log.info("client closed stdin; shutting down")

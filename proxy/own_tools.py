@@ -70,4 +70,6 @@ class OwnToolProvider:
                 body = await tool.handler(arguments, exchange)
             except ToolArgumentError as exc:
                 body = jsonrpc.tool_error_result(f"{tool.name}: {exc}")
+        # A 2026-07-28 client requires resultType; a session-era client ignores the extra field.
+        body.setdefault("resultType", "complete")
         return Outcome("ok", reply=jsonrpc.result(None, body))

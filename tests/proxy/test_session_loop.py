@@ -99,7 +99,10 @@ async def test_a_session_never_blocks_the_loop() -> None:
             reply = await receive()
             while reply.get("id") != 2:
                 reply = await receive()
-            assert len(reply["result"]["content"][0]["text"]) == 1_000_000
+            # Governed by default: cut to the byte budget, the rest spilled (hashed off the loop).
+            shaped = reply["result"]["content"][0]["text"]
+            assert len(shaped.encode()) < 32_768 and "frugal__fetch_slice" in shaped
+            assert reply["result"]["_meta"]["frugal/governor"]["chars_total"] >= 2_000_000
             await send(
                 {
                     "jsonrpc": "2.0",
