@@ -18,6 +18,8 @@ class CallLog(Policy):
     name = "call_log"
 
     async def seal(self, exchange: Exchange) -> None:
+        if not log.isEnabledFor(logging.INFO):
+            return
         receipt = exchange.receipt
         outcome = exchange.outcome.kind if exchange.outcome else "answered"
         log.info(

@@ -29,9 +29,13 @@ class McpToolProvider:
         self._forward = forward
 
     async def call(self, exchange: Exchange) -> Outcome:
+        call = exchange.call
         try:
-            with anyio.fail_after(self.timeout):
-                reply = await self._forward("tools/call", exchange.call.params, exchange.client, exchange.on_progress)
+            if self.timeout is None:  # no deadline: spare the hot path a cancel scope
+                reply = await self._forward("tools/call", call.params, exchange.client, exchange.on_progress)
+            else:
+                with anyio.fail_after(self.timeout):
+                    reply = await self._forward("tools/call", call.params, exchange.client, exchange.on_progress)
         except TimeoutError:
             return Outcome(
                 "transient",

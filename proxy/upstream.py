@@ -219,10 +219,13 @@ class UpstreamConnection:
         outcome: list[dict[str, Any] | None] = []
         generation = self.generation
 
+        died: list[UpstreamDown] = []
+
         async def probe() -> None:
             try:
                 reply = await self.request("server/discover", params)
-            except UpstreamDown:
+            except UpstreamDown as exc:
+                died.append(exc)  # it exited before answering: that is no era, it is a failed start
                 reply = None
             outcome.append(_discovered(reply))
             answered.set()
@@ -234,6 +237,8 @@ class UpstreamConnection:
         self._tg.start_soon(probe)
         with anyio.move_on_after(self.probe_timeout):
             await answered.wait()
+        if died:
+            raise died[0]
         if not answered.is_set() and not self.running:
             raise self._down_error()
         return outcome[0] if outcome else None

@@ -88,7 +88,8 @@ class FrameWriter:
 
     def __init__(self, sink: ByteSink) -> None:
         self._sink = sink
-        self._lock = anyio.Lock()
+        # fast_acquire: an uncontended send must not yield to the loop (one loop turn per message)
+        self._lock = anyio.Lock(fast_acquire=True)
         self.closed = False
 
     async def send(self, frame: Frame | list[Frame]) -> None:
