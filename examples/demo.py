@@ -25,6 +25,8 @@ from mcp.types import CallToolResult, TextContent
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTES_SERVER = ROOT / "examples" / "servers" / "notes_server.py"
+BULKY_SERVER = ROOT / "examples" / "servers" / "bulky_server.py"
+PROSE_PARAGRAPHS = 400
 MODES = ("auto", "legacy")
 MODERN = "2026-07-28"
 BLOB_SIZE = 100_000
@@ -102,6 +104,35 @@ async def run_mode(params: StdioServerParameters, mode: str) -> None:
     print(f"   done in {time.perf_counter() - started:.2f}s")
 
 
+async def run_governor() -> None:
+    """The size governor on a long result: the cut, its signed receipt, a slice, a denial."""
+    print("\n== the size governor (bulky server, 2026-07-28)")
+    upstream = [sys.executable, str(BULKY_SERVER)]
+    params = StdioServerParameters(command=sys.executable, args=["-m", "frugal_proxy", "--", *upstream], cwd=ROOT)
+    arguments = {"paragraphs": PROSE_PARAGRAPHS}
+    with anyio.fail_after(STEP_TIMEOUT_S):
+        async with Client(params, mode="auto") as client:
+            prose = await client.call_tool("read_prose", arguments)
+            text = text_of(prose)
+            report = (prose.meta or {}).get("frugal/governor", {})
+            print(f"   read_prose({PROSE_PARAGRAPHS}) -> {len(text.encode())} bytes reached the client")
+            print(f"   ...{text[-150:]!r}")
+            receipt = report["receipts"][0]
+            print(
+                f"   receipt: {receipt['field']} {receipt['mode']} {receipt['returned_bytes']} of "
+                f"{receipt['total_bytes']} bytes, sha256 {receipt['sha256'][:16]}..., signed by {receipt['key_id']}"
+            )
+            verified = await client.call_tool("frugal__verify_receipt", {"receipt": receipt})
+            print(f"   frugal__verify_receipt -> {text_of(verified)[:100]}")
+            piece = await client.call_tool(
+                "frugal__fetch_slice", {"artifact_id": receipt["artifact_id"], "offset": 0, "limit": 200}
+            )
+            print(f"   frugal__fetch_slice(offset=0, limit=200) -> {text_of(piece)[:140]}...")
+            again = await client.call_tool("read_prose", arguments)
+            print(f"   read_prose({PROSE_PARAGRAPHS}) again -> {'denied' if again.is_error else 'served'}:")
+            print(f"   {text_of(again)[:160]}...")
+
+
 async def main_async(direct: bool, modes: Sequence[str], verbose: bool) -> int:
     params = server_params(direct)
     route = "directly" if direct else "through frugal-proxy"
@@ -112,6 +143,15 @@ async def main_async(direct: bool, modes: Sequence[str], verbose: bool) -> int:
         try:
             await run_mode(params, mode)
         except Exception as exc:  # a demo reports every failure and goes on to the next mode
+            failures += 1
+            for leaf in leaf_errors(exc):
+                print(f"   FAILED: {type(leaf).__name__}: {leaf}")
+            if verbose:
+                traceback.print_exc(file=sys.stderr)
+    if not direct:
+        try:
+            await run_governor()
+        except Exception as exc:
             failures += 1
             for leaf in leaf_errors(exc):
                 print(f"   FAILED: {type(leaf).__name__}: {leaf}")
