@@ -34,7 +34,7 @@ from frugal_proxy import eras, jsonrpc
 from frugal_proxy.errors import BridgeError
 from frugal_proxy.jsonrpc import Frame
 from frugal_proxy.request_state import InvalidRequestState, RequestStateSealer, StateClaims
-from frugal_proxy.upstream import ProgressHandler, UpstreamConnection
+from frugal_proxy.upstream_base import ProgressHandler, UpstreamBase
 
 log = logging.getLogger("frugal_proxy.bridge")
 
@@ -68,7 +68,7 @@ class HeldCalls:
 
     def __init__(
         self,
-        upstream: UpstreamConnection,
+        upstream: UpstreamBase,
         task_group: anyio.abc.TaskGroup,
         sealer: RequestStateSealer | None = None,
         hold_seconds: float = DEFAULT_HOLD_SECONDS,

@@ -2,7 +2,8 @@
 
     ProxyError
     ├── UpstreamError              the upstream could not answer this request
-    │   ├── UpstreamDown           its process died or could not be started; retry later
+    │   ├── UpstreamDown           its process died or could not be started, or its server
+    │   │                          cannot be reached; retry later
     │   └── UpstreamTimeout        it did not answer within the deadline
     └── BridgeError                the two eras could not be bridged for this request
                                    (a capability the client lacks, a bad requestState)
@@ -19,18 +20,29 @@ class ProxyError(Exception):
 
 
 class UpstreamError(ProxyError):
-    pass
+    def __init__(self, message: str, *, retry_after: float | None = None, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after  # the server's Retry-After, in seconds, when it gave one
+        self.permanent = permanent  # retrying cannot help (refused credentials, say)
 
 
 class UpstreamDown(UpstreamError):
-    def __init__(self, name: str, reason: str, stderr_tail: list[str], retry_in: float | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        reason: str,
+        stderr_tail: list[str],
+        retry_in: float | None = None,
+        *,
+        verb: str = "restarts",
+    ) -> None:
         text = f"upstream {name!r} is down: {reason}"
         if stderr_tail:
             text += ": " + " | ".join(stderr_tail[-3:])
         if retry_in is not None and retry_in > 0:
-            text += f"; it restarts on the next request, in {retry_in:.1f} s at the earliest"
+            text += f"; it {verb} on the next request, in {retry_in:.1f} s at the earliest"
         else:
-            text += "; it restarts on the next request"
+            text += f"; it {verb} on the next request"
         super().__init__(text)
         self.name = name
         self.reason = reason

@@ -32,7 +32,7 @@ from frugal_proxy.errors import BridgeError, UpstreamDown
 from frugal_proxy.jsonrpc import Frame, RequestId
 from frugal_proxy.records import ProgressSink
 from frugal_proxy.subscriptions import ListenHub, filter_for_legacy, tag
-from frugal_proxy.upstream import PROXY_CLIENT_INFO, UpstreamConnection
+from frugal_proxy.upstream_base import PROXY_CLIENT_INFO, UpstreamBase
 
 log = logging.getLogger("frugal_proxy.link")
 
@@ -68,7 +68,7 @@ class UpstreamLink:
 
     def __init__(
         self,
-        upstream: UpstreamConnection,
+        upstream: UpstreamBase,
         client: Client,
         downstream: DownstreamPeer,
         task_group: anyio.abc.TaskGroup,
@@ -333,7 +333,7 @@ class UpstreamLink:
 
     # -- what the upstream sends unasked -------------------------------------------------------------
 
-    async def on_server_request(self, upstream: UpstreamConnection, frame: Frame) -> None:
+    async def on_server_request(self, upstream: UpstreamBase, frame: Frame) -> None:
         method = jsonrpc.method_of(frame)
         upstream_id = jsonrpc.id_of(frame)
         if method == "ping":
@@ -343,7 +343,7 @@ class UpstreamLink:
         else:
             await self.held.attach(frame)
 
-    async def _relay_server_request(self, upstream: UpstreamConnection, frame: Frame) -> None:
+    async def _relay_server_request(self, upstream: UpstreamBase, frame: Frame) -> None:
         upstream_id = jsonrpc.id_of(frame)
         try:
             reply = await self.downstream.request(jsonrpc.method_of(frame) or "", frame.get("params"))
@@ -351,7 +351,7 @@ class UpstreamLink:
             reply = jsonrpc.error(upstream_id, jsonrpc.INTERNAL_ERROR, "the client went away")
         await upstream.send_reply(jsonrpc.with_id(reply, upstream_id))
 
-    async def on_upstream_notification(self, upstream: UpstreamConnection, frame: Frame) -> None:
+    async def on_upstream_notification(self, upstream: UpstreamBase, frame: Frame) -> None:
         method = jsonrpc.method_of(frame) or ""
         await self._changed(frame)
         if self.client.modern:

@@ -31,7 +31,7 @@ from frugal_proxy.providers.mcp_tool import McpToolProvider
 from frugal_proxy.records import Call, Exchange, ProgressSink, Route
 from frugal_proxy.subscriptions import acknowledgement, listen_result, merge_filters
 from frugal_proxy.transports.lines import BadLine, FrameReader, Frames
-from frugal_proxy.upstream import UpstreamConnection
+from frugal_proxy.upstream_base import UpstreamBase
 
 log = logging.getLogger("frugal_proxy.session")
 
@@ -42,7 +42,7 @@ URI_METHODS = frozenset({"resources/read", "resources/subscribe", "resources/uns
 class Session:
     def __init__(
         self,
-        upstreams: UpstreamConnection | list[UpstreamConnection],
+        upstreams: UpstreamBase | list[UpstreamBase],
         downstream: DownstreamPeer,
         task_group: anyio.abc.TaskGroup,
         *,
