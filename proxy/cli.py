@@ -1,6 +1,7 @@
 """The `frugal-proxy` command.
 
 frugal-proxy [options] -- <upstream command> [args...]
+frugal-proxy [options] -- <https://remote.example/mcp>
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from urllib.parse import urlsplit
 
 import anyio
 
@@ -19,6 +21,7 @@ from frugal_proxy.cli_keys import keys_command, receipts_command
 from frugal_proxy.downstream import DownstreamPeer
 from frugal_proxy.errors import UpstreamDown
 from frugal_proxy.framing import DEFAULT_MAX_LINE_BYTES
+from frugal_proxy.http_upstream import HttpUpstreamConnection
 from frugal_proxy.policies.governor import GovernorSettings
 from frugal_proxy.serve import config_command, serve_command, status_command
 from frugal_proxy.session import Session
@@ -26,14 +29,16 @@ from frugal_proxy.signals import stop_on_signal
 from frugal_proxy.transports.lines import FrameReader, FrameWriter
 from frugal_proxy.transports.stdio import FdSink, FdSource
 from frugal_proxy.upstream import UpstreamConnection
+from frugal_proxy.upstream_base import UpstreamBase
 
 log = logging.getLogger("frugal_proxy.cli")
 
 DRAIN_SECONDS = 5.0
-USAGE = "frugal-proxy [options] -- <upstream command> [args...]"
+USAGE = "frugal-proxy [options] -- <upstream command> [args...] | <http(s) url>"
 EPILOG = """examples:
   frugal-proxy -- npx -y @modelcontextprotocol/server-everything
   frugal-proxy --env API_KEY=x -- python my_server.py --flag
+  frugal-proxy --header "Authorization: Bearer $TOKEN" -- https://mcp.example.com/mcp
 
 The MCP client launches frugal-proxy where it used to launch the server; tools keep their
 names, and both protocol eras (2026-07-28 and 2024-11-05 ... 2025-11-25) work on either side.
@@ -55,6 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=VALUE",
         help="set a variable in the upstream's environment (repeatable); it inherits ours otherwise",
+    )
+    parser.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="send a header to a remote (URL) upstream with every request (repeatable)",
     )
     parser.add_argument("--name", help="the upstream's name in logs and errors (default: from the command)")
     parser.add_argument(
@@ -117,6 +129,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"frugal-proxy: error: --env wants KEY=VALUE, got {item!r}", file=sys.stderr)
             return 2
         env[key] = value
+    headers: dict[str, str] = {}
+    for item in options.header:
+        key, sep, value = item.partition(":")
+        if not sep or not key.strip():
+            print(f"frugal-proxy: error: --header wants 'NAME: VALUE', got {key!r}", file=sys.stderr)
+            return 2
+        headers[key.strip()] = value.strip()
     try:
         limits = {"max_bytes": options.max_bytes, "max_records": options.max_records, "max_tokens": options.max_tokens}
         governor = GovernorSettings(
@@ -136,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             options.max_message_bytes,
             options.probe_timeout,
             governor,
+            headers,
             backend_options={"use_uvloop": __import__("os").environ.get("FRUGAL_UVLOOP") == "1"},
         )
     except KeyboardInterrupt:
@@ -147,8 +167,18 @@ _GENERIC = frozenset({"index", "main", "server", "cli", "__main__", "app"})
 _BUILD_DIRS = frozenset({"dist", "build", "lib", "bin", "src", "out"})
 
 
+def remote_url(command: Sequence[str]) -> str | None:
+    """The URL of the wrap form `frugal-proxy -- https://…`, if that is what was given."""
+    if len(command) == 1 and command[0].startswith(("http://", "https://")):
+        return command[0]
+    return None
+
+
 def upstream_name(command: Sequence[str]) -> str:
     """A short name for the upstream: the package or script it runs, not the interpreter."""
+    url = remote_url(command)
+    if url is not None:
+        return urlsplit(url).hostname or "remote"
     for word in command:
         if word.startswith("-"):
             continue
@@ -177,18 +207,25 @@ async def wrap_stdio(
     max_line_bytes: int,
     probe_timeout: float,
     governor: GovernorSettings | None = None,
+    headers: dict[str, str] | None = None,
 ) -> int:
-    """Serve one stdio client in front of one stdio upstream until the client goes away."""
+    """Serve one stdio client in front of one upstream (a stdio command or a remote URL) until
+    the client goes away."""
     source, sink = FdSource(sys.stdin.fileno()), FdSink(sys.stdout.fileno())
     writer = FrameWriter(sink)
     downstream = DownstreamPeer(writer)
+    url = remote_url(command)
+    connection: UpstreamBase
+    if url is not None:
+        connection = HttpUpstreamConnection(
+            url, name=name, headers=headers, probe_timeout=probe_timeout, max_message_bytes=max_line_bytes
+        )
+    else:
+        connection = UpstreamConnection(
+            command, name=name, env=env, probe_timeout=probe_timeout, max_line_bytes=max_line_bytes
+        )
     try:
-        async with (
-            anyio.create_task_group() as tg,
-            UpstreamConnection(
-                command, name=name, env=env, probe_timeout=probe_timeout, max_line_bytes=max_line_bytes
-            ) as upstream,
-        ):
+        async with anyio.create_task_group() as tg, connection as upstream:
             try:
                 await upstream.ensure_ready()
             except UpstreamDown as exc:

@@ -14,6 +14,7 @@ import re
 import tomllib
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -46,7 +47,7 @@ class ToolFilter(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 
 class Upstream(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    """One upstream MCP server: a command to run over stdio, or (later) a URL."""
+    """One upstream MCP server: a command to run over stdio, or the URL of a remote one."""
 
     command: list[str] | None = None
     url: str | None = None
@@ -56,12 +57,22 @@ class Upstream(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     prefix: str | None = None
     lazy: bool = False
     timeout: str | None = None
+    connect_timeout: str | None = None
+    read_timeout: str | None = None
     cost_per_call: float = 0.0
     tools: ToolFilter = ToolFilter()
 
     @property
     def timeout_seconds(self) -> float | None:
         return parse_duration(self.timeout) if self.timeout is not None else None
+
+    @property
+    def connect_timeout_seconds(self) -> float:
+        return parse_duration(self.connect_timeout) if self.connect_timeout is not None else 10.0
+
+    @property
+    def read_timeout_seconds(self) -> float | None:
+        return parse_duration(self.read_timeout) if self.read_timeout is not None else None
 
 
 class Limits(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -152,22 +163,27 @@ def _check_upstream(source: str, name: str, upstream: Upstream, env: dict[str, s
         raise ConfigError(f"{where}: give exactly one of 'command' (a list of strings) or 'url'")
     if upstream.command is not None and not upstream.command:
         raise ConfigError(f"{where}.command: the command is empty")
-    if upstream.url is not None:
-        raise ConfigError(
-            f"{where}.url: remote (HTTP) upstreams are not supported yet; wrap a stdio bridge as a command instead"
-        )
+    url = _expand(upstream.url, env, f"{where}.url") if upstream.url is not None else None
+    if url is not None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"{where}.url: expected an http:// or https:// URL with a host")
+    elif upstream.headers:
+        raise ConfigError(f"{where}.headers: headers apply to a 'url' upstream, not to a command")
     if upstream.prefix is not None and not re.fullmatch(r"[A-Za-z0-9_.-]{0,64}", upstream.prefix):
         raise ConfigError(f"{where}.prefix: use letters, digits, '_', '-' and '.' only")
-    if upstream.timeout is not None:
-        try:
-            parse_duration(upstream.timeout)
-        except ValueError as exc:
-            raise ConfigError(f"{where}.timeout: {exc}") from None
+    for key in ("timeout", "connect_timeout", "read_timeout"):
+        value = getattr(upstream, key)
+        if value is not None:
+            try:
+                parse_duration(value)
+            except ValueError as exc:
+                raise ConfigError(f"{where}.{key}: {exc}") from None
     if upstream.cost_per_call < 0:
         raise ConfigError(f"{where}.cost_per_call: must not be negative")
     expanded_env = {key: _expand(value, env, f"{where}.env.{key}") for key, value in upstream.env.items()}
     headers = {key: _expand(value, env, f"{where}.headers.{key}") for key, value in upstream.headers.items()}
-    return msgspec.structs.replace(upstream, env=expanded_env, headers=headers)
+    return msgspec.structs.replace(upstream, url=url, env=expanded_env, headers=headers)
 
 
 def _expand(value: str, env: dict[str, str], where: str) -> str:
@@ -182,14 +198,18 @@ def _expand(value: str, env: dict[str, str], where: str) -> str:
 
 STARTER = """\
 # frugal-proxy configuration. Reference: the README's "Configuration" section.
-# Durations are Go-style strings ("90s", "2m"); ${VAR} in env and headers comes from the
-# environment. An unknown key is an error.
+# Durations are Go-style strings ("90s", "2m"); ${VAR} in env, headers and url comes from
+# the environment. An unknown key is an error.
 
 # One table per upstream MCP server. With several, tools are exposed as <prefix>__<tool>
 # (prefix defaults to the table's name; prefix = "" keeps the names unchanged).
 [upstreams.everything]
 command = ["npx", "-y", "@modelcontextprotocol/server-everything"]
 tools = { deny = ["get-env"] }      # glob lists: allow = [...] and/or deny = [...]
+
+# [upstreams.remote]                  # a remote server over Streamable HTTP (or HTTP+SSE)
+# url = "https://mcp.example.com/mcp"
+# headers = { Authorization = "Bearer ${REMOTE_TOKEN}" }
 
 # [upstreams.files]
 # command = ["npx", "-y", "@modelcontextprotocol/server-filesystem", "/data"]

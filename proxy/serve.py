@@ -26,12 +26,14 @@ from frugal_proxy import eras, jsonrpc, logs
 from frugal_proxy.config import Config, ConfigError
 from frugal_proxy.downstream import DownstreamPeer
 from frugal_proxy.errors import UpstreamDown
+from frugal_proxy.http_upstream import HttpUpstreamConnection
 from frugal_proxy.link import Client
 from frugal_proxy.session import Session
 from frugal_proxy.signals import stop_on_signal
 from frugal_proxy.transports.lines import FrameReader, FrameWriter
 from frugal_proxy.transports.stdio import FdSink, FdSource
 from frugal_proxy.upstream import UpstreamConnection
+from frugal_proxy.upstream_base import UpstreamBase
 
 log = logging.getLogger("frugal_proxy.serve")
 
@@ -48,17 +50,32 @@ def _load(path_option: str | None) -> tuple[Path, Config] | int:
         return 2
 
 
-def connections(config: Config, max_line_bytes: int) -> list[UpstreamConnection]:
-    return [
-        UpstreamConnection(
-            upstream.command or [],
-            name=name,
-            env=dict(upstream.env),
-            cwd=upstream.cwd,
-            max_line_bytes=max_line_bytes,
-        )
-        for name, upstream in config.upstreams.items()
-    ]
+def connections(config: Config, max_line_bytes: int) -> list[UpstreamBase]:
+    """One connection per configured upstream: a child process, or a remote server for a `url`."""
+    built: list[UpstreamBase] = []
+    for name, upstream in config.upstreams.items():
+        if upstream.url is not None:
+            built.append(
+                HttpUpstreamConnection(
+                    upstream.url,
+                    name=name,
+                    headers=dict(upstream.headers),
+                    connect_timeout=upstream.connect_timeout_seconds,
+                    read_timeout=upstream.read_timeout_seconds or config.limits.call_timeout_seconds,
+                    max_message_bytes=max_line_bytes,
+                )
+            )
+        else:
+            built.append(
+                UpstreamConnection(
+                    upstream.command or [],
+                    name=name,
+                    env=dict(upstream.env),
+                    cwd=upstream.cwd,
+                    max_line_bytes=max_line_bytes,
+                )
+            )
+    return built
 
 
 def session_options(config: Config) -> dict[str, Any]:
@@ -131,7 +148,7 @@ async def serve_stdio(config: Config) -> int:
 
 
 async def _run_upstream(
-    upstream: UpstreamConnection,
+    upstream: UpstreamBase,
     lazy: bool,
     *,
     task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
@@ -153,7 +170,7 @@ async def _run_upstream(
 class StatusFile:
     """`$FRUGAL_HOME/run/serve-<pid>.json`: each upstream's state, rewritten every few seconds."""
 
-    def __init__(self, upstreams: list[UpstreamConnection]) -> None:
+    def __init__(self, upstreams: list[UpstreamBase]) -> None:
         self.upstreams = upstreams
         self.path = config_module.default_home() / "run" / f"serve-{os.getpid()}.json"
         self.started = time.time()

@@ -44,7 +44,7 @@ def test_a_full_config_loads_with_defaults_and_expansion() -> None:
             "upstreams.a.env.K: environment variable NOPE_NOT_SET is not set",
         ),
         ("[upstreams.a]\nenv = {}", "give exactly one of 'command'"),
-        ('[upstreams.a]\nurl = "https://example.invalid/mcp"', "remote (HTTP) upstreams are not supported yet"),
+        ('[upstreams.a]\nurl = "ftp://example.invalid/mcp"', "upstreams.a.url: expected an http:// or https:// URL"),
         ('[upstreams."a b"]\ncommand = ["x"]', "an upstream name uses letters"),
         ('[upstreams.a]\ncommand = ["x"]\ncost_per_call = -1.0', "must not be negative"),
         ("[routing]\nstrategy = 'cheap'", "at the top level: unknown key `routing`"),
