@@ -57,14 +57,13 @@ def decode_any(data: bytes | msgspec.Raw) -> Any:
     return _any_decoder.decode(data)
 
 
-def decode_frames(line: bytes) -> tuple[list[Frame], bool]:
+def decode_frames(line: bytes | bytearray) -> tuple[list[Frame], bool]:
     """Decode one line into frames; the flag says whether it was a batch (a JSON array).
 
     Raises MessageError with -32700 for bytes that are not JSON, -32600 for JSON that is not a
     JSON-RPC message (or an empty batch).
     """
-    stripped = line.lstrip()
-    is_batch = stripped[:1] == b"["
+    is_batch = _first_byte(line) == ord("[")
     try:
         frames = _batch_decoder.decode(line) if is_batch else [_frame_decoder.decode(line)]
     except msgspec.ValidationError as exc:
@@ -74,6 +73,14 @@ def decode_frames(line: bytes) -> tuple[list[Frame], bool]:
     if is_batch and not frames:
         raise MessageError(INVALID_REQUEST, "empty batch")
     return frames, is_batch
+
+
+def _first_byte(line: bytes | bytearray) -> int | None:
+    """The first byte that is not JSON whitespace, without copying the line."""
+    for position in range(len(line)):
+        if line[position] not in b" \t\r\n":
+            return line[position]
+    return None
 
 
 def check_frame(frame: Frame) -> None:

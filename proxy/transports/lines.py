@@ -13,6 +13,7 @@ from frugal_proxy.framing import DEFAULT_MAX_LINE_BYTES, LineFramer, OversizedLi
 from frugal_proxy.jsonrpc import Frame
 
 READ_CHUNK = 256 * 1024
+SMALL_MESSAGE = 64 * 1024
 
 
 class ByteSource(Protocol):
@@ -54,7 +55,7 @@ class FrameReader:
     def __init__(self, source: ByteSource, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
         self._source = source
         self._framer = LineFramer(max_line_bytes)
-        self._ready: deque[bytes | OversizedLine] = deque()
+        self._ready: deque[bytes | bytearray | OversizedLine] = deque()
         self.max_line_bytes = max_line_bytes
 
     def __aiter__(self) -> FrameReader:
@@ -93,11 +94,17 @@ class FrameWriter:
         self.closed = False
 
     async def send(self, frame: Frame | list[Frame]) -> None:
-        data = jsonrpc.encode(frame) + b"\n"
+        data = jsonrpc.encode(frame)
+        # A large message gets its newline as a write of its own: appending would copy it whole.
+        small = len(data) <= SMALL_MESSAGE
+        if small:
+            data += b"\n"
         async with self._lock:
             if self.closed:
                 raise anyio.ClosedResourceError
             await self._sink.write(data)
+            if not small:
+                await self._sink.write(b"\n")
 
     async def close(self) -> None:
         async with self._lock:
@@ -106,7 +113,7 @@ class FrameWriter:
                 await self._sink.close()
 
 
-def _preview(line: bytes) -> str:
+def _preview(line: bytes | bytearray) -> str:
     """A short, printable prefix of a bad line, for a log message (never the whole payload)."""
     return line[:60].decode("utf-8", "replace").encode("unicode_escape").decode("ascii")
 
