@@ -26,7 +26,6 @@ from frugal_proxy import eras, jsonrpc, logs
 from frugal_proxy.config import Config, ConfigError
 from frugal_proxy.downstream import DownstreamPeer
 from frugal_proxy.errors import UpstreamDown
-from frugal_proxy.http_upstream import HttpUpstreamConnection
 from frugal_proxy.link import Client
 from frugal_proxy.session import Session
 from frugal_proxy.signals import stop_on_signal
@@ -55,6 +54,8 @@ def connections(config: Config, max_line_bytes: int) -> list[UpstreamBase]:
     built: list[UpstreamBase] = []
     for name, upstream in config.upstreams.items():
         if upstream.url is not None:
+            from frugal_proxy.http_upstream import HttpUpstreamConnection  # only when a url needs it
+
             built.append(
                 HttpUpstreamConnection(
                     upstream.url,

@@ -271,3 +271,13 @@ async def test_modern_client_without_the_capability_gets_a_clear_error() -> None
         reply = await client.request(1, "tools/call", {"name": "ask", "arguments": {}, "_meta": MODERN_META})
         assert reply["result"]["isError"] is True
         assert "did not declare the 'sampling' capability" in text(reply)
+
+
+async def test_a_bad_budget_flag_exits_2_naming_the_limit() -> None:
+    async with anyio.create_task_group() as tg:
+        client = await RawClient.start(tg, proxy_command(FAULTY, "--max-bytes", "10"))
+        with anyio.fail_after(20):
+            code = await client.process.wait()
+        tg.cancel_scope.cancel()
+    assert code == 2
+    assert "max_bytes must be at least 1024" in client.stderr_text()
