@@ -88,6 +88,9 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 class Config(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     upstreams: dict[str, Upstream] = {}
     limits: Limits = Limits()
+    # `[governor]`, checked against GovernorSettings at load time and kept as its plain table
+    # (with `spill_ttl` in seconds), so that reading a config does not import the governor.
+    governor: dict[str, Any] = {}
 
 
 def default_home() -> Path:
@@ -121,7 +124,9 @@ def loads(text: str, source: str = "<config>", environ: dict[str, str] | None = 
     tables = data.pop("upstreams", {})
     if not isinstance(tables, dict):
         raise ConfigError(f"{source}: at upstreams: expected a table of [upstreams.NAME] tables")
+    governor = data.pop("governor", {})
     config = _convert(data, Config, source, "")
+    config = msgspec.structs.replace(config, governor=_check_governor(governor, source))
     upstreams_raw = {name: _convert(table, Upstream, source, f"upstreams.{name}") for name, table in tables.items()}
     config = msgspec.structs.replace(config, upstreams=upstreams_raw)
     env = dict(os.environ if environ is None else environ)
@@ -133,6 +138,21 @@ def loads(text: str, source: str = "<config>", environ: dict[str, str] | None = 
     except ValueError as exc:
         raise ConfigError(f"{source}: at limits.call_timeout: {exc}") from None
     return msgspec.structs.replace(config, upstreams=upstreams)
+
+
+def _check_governor(table: Any, source: str) -> dict[str, Any]:
+    from frugal_proxy.policies.governor import GovernorSettings
+
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: at governor: expected a table")
+    checked: dict[str, Any] = dict(table)
+    if isinstance(checked.get("spill_ttl"), str):
+        try:
+            checked["spill_ttl"] = parse_duration(checked["spill_ttl"])
+        except ValueError as exc:
+            raise ConfigError(f"{source}: at governor.spill_ttl: {exc}") from None
+    _convert(checked, GovernorSettings, source, "governor")
+    return checked
 
 
 def _convert(value: Any, kind: type[T], source: str, where: str) -> T:

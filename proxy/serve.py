@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import anyio.abc
 import anyio.to_thread
+import msgspec
 
 from frugal_proxy import config as config_module
 from frugal_proxy import eras, jsonrpc, logs
@@ -80,9 +81,14 @@ def connections(config: Config, max_line_bytes: int) -> list[UpstreamBase]:
 
 
 def session_options(config: Config) -> dict[str, Any]:
-    """What the session needs of the config: names, filters, prices and deadlines per upstream."""
+    """What the session needs of the config: names, filters, prices and deadlines per upstream,
+    and the pipeline's policies (the size governor from `[governor]`)."""
+    from frugal_proxy.assembly import assemble
+    from frugal_proxy.policies.governor import GovernorSettings
+
     call_timeout = config.limits.call_timeout_seconds
     return {
+        "assembly": assemble(msgspec.convert(config.governor, GovernorSettings)),
         "page_size": config.limits.page_size,
         "prefixes": {name: up.prefix for name, up in config.upstreams.items()},
         "filters": {name: up.tools for name, up in config.upstreams.items()},

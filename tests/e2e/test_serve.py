@@ -204,3 +204,14 @@ async def test_status_shows_each_upstream(tmp_path: Path) -> None:
             assert upstreams["ghost"]["state"] == "down" and "cannot start" in upstreams["ghost"]["reason"]
             ghost = await client.call_tool("ghost__anything", {})
             assert ghost.is_error and "upstream 'ghost' is down: cannot start" in text(ghost)
+
+
+async def test_the_governor_table_shapes_results_of_serve(tmp_path: Path) -> None:
+    config = write_config(tmp_path, extra="[governor]\nmax_bytes = 2048\n")
+    with anyio.fail_after(60):
+        async with Client(serve(config, tmp_path / "home"), mode="auto", cache=None) as client:
+            shaped = await client.call_tool("notes__blob", {"size": 50_000})
+            assert len(text(shaped).encode()) < 2048
+            assert "frugal__fetch_slice" in text(shaped)
+            small = await client.call_tool("notes__echo", {"text": "short"})
+            assert text(small) == "short"

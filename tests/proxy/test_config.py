@@ -82,3 +82,20 @@ def test_the_starter_file_is_a_valid_config() -> None:
     starter = config.loads(config.STARTER, environ={})
     assert list(starter.upstreams) == ["everything"]
     assert starter.upstreams["everything"].tools.deny == ["get-env"]
+
+
+def test_the_governor_table_is_checked_at_load_time() -> None:
+    loaded = config.loads(
+        '[governor]\nmax_bytes = 4096\nspill_ttl = "30m"\n[governor.routes."files__read_file"]\nmax_records = 5\n',
+        environ={},
+    )
+    assert loaded.governor["spill_ttl"] == 1800.0
+    assert loaded.governor["routes"] == {"files__read_file": {"max_records": 5}}
+    for text, message in [
+        ("[governor]\nmax_bytes = 10", "at governor"),
+        ('[governor]\nspill_ttl = "2h"', "at governor"),
+        ('[governor]\nspill_ttl = "soon"', "at governor.spill_ttl: 'soon' is not a duration"),
+        ("[governor]\nmax_byte = 4096", "unknown key `max_byte`"),
+    ]:
+        with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+            config.loads(text, environ={})
