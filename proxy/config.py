@@ -240,4 +240,11 @@ tools = { deny = ["get-env"] }      # glob lists: allow = [...] and/or deny = [.
 
 [limits]
 call_timeout = "5m"                 # deadline of one call, whatever the upstream
+
+# The size governor cuts results over budget, spills the rest and signs a receipt.
+# [governor]
+# max_bytes = 32768                 # also max_records = 50, max_tokens = 8192
+# spill_ttl = "1h"
+# [governor.routes."files__read_file"]
+# max_bytes = 65536
 """
