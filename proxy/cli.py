@@ -115,6 +115,7 @@ COMMANDS: dict[str, Command] = {
     "status": _command("serve", "status_command"),
     "keys": _command("cli_keys", "keys_command"),
     "receipts": _command("cli_keys", "receipts_command"),
+    "mcp": _command("mcp_install", "mcp_command"),
 }
 
 
