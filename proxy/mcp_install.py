@@ -48,7 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def mcp_command(argv: list[str]) -> int:
-    options = build_parser().parse_args(argv)
+    parser = build_parser()
+    options = parser.parse_args(argv)
+    if getattr(options, "http", None) and not options.http.startswith(("http://", "https://")):
+        parser.error(f"--http wants an http:// or https:// URL, got {options.http!r}")
     return run(options, Places.current())
 
 

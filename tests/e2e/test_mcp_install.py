@@ -419,6 +419,14 @@ def test_http_entries_take_each_clients_shape(machine: Machine, client: str, exp
     assert servers(client, load(path))["frugal"] == expected
 
 
+def test_http_wants_a_url(machine: Machine) -> None:
+    path = place(machine, "cursor")
+    done = machine.run("install", "--client", "cursor", "--http", "127.0.0.1:8765")
+    assert done.returncode == 2
+    assert "--http wants an http:// or https:// URL, got '127.0.0.1:8765'" in done.stderr
+    assert path.read_text() == CURSOR
+
+
 def test_claude_desktop_refuses_a_url_entry_and_is_left_alone(machine: Machine) -> None:
     path = place(machine, "claude-desktop")
     done = machine.run("install", "--client", "claude-desktop", "--http", "http://127.0.0.1:8765/mcp")
