@@ -22,6 +22,7 @@ from frugal_proxy import __version__, logs
 from frugal_proxy.downstream import DownstreamPeer
 from frugal_proxy.errors import UpstreamDown
 from frugal_proxy.framing import DEFAULT_MAX_LINE_BYTES
+from frugal_proxy.http_command import add_http_options
 from frugal_proxy.signals import stop_on_signal
 from frugal_proxy.transports.lines import FrameReader, FrameWriter
 from frugal_proxy.transports.stdio import FdSink, FdSource
@@ -39,6 +40,7 @@ EPILOG = """examples:
   frugal-proxy -- npx -y @modelcontextprotocol/server-everything
   frugal-proxy --env API_KEY=x -- python my_server.py --flag
   frugal-proxy --header "Authorization: Bearer $TOKEN" -- https://mcp.example.com/mcp
+  frugal-proxy --http 127.0.0.1:8765 -- npx -y @modelcontextprotocol/server-everything
 
 The MCP client launches frugal-proxy where it used to launch the server; tools keep their
 names, and both protocol eras (2026-07-28 and 2024-11-05 ... 2025-11-25) work on either side.
@@ -93,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         parser.add_argument(
             flag, type=int, metavar="N", help=f"the size governor's default budget (default: {default})"
         )
+    add_http_options(parser)
     return parser
 
 
@@ -152,6 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     governor = {"enabled": not options.no_govern, **{key: value for key, value in limits.items() if value is not None}}
     logs.configure(options.log_level)
     name = options.name or upstream_name(command)
+    if options.http:
+        return wrap_http(options, command, name, env, headers, governor)
     try:
         return anyio.run(
             wrap_stdio,
@@ -274,6 +279,56 @@ async def wrap_stdio(
         source.restore()
         sink.restore()
     return 0
+
+
+def _connection(
+    command: list[str], name: str, env: dict[str, str], headers: dict[str, str], options: argparse.Namespace
+) -> UpstreamBase:
+    url = remote_url(command)
+    if url is not None:
+        from frugal_proxy.http_upstream import HttpUpstreamConnection
+
+        return HttpUpstreamConnection(
+            url,
+            name=name,
+            headers=headers,
+            probe_timeout=options.probe_timeout,
+            max_message_bytes=options.max_message_bytes,
+        )
+    return UpstreamConnection(
+        command, name=name, env=env, probe_timeout=options.probe_timeout, max_line_bytes=options.max_message_bytes
+    )
+
+
+def wrap_http(
+    options: argparse.Namespace,
+    command: list[str],
+    name: str,
+    env: dict[str, str],
+    headers: dict[str, str],
+    governor: dict[str, Any],
+) -> int:
+    """Serve one upstream over Streamable HTTP (`--http ADDR`); session-era sessions get their own."""
+    from frugal_proxy.http_command import run_http
+    from frugal_proxy.http_sessions import UpstreamSet
+
+    try:
+        assembly = _assembly(governor)
+    except ValueError as exc:
+        print(f"frugal-proxy: error: {exc}", file=sys.stderr)
+        return 2
+
+    async def ready(connections: list[UpstreamBase]) -> str | None:
+        try:
+            await connections[0].ensure_ready()
+        except UpstreamDown as exc:
+            return f"the upstream did not start: {exc}"
+        return None
+
+    upstreams = UpstreamSet(
+        lambda: [_connection(command, name, env, headers, options)], {"assembly": assembly}, frozenset({name})
+    )
+    return run_http(options, upstreams, ready)
 
 
 def _assembly(governor: dict[str, Any]) -> Assembly:

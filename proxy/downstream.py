@@ -6,15 +6,20 @@ from __future__ import annotations
 import itertools
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 
 from frugal_proxy import jsonrpc
 from frugal_proxy.jsonrpc import Frame
-from frugal_proxy.transports.lines import FrameWriter
 
 log = logging.getLogger("frugal_proxy.downstream")
+
+
+class FrameSender(Protocol):
+    """Whatever carries messages to the client: stdout's FrameWriter, or an HTTP session's stream."""
+
+    async def send(self, frame: Frame | list[Frame]) -> None: ...
 
 
 class ClientGone(Exception):
@@ -28,7 +33,7 @@ class _Pending:
 
 
 class DownstreamPeer:
-    def __init__(self, writer: FrameWriter) -> None:
+    def __init__(self, writer: FrameSender) -> None:
         self._writer = writer
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}

@@ -27,6 +27,7 @@ from frugal_proxy import eras, jsonrpc, logs
 from frugal_proxy.config import Config, ConfigError
 from frugal_proxy.downstream import DownstreamPeer
 from frugal_proxy.errors import UpstreamDown
+from frugal_proxy.http_command import add_http_options
 from frugal_proxy.link import Client
 from frugal_proxy.session import Session
 from frugal_proxy.signals import stop_on_signal
@@ -105,16 +106,13 @@ def session_options(config: Config) -> dict[str, Any]:
 def serve_command(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="frugal-proxy serve",
-        description="Serve every configured upstream as one MCP server over stdio.",
+        description="Serve every configured upstream as one MCP server over stdio (or Streamable HTTP).",
     )
     parser.add_argument("--config", help="config file (default: $FRUGAL_CONFIG or ~/.frugal/config/frugal.toml)")
-    parser.add_argument("--http", metavar="ADDR", help="serve Streamable HTTP on ADDR (not available yet)")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    add_http_options(parser)
     options = parser.parse_args(argv)
     logs.configure(options.log_level)
-    if options.http:
-        print("frugal-proxy: --http needs the HTTP transport, which is not available yet", file=sys.stderr)
-        return 2
     loaded = _load(options.config)
     if isinstance(loaded, int):
         return loaded
@@ -122,6 +120,13 @@ def serve_command(argv: list[str]) -> int:
     if not config.upstreams:
         print(f"frugal-proxy: config error: {path}: no [upstreams.NAME] tables", file=sys.stderr)
         return 2
+    if options.http:
+        from frugal_proxy.http_command import run_http
+        from frugal_proxy.http_sessions import UpstreamSet
+
+        lazy = frozenset(name for name, upstream in config.upstreams.items() if upstream.lazy)
+        max_bytes = config.limits.max_message_bytes
+        return run_http(options, UpstreamSet(lambda: connections(config, max_bytes), session_options(config), lazy))
     try:
         return anyio.run(serve_stdio, config)
     except KeyboardInterrupt:

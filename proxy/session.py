@@ -10,6 +10,7 @@ upstream nothing is renamed or re-paged: the proxy is transparent.
 from __future__ import annotations
 
 import logging
+from contextvars import ContextVar
 from typing import Any
 
 import anyio
@@ -37,6 +38,10 @@ log = logging.getLogger("frugal_proxy.session")
 
 SUBSCRIBE_METHODS = frozenset({"resources/subscribe", "resources/unsubscribe"})
 URI_METHODS = frozenset({"resources/read", "resources/subscribe", "resources/unsubscribe"})
+
+# Where a request's own notifications (its progress) go when it is not the downstream at large:
+# an HTTP handler sets it to the request's response stream before asking for the reply.
+REQUEST_STREAM: ContextVar[ProgressSink | None] = ContextVar("frugal_request_stream", default=None)
 
 
 class Session:
@@ -106,6 +111,14 @@ class Session:
         while self._inflight:
             self._idle = anyio.Event()
             await self._idle.wait()
+
+    async def reply_to(self, frame: Frame) -> Frame | None:
+        """The reply to one request from a client that is not on stdio (None if it was cancelled)."""
+        return await self._reply_to(frame)
+
+    async def take_in(self, frame: Frame) -> None:
+        """A notification or a reply (to a server-to-client request) from a client that is not on stdio."""
+        await self._on_frame(frame)
 
     async def _bad_line(self, event: BadLine) -> None:
         log.warning(
@@ -439,11 +452,16 @@ class Session:
         if token is None:
             return None
         downstream = self.downstream
+        stream = REQUEST_STREAM.get()
 
         async def sink(progress: dict[str, msgspec.Raw]) -> None:
             restored = dict(progress)
             restored["progressToken"] = token
-            await downstream.send(jsonrpc.notification("notifications/progress", restored))
+            notification = jsonrpc.notification("notifications/progress", restored)
+            if stream is not None:
+                await stream(notification)
+            else:
+                await downstream.send(notification)
 
         return sink
 
