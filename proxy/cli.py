@@ -44,7 +44,15 @@ EPILOG = """examples:
 
 The MCP client launches frugal-proxy where it used to launch the server; tools keep their
 names, and both protocol eras (2026-07-28 and 2024-11-05 ... 2025-11-25) work on either side.
-Logs go to stderr (FRUGAL_LOG_LEVEL or --log-level)."""
+Logs go to stderr (FRUGAL_LOG_LEVEL or --log-level).
+
+commands (each has its own --help):
+  serve [--config F] [--http ADDR]   many upstreams from a config file, as one MCP server
+  config check | init                validate a config and print its catalog; write a starter
+  status                             each running serve's upstreams
+  mcp install | uninstall            add frugal-proxy to (or remove it from) your MCP clients
+  keys list | rotate                 the receipt signing keys
+  receipts verify FILE|-             check omission receipts offline"""
 
 
 def build_parser() -> argparse.ArgumentParser:

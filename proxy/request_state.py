@@ -53,7 +53,7 @@ class RequestStateSealer:
             payload = _unb64(payload_part)
             mac = _unb64(mac_part)
         except ValueError:
-            raise InvalidRequestState("requestState is malformed") from None
+            raise InvalidRequestState("requestState was altered or is malformed") from None
         expected = hmac.new(self._key, payload, hashlib.sha256).digest()
         if not hmac.compare_digest(mac, expected):
             raise InvalidRequestState("requestState was altered")
@@ -69,6 +69,11 @@ def _b64(data: bytes) -> str:
 
 def _unb64(text: str) -> bytes:
     try:
-        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (ValueError, TypeError) as exc:
         raise ValueError(str(exc)) from None
+    # The last character of unpadded base64 carries unused bits: several spellings decode to the
+    # same bytes. Only the one this module writes is accepted, so no edit goes unnoticed.
+    if _b64(data) != text:
+        raise ValueError("not in canonical form")
+    return data

@@ -138,6 +138,8 @@ class UpstreamConnection(UpstreamBase):
         """
         params = self.discover_params()
         answered = anyio.Event()
+        self._probe_settled = settled = anyio.Event()
+        self._session_open = False
         outcome: list[dict[str, Any] | None] = []
         generation = self.generation
 
@@ -149,9 +151,12 @@ class UpstreamConnection(UpstreamBase):
             except UpstreamDown as exc:
                 died.append(exc)  # it exited before answering: that is no era, it is a failed start
                 reply = None
+            finally:
+                settled.set()
             outcome.append(discovered(reply))
             answered.set()
-            if self.generation == generation and self.era == "legacy" and outcome[0] is not None:
+            late = self.generation == generation and self.era == "legacy" and not self._session_open
+            if late and outcome[0] is not None:
                 log.info("upstream answered server/discover late", extra={"upstream": self.name})
                 self._become_modern(outcome[0])
 

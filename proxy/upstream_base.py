@@ -39,6 +39,7 @@ ServerRequestHandler = Callable[["UpstreamBase", Frame], Awaitable[None]]
 NotificationHandler = Callable[["UpstreamBase", Frame], Awaitable[None]]
 RelatedHandler = Callable[[Frame], Awaitable[None]]
 
+LATE_PROBE_WAIT = 10.0
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 30.0
 HEALTHY_AFTER = 60.0
@@ -84,6 +85,12 @@ class UpstreamBase(abc.ABC):
         self._progress: dict[int, ProgressHandler] = {}
         self._related: dict[int, RelatedHandler] = {}
         self._abandoned: set[int] = set()
+        # A discover probe still waiting for its answer (see UpstreamConnection._probe_discover),
+        # and whether this run of the upstream has accepted an initialize (then a late discover
+        # answer must not switch it to the modern era: its session is established).
+        self._probe_settled = anyio.Event()
+        self._probe_settled.set()
+        self._session_open = False
         self._start_lock = anyio.Lock()
         self._failures = 0
         self._next_start = 0.0
@@ -219,7 +226,14 @@ class UpstreamBase(abc.ABC):
 
     async def _initialize(self, params: Any) -> Frame:
         reply = await self.request("initialize", params)
+        if "result" not in reply and not self._probe_settled.is_set():
+            # A dual-era server refuses initialize once it has answered the discover probe; its
+            # answer may still be on its way. Let it land, so the caller sees the modern era.
+            with anyio.move_on_after(LATE_PROBE_WAIT):
+                await self._probe_settled.wait()
         if "result" in reply:
+            self._session_open = True
+            self.era = "legacy"
             body = jsonrpc.decode_any(reply["result"])
             self.initialize_result = body if isinstance(body, dict) else {}
             await self._initialized(self.initialize_result)
