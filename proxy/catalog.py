@@ -74,6 +74,7 @@ class _Listing:
     items: list[dict[str, Any]]
     ttl_ms: int
     scope: str
+    generation: int = 0  # the run of the upstream it came from: a restarted one is listed again
 
 
 @dataclass(frozen=True)
@@ -133,22 +134,28 @@ class Catalog:
             self._listings.pop((method, link.name), None)
             self._merged.pop(method, None)
 
-    def invalidate_all(self, link: UpstreamLink) -> None:
-        for method in KINDS:
-            self._listings.pop((method, link.name), None)
-            self._merged.pop(method, None)
+    def _current(self, method: str, link: UpstreamLink) -> bool:
+        """Whether the cached listing still stands: fetched, and from the upstream's current run
+        (while it is down, its last listing stands, so that its tools stay listed)."""
+        listing = self._listings.get((method, link.name))
+        if listing is None:
+            return False
+        upstream = link.upstream
+        return not upstream.running or listing.generation == upstream.generation
 
     async def merged(self, method: str, params: dict[str, msgspec.Raw], client: Client) -> _Merged:
         """The whole merged list for one kind, fetching whatever is not cached."""
         async with self._locks[method]:
+            missing = [link for link in self.links if not self._current(method, link)]
             cached = self._merged.get(method)
-            if cached is not None:
+            if cached is not None and not missing:
                 return cached
-            missing = [link for link in self.links if (method, link.name) not in self._listings]
 
             async def fetch(link: UpstreamLink) -> None:
                 try:
-                    self._listings[(method, link.name)] = await self._fetch(link, method, params, client)
+                    listing = await self._fetch(link, method, params, client)
+                    listing.generation = link.upstream.generation
+                    self._listings[(method, link.name)] = listing
                 except (UpstreamError, jsonrpc.MessageError, ProxyError) as exc:
                     log.warning(
                         "an upstream could not be listed; its last known items stay listed",
@@ -261,7 +268,7 @@ class Catalog:
     async def owner_of(self, method: str, name: str, params: dict[str, msgspec.Raw], client: Client) -> Owner:
         """The upstream that serves a tool or prompt by its exposed name."""
         list_method = "tools/list" if method == "tools/call" else "prompts/list"
-        merged = self._merged.get(list_method) or await self.merged(list_method, _list_params(params), client)
+        merged = await self.merged(list_method, _list_params(params), client)
         owner = merged.owners.get(name)
         if owner is None:
             # A name the cached list does not know: the upstream may have changed; look again once.

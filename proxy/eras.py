@@ -15,7 +15,6 @@ from typing import Any, Final
 import msgspec
 
 from frugal_proxy import jsonrpc
-from frugal_proxy.jsonrpc import Frame
 
 HANDSHAKE_VERSIONS: Final = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 MODERN_VERSIONS: Final = ("2026-07-28",)
@@ -160,9 +159,3 @@ def complete_for_modern(method: str, result: dict[str, msgspec.Raw]) -> dict[str
             result["cacheScope"] = msgspec.Raw(b'"private"')
             changed = True
     return result if changed else None
-
-
-def result_type(result: Frame) -> str:
-    value = result.get("resultType")
-    decoded = jsonrpc.decode_any(value) if value is not None else "complete"
-    return decoded if isinstance(decoded, str) else "complete"

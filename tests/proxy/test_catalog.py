@@ -82,3 +82,20 @@ def test_cursors_round_trip_and_foreign_ones_are_refused() -> None:
     with pytest.raises(jsonrpc.MessageError) as caught:
         decode_cursor(jsonrpc.raw("upstream-cursor-123"))
     assert caught.value.code == jsonrpc.INVALID_PARAMS
+
+
+def test_a_restarted_upstream_is_listed_again_and_a_down_one_keeps_its_items() -> None:
+    class FakeUpstream:
+        running = True
+        generation = 1
+
+    link = FakeLink("a")
+    link.upstream = FakeUpstream()  # type: ignore[attr-defined]
+    cat = Catalog([cast(UpstreamLink, link)])
+    cat._listings[("tools/list", "a")] = _Listing([{"name": "x"}], 0, "private", generation=1)
+    assert cat._current("tools/list", cast(UpstreamLink, link))
+    link.upstream.generation = 2  # type: ignore[attr-defined]
+    assert not cat._current("tools/list", cast(UpstreamLink, link))
+    link.upstream.running = False  # type: ignore[attr-defined]
+    assert cat._current("tools/list", cast(UpstreamLink, link))
+    assert not cat._current("prompts/list", cast(UpstreamLink, link))
