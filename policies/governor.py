@@ -142,7 +142,8 @@ class Governor(Policy):
         raw = answer["result"]
         if _is_own(exchange) and b'"chars_total"' in bytes(raw):
             return
-        shaped = await self.shape(exchange.route.name, exchange.operator, raw, self.budget(exchange))
+        route = exchange.route
+        shaped = await self.shape(route.name, exchange.operator, raw, self.budget(exchange), route.output_schema)
         if shaped is None:
             return
         result, artifact_ids = shaped
@@ -158,13 +159,24 @@ class Governor(Policy):
     # -- shaping, shared with frugal__shape_result ---------------------------------------------------
 
     async def shape(
-        self, route: str, operator: str, raw: bytes | msgspec.Raw, budget: Budget
+        self,
+        route: str,
+        operator: str,
+        raw: bytes | msgspec.Raw,
+        budget: Budget,
+        output_schema: dict[str, Any] | None = None,
     ) -> tuple[msgspec.Raw, list[str]] | None:
-        """The shaped result and the ids of its spilled artifacts, or None when it fits."""
+        """The shaped result and the ids of its spilled artifacts, or None when it fits.
+        `output_schema` is the tool's declared one, which a shaped structuredContent keeps to."""
         large = len(raw) > THREAD_THRESHOLD
-        plan = await anyio.to_thread.run_sync(shaping.plan, raw, budget) if large else shaping.plan(raw, budget)
+        if large:
+            plan = await anyio.to_thread.run_sync(shaping.plan, raw, budget, output_schema)
+        else:
+            plan = shaping.plan(raw, budget, output_schema)
         if plan is None:
             return None
+        for note in plan.notes:
+            log.info("the tool's outputSchema came before the budget", extra={"tool": route, "detail": note[:200]})
         ids: list[str | None] = []
         receipts: list[dict[str, Any]] = []
         for cut in plan.cuts:
@@ -176,7 +188,7 @@ class Governor(Policy):
                 log.warning("a shaped payload is larger than the spill quota; not kept", extra={"tool": route})
             ids.append(artifact.artifact_id if artifact else None)
             receipts.append(msgspec.to_builtins(receipt))
-        if large:
+        if len(raw) - plan.omitted_bytes > THREAD_THRESHOLD:  # what is kept is large too
             result = await anyio.to_thread.run_sync(plan.render, ids, receipts)
         else:
             result = plan.render(ids, receipts)

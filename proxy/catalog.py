@@ -33,6 +33,7 @@ import msgspec
 from frugal_proxy import jsonrpc
 from frugal_proxy.config import ToolFilter
 from frugal_proxy.errors import ProxyError, UpstreamError
+from frugal_proxy.jsonrpc import Frame
 from frugal_proxy.link import Client, UpstreamLink
 
 log = logging.getLogger("frugal_proxy.catalog")
@@ -112,6 +113,7 @@ class Catalog:
         self._merged: dict[str, _Merged] = {}
         self._locks: dict[str, anyio.Lock] = {method: anyio.Lock() for method in KINDS}
         self.reported: set[str] = set()
+        self._output_schemas: dict[str, dict[str, Any]] = {}
 
     # -- names -----------------------------------------------------------------------------------
 
@@ -166,6 +168,9 @@ class Catalog:
                 for link in missing:
                     tg.start_soon(fetch, link)
             merged = self._merge(method)
+            if method == "tools/list":
+                self._output_schemas = {}
+                self._note_output_schemas(merged.items)
             if all((method, link.name) in self._listings for link in self.links):
                 self._merged[method] = merged
             for problem in merged.collisions:
@@ -262,6 +267,31 @@ class Catalog:
             ttl, scope = self.hints(method)
             body.update(resultType="complete", ttlMs=ttl, cacheScope=scope)
         return body
+
+    # -- output schemas --------------------------------------------------------------------------
+
+    def output_schema(self, name: str) -> dict[str, Any] | None:
+        """The outputSchema a tool declared in the last tool list the client was given (None
+        when it declared none, or was never listed)."""
+        return self._output_schemas.get(name)
+
+    def note_listed(self, reply: Frame) -> None:
+        """Learn the output schemas of a tools/list page forwarded as it is (one upstream)."""
+        if "result" not in reply:
+            return
+        body = jsonrpc.decode_any(reply["result"])
+        tools = body.get("tools") if isinstance(body, dict) else None
+        self._note_output_schemas(tools if isinstance(tools, list) else [])
+
+    def _note_output_schemas(self, tools: list[Any]) -> None:
+        for tool in tools:
+            name = tool.get("name") if isinstance(tool, dict) else None
+            if isinstance(name, str):
+                schema = tool.get("outputSchema")
+                if isinstance(schema, dict):
+                    self._output_schemas[name] = schema
+                else:
+                    self._output_schemas.pop(name, None)
 
     # -- routing ---------------------------------------------------------------------------------
 

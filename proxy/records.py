@@ -29,10 +29,13 @@ class Call(msgspec.Struct, frozen=True):
 
 
 class Route(msgspec.Struct, frozen=True):
-    """An exposed tool and the providers that can serve it, in preference order."""
+    """An exposed tool and the providers that can serve it, in preference order, with the
+    outputSchema it declared in the last tool list the proxy saw (the size governor keeps a shaped
+    structuredContent valid against it)."""
 
     name: str
     providers: tuple[str, ...]
+    output_schema: dict[str, Any] | None = None
 
 
 class Attempt(msgspec.Struct, frozen=True):

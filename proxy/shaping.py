@@ -13,19 +13,25 @@ so the budget holds for the result as a whole. Modes:
 Groups share the byte and char budgets in priority order (markdown, then text, then html), so
 raw HTML is the first thing left out. `plan` measures (and returns None when the result fits);
 `Plan.render` builds the shaped result once the caller has spilled each cut's payload.
+
+With the tool's outputSchema, a cut structuredContent stays valid against it (proxy.schema_check):
+its array keeps at least `minItems` items, over budget if need be, and a structuredContent that a
+cut would still break is left whole while the text blocks are shaped. The result is read with as
+few passes as the questions allow (proxy.lazy_json): a large result costs about one msgspec scan,
+one decode of the cut text and one sha256 of what is spilled.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import msgspec
 
-from frugal_proxy import cuts
+from frugal_proxy import cuts, lazy_json, schema_check
 
 Mode = Literal["records", "lines", "text"]
 Kind = Literal["markdown", "text", "html"]
@@ -33,12 +39,14 @@ PRIORITY: dict[Kind, int] = {"markdown": 0, "text": 1, "html": 2}
 # Room left in the budget for each cut's marker (the marker is part of the shaped field).
 MARKER_RESERVE = 400
 META_KEY = "frugal/governor"
+# As long as a real artifact id, for trying a shaped result before anything is spilled.
+_PLACEHOLDER_ID = "art_" + "x" * 32
 
-_raws = msgspec.json.Decoder(list[msgspec.Raw])
-_object = msgspec.json.Decoder(dict[str, msgspec.Raw])
-_blocks = msgspec.json.Decoder(list[dict[str, msgspec.Raw]])
+_raws = lazy_json.raws
+_object = lazy_json.objects
 _any = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
+_first = lazy_json.first
 
 
 class Budget(msgspec.Struct, frozen=True):
@@ -71,6 +79,8 @@ class Cut:
     total_records: int | None = None
     returned_records: int | None = None
     sha256: str = ""
+    # The outputSchema's minItems, when it made the cut keep more items than the budget holds.
+    schema_floor: int | None = None
 
     @property
     def resume_offset(self) -> int:
@@ -93,11 +103,6 @@ def marker(cut: Cut, artifact_id: str | None) -> str:
     return f"[frugal: output truncated to {what}; call frugal__fetch_slice {args} for the rest]"
 
 
-def _first(raw: msgspec.Raw | bytes) -> bytes:
-    """The first significant byte of a raw JSON value, without copying the value."""
-    return bytes(memoryview(raw)[:64]).lstrip()[:1]
-
-
 class _Text:
     """A text field of the result; its UTF-8 bytes are decoded only when a group needs them."""
 
@@ -115,9 +120,7 @@ class _Text:
 
     def _decode(self) -> bytes:
         if self._payload is None:
-            text = _any.decode(self.raw)
-            self._chars = len(text)
-            self._payload = text.encode("utf-8", "surrogatepass")
+            self._payload, self._chars = lazy_json.string_payload(self.raw)
         return self._payload
 
     @property
@@ -131,29 +134,74 @@ class _Text:
 
 
 class _Parts:
-    """The result being rebuilt: its top-level fields, content blocks and structuredContent."""
+    """The result as read: its top-level fields, content blocks (each decoded on first use) and
+    structuredContent. Read once per plan and never changed; `_Output` holds the edits."""
 
-    def __init__(self, body: dict[str, msgspec.Raw]) -> None:
+    def __init__(self, body: dict[str, msgspec.Raw], raw_blocks: list[msgspec.Raw]) -> None:
         self.body = body
-        self.blocks: list[dict[str, msgspec.Raw]] = []
-        content = body.get("content")
-        if content is not None and _first(content) == b"[":
-            try:
-                self.blocks = _blocks.decode(content)
-            except msgspec.ValidationError:
-                for raw in _raws.decode(content):
-                    try:
-                        self.blocks.append(_object.decode(raw))
-                    except msgspec.ValidationError:
-                        self.blocks.append({"__raw__": raw})
-        self.dropped: set[int] = set()
-        self.extra: list[str] = []
-        self.json_blocks: set[int] = set()
+        self.raw_blocks = raw_blocks
+        self._structured_payload: bytes | None = None
+        self._texts: dict[int, _Text] | None = None
+        self._blocks: dict[int, dict[str, msgspec.Raw] | None] = {}
         self.structured: msgspec.Raw | None = body.get("structuredContent")
+        self._fields: dict[str, msgspec.Raw] | None = None
+
+    def block(self, i: int) -> dict[str, msgspec.Raw] | None:
+        """Content block `i` as an object (None when it is not one)."""
+        if i not in self._blocks:
+            try:
+                self._blocks[i] = _object.decode(self.raw_blocks[i])
+            except msgspec.ValidationError:
+                self._blocks[i] = None
+        return self._blocks[i]
+
+    def structured_payload(self) -> bytes:
+        """structuredContent's own bytes (copied once: the spill keeps them)."""
+        if self._structured_payload is None:
+            assert self.structured is not None
+            self._structured_payload = bytes(self.structured)
+        return self._structured_payload
+
+    def fields(self) -> dict[str, msgspec.Raw]:
+        """structuredContent's fields (raises when it is not an object)."""
+        if self._fields is None:
+            assert self.structured is not None
+            self._fields = self._mirrored() or _object.decode(self.structured)
+        return self._fields
+
+    def _mirrored(self) -> dict[str, msgspec.Raw] | None:
+        """structuredContent as `{key: string}` when that string is byte for byte a text block
+        already read (the SDK's string result): compared, not parsed a second time."""
+        assert self.structured is not None
+        head = lazy_json.FIRST_KEY.match(memoryview(self.structured)[: lazy_json.SNIFF_BYTES])
+        texts = [block["text"] for block in self._blocks.values() if block is not None and "text" in block]
+        if head is None or not texts or b"\\" in head.group(1):
+            return None
+        start = head.end()
+        structured = memoryview(self.structured)
+        for text in texts:
+            end = start + len(text)
+            if 0 <= len(structured) - end <= lazy_json.SNIFF_BYTES and bytes(structured[end:]).strip() == b"}":
+                if msgspec.Raw(structured[start:end]) == text:  # compared in place, not copied
+                    try:
+                        return {head.group(1).decode(): text}
+                    except UnicodeDecodeError:
+                        return None
+        return None
 
     def texts(self) -> dict[int, _Text]:
+        """The text fields of the content blocks by block index (a new dict of the same fields
+        on every call, so that a second plan decodes nothing again)."""
+        if self._texts is None:
+            self._texts = self._read_texts()
+        return dict(self._texts)
+
+    def _read_texts(self) -> dict[int, _Text]:
         found: dict[int, _Text] = {}
-        for i, block in enumerate(self.blocks):
+        for i in range(len(self.raw_blocks)):
+            block = self.block(i)
+            if block is None:
+                continue
             kind = bytes(block["type"]) if "type" in block else None
             text: _Text | None = None
             if kind == b'"text"' and "text" in block:
@@ -169,15 +217,35 @@ class _Parts:
                 found[i] = text
         return found
 
+
+class _Output:
+    """The shaped result being built from a `_Parts`: the edited fields, how many content blocks
+    are kept (one block per item) and the marker lines added."""
+
+    def __init__(self, parts: _Parts) -> None:
+        self.parts = parts
+        self.blocks: dict[int, dict[str, msgspec.Raw]] = {}
+        self.structured = parts.structured
+        self.fields: dict[str, msgspec.Raw] | None = None
+        self.keep_blocks: int | None = None
+        self.extra: list[str] = []
+        self.json_blocks: set[int] = set()
+
+    def _block(self, i: int) -> dict[str, msgspec.Raw]:
+        if i not in self.blocks:
+            block = self.parts.block(i)
+            assert block is not None
+            self.blocks[i] = dict(block)
+        return self.blocks[i]
+
     def set_text(self, location: tuple[Any, ...], text: str) -> None:
         value = msgspec.Raw(_encoder.encode(text))
         if location[0] == "structuredContent":
-            assert self.structured is not None
-            container = _object.decode(self.structured)
-            container[location[1]] = value
-            self.structured = msgspec.Raw(_encoder.encode(container))
+            if self.fields is None:
+                self.fields = dict(self.parts.fields())
+            self.fields[location[1]] = value
             return
-        block = self.blocks[location[1]]
+        block = self._block(location[1])
         if location[2] == "resource":
             resource = _object.decode(block["resource"])
             resource["text"] = value
@@ -185,20 +253,24 @@ class _Parts:
         else:
             block["text"] = value
 
-    def build(self, meta: dict[str, Any]) -> dict[str, msgspec.Raw]:
-        body = dict(self.body)
-        if self.structured is not None:
-            body["structuredContent"] = self.structured
+    def build(self, meta: dict[str, Any]) -> dict[str, Any]:
+        body: dict[str, Any] = dict(self.parts.body)
+        structured = self.structured
+        if self.fields is not None:
+            structured = msgspec.Raw(_encoder.encode(self.fields))
+        if structured is not None:
+            body["structuredContent"] = structured
             for i in self.json_blocks:
-                self.blocks[i]["text"] = msgspec.Raw(_encoder.encode(bytes(self.structured).decode()))
+                self._block(i)["text"] = msgspec.Raw(_encoder.encode(bytes(structured).decode()))
         if "content" in body:
-            kept: list[Any] = [
-                block.get("__raw__", block) for i, block in enumerate(self.blocks) if i not in self.dropped
-            ]
+            raw_blocks = self.parts.raw_blocks
+            if self.keep_blocks is not None:
+                raw_blocks = raw_blocks[: self.keep_blocks]
+            kept: list[Any] = [self.blocks.get(i, raw) for i, raw in enumerate(raw_blocks)]
             kept.extend({"type": "text", "text": text} for text in self.extra)
             body["content"] = msgspec.Raw(_encoder.encode(kept))
         old_meta = _object.decode(body["_meta"]) if "_meta" in body else {}
-        body["_meta"] = msgspec.Raw(_encoder.encode({**old_meta, META_KEY: meta}))
+        body["_meta"] = {**old_meta, META_KEY: meta}
         return body
 
 
@@ -225,6 +297,10 @@ class _TextGroup:
     @property
     def share(self) -> int:
         return 1 + len(self.copies) + len(self.json_copies)
+
+    @property
+    def touches_structured(self) -> bool:
+        return any(location[0] == "structuredContent" for location in (self.location, *self.copies))
 
     @property
     def weight(self) -> float:
@@ -262,13 +338,13 @@ class _TextGroup:
             returned_records=kept_records,
         )
 
-    def apply(self, parts: _Parts, cut: Cut, artifact_id: str | None) -> int:
+    def apply(self, out: _Output, cut: Cut, artifact_id: str | None) -> int:
         kept = cut.payload[: cut.returned_bytes].decode("utf-8", "surrogatepass")
         separator = "" if not kept or kept.endswith("\n") else "\n"
         tail = separator + marker(cut, artifact_id)
         for location in (self.location, *self.copies):
-            parts.set_text(location, kept + tail)
-        parts.json_blocks.update(self.json_copies)
+            out.set_text(location, kept + tail)
+        out.json_blocks.update(self.json_copies)
         return len(tail) * self.share
 
 
@@ -285,13 +361,20 @@ class _RecordsGroup:
         self.payload = payload
         self.container, self.key, self.items = found
         self.records: int | None = len(self.items)
-        self.item_blocks: list[int] = []
+        # Whether the content blocks are one per item (the SDK's rendering of a list result).
+        self.item_blocks = False
+        # The fewest items the tool's outputSchema allows (structuredContent's array only).
+        self.floor = 0
         self.json_copies: list[int] = []
         self.chars = text.chars if text else cuts.char_count(payload)
 
     @property
     def share(self) -> int:
         return 1 + len(self.json_copies) + (1 if self.item_blocks else 0)
+
+    @property
+    def touches_structured(self) -> bool:
+        return bool(self.location[0] == "structuredContent")
 
     @property
     def weight(self) -> float:
@@ -319,8 +402,10 @@ class _RecordsGroup:
     def cut(self, max_bytes: int, max_chars: int, budget: Budget) -> Cut:
         frame = len(self._encoded(0)) - 2
         room = max(0, min(max_bytes, max_chars) // self.share - frame)
-        count = cuts.fit_records([len(item) for item in self.items], room, budget.max_records)
-        kept = self._encoded(count)
+        sizes = [len(item) for item in self.items[: budget.max_records]]
+        count = cuts.fit_records(sizes, room, budget.max_records)
+        floor = min(self.floor, len(self.items))
+        kept = self._encoded(max(count, floor))
         return Cut(
             field=self.name,
             mode="records",
@@ -329,44 +414,70 @@ class _RecordsGroup:
             chars_total=self.chars,
             chars_returned=cuts.char_count(kept),
             total_records=len(self.items),
-            returned_records=count,
+            returned_records=max(count, floor),
+            schema_floor=floor if floor > count else None,
         )
 
-    def apply(self, parts: _Parts, cut: Cut, artifact_id: str | None) -> int:
+    def apply(self, out: _Output, cut: Cut, artifact_id: str | None) -> int:
         count = cut.returned_records or 0
         kept = self._encoded(count)
         if self.location[0] == "structuredContent":
-            parts.structured = msgspec.Raw(kept)
+            out.structured = msgspec.Raw(kept)
         else:
-            parts.set_text(self.location, kept.decode())
-        parts.json_blocks.update(self.json_copies)
-        parts.dropped.update(self.item_blocks[count:])
+            out.set_text(self.location, kept.decode())
+        out.json_blocks.update(self.json_copies)
+        if self.item_blocks:
+            out.keep_blocks = count
         line = marker(cut, artifact_id)
-        parts.extra.append(line)
+        out.extra.append(line)
         return len(line)
 
 
 Group = _TextGroup | _RecordsGroup
-_Found = tuple[dict[str, msgspec.Raw] | None, str | None, list[msgspec.Raw]]
+# (the object holding the array, its key, the array's items); no object for a bare array
+_Found = tuple[dict[str, Any] | None, str | None, list[msgspec.Raw]]
 
 
 @dataclass
 class Plan:
     """A result that does not fit its budget, measured and cut; `render` finishes it."""
 
-    body: dict[str, msgspec.Raw]
+    parts: _Parts
     groups: list[Group]
     cuts: list[Cut]
     chars_total: int
     chars_kept: int
+    # Whether what is kept is still over the budget (the tool's outputSchema came first), and why.
+    over_budget: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def touches_structured(self) -> bool:
+        return any(group.touches_structured for group in self.groups)
+
+    @property
+    def omitted_bytes(self) -> int:
+        """About how many bytes of the result the cuts leave out, copies included."""
+        return sum(
+            math.floor(max(0, len(cut.payload) - cut.returned_bytes) * group.weight)
+            for group, cut in zip(self.groups, self.cuts, strict=True)
+        )
+
+    def structured_after(self) -> Any:
+        """structuredContent as it will be once shaped (decoded; None when there is none)."""
+        out = _Output(self.parts)
+        for group, cut in zip(self.groups, self.cuts, strict=True):
+            group.apply(out, cut, _PLACEHOLDER_ID)
+        structured = out.build({}).get("structuredContent")
+        return None if structured is None else _any.decode(structured)
 
     def render(self, artifact_ids: Sequence[str | None], receipts: Sequence[Any]) -> msgspec.Raw:
         """The shaped result: every cut applied with its marker, the governor's figures in
         `_meta`. `artifact_ids` and `receipts` follow the order of `cuts`."""
-        parts = _Parts(self.body)
+        out = _Output(self.parts)
         returned = self.chars_kept
         for group, cut, artifact_id in zip(self.groups, self.cuts, artifact_ids, strict=True):
-            returned += group.apply(parts, cut, artifact_id)
+            returned += group.apply(out, cut, artifact_id)
         meta = {
             "chars_returned": returned,
             "chars_total": self.chars_total,
@@ -374,24 +485,55 @@ class Plan:
             "truncated": True,
             "receipts": list(receipts),
         }
-        return msgspec.Raw(_encoder.encode(parts.build(meta)))
+        if self.over_budget:
+            meta["over_budget"] = True
+        if self.notes:
+            meta["notes"] = list(self.notes)
+        return msgspec.Raw(_encoder.encode(out.build(meta)))
 
 
 def sha256_hex(payload: bytes) -> str:
     return hashlib.sha256(payload).hexdigest()
 
 
-def plan(result: bytes | msgspec.Raw, budget: Budget) -> Plan | None:
+def plan(result: bytes | msgspec.Raw, budget: Budget, schema: Any = None) -> Plan | None:
     """Measure a tools/call result; None when it fits the budget (or is not a result the
-    governor shapes: not an object, or an `input_required` answer). Hashes each cut's payload."""
+    governor shapes: not an object, or an `input_required` answer). Hashes each cut's payload.
+
+    With the tool's outputSchema, structuredContent's array keeps at least its `minItems`, and a
+    shaped structuredContent that would still break the schema is left whole instead: only the
+    text blocks are shaped then."""
     try:
-        body = _object.decode(result)
+        body, blocks = lazy_json.read_result(result)
     except (msgspec.ValidationError, msgspec.DecodeError):
         return None
     if "resultType" in body and _any.decode(body["resultType"]) not in ("complete", None):
         return None
-    parts = _Parts(body)
-    groups, fixed_bytes, fixed_chars = _groups(parts, budget)
+    parts = _Parts(body, blocks)
+    made = _plan(parts, budget, schema if isinstance(schema, dict) else None, structured_whole=False)
+    if made is not None and isinstance(schema, dict) and made.touches_structured:
+        broken = schema_check.violations(made.structured_after(), schema)
+        if broken:
+            made = _plan(parts, budget, None, structured_whole=True)
+            if made is not None:
+                made.notes.append(
+                    "structuredContent is left whole: cut, it would not match the tool's outputSchema "
+                    f"({', '.join(broken[:3])})"
+                )
+    if made is None:
+        return None
+    for group, cut in zip(made.groups, made.cuts, strict=True):
+        cut.sha256 = sha256_hex(group.payload)
+        if cut.schema_floor is not None:
+            made.notes.append(
+                f"{cut.field} keeps the {cut.schema_floor} items its outputSchema requires (minItems), "
+                "beyond the budget"
+            )
+    return made
+
+
+def _plan(parts: _Parts, budget: Budget, schema: dict[str, Any] | None, structured_whole: bool) -> Plan | None:
+    groups, fixed_bytes, fixed_chars = _groups(parts, budget, schema, structured_whole)
     total_bytes = fixed_bytes + sum(group.cost for group in groups)
     chars_total = fixed_chars + sum(group.chars_total for group in groups)
     if (
@@ -416,12 +558,12 @@ def plan(result: bytes | msgspec.Raw, budget: Budget) -> Plan | None:
         kept_chars += cut.chars_returned * group.share
         if cut.returned_bytes == len(group.payload) and group.fits(budget):
             continue
-        cut.sha256 = sha256_hex(group.payload)
         chosen.append(group)
         made.append(cut)
     if not made:
         return None
-    return Plan(body=body, groups=chosen, cuts=made, chars_total=chars_total, chars_kept=kept_chars)
+    over = room_bytes < 0 or room_chars < 0 or any((cut.returned_records or 0) > budget.max_records for cut in made)
+    return Plan(parts, chosen, made, chars_total, kept_chars, over_budget=over)
 
 
 def _kind_of(name: str, mime: str | None, payload: bytes) -> Kind:
@@ -434,7 +576,9 @@ def _kind_of(name: str, mime: str | None, payload: bytes) -> Kind:
     return "text"
 
 
-def _carrying_array(raw: bytes | msgspec.Raw) -> _Found | None:
+def _carrying_array(
+    raw: bytes | msgspec.Raw, as_raw: Callable[[], dict[str, msgspec.Raw]] | None = None
+) -> _Found | None:
     """The array that carries a JSON value: the value itself, or its largest array field."""
     start = _first(raw)
     try:
@@ -442,30 +586,50 @@ def _carrying_array(raw: bytes | msgspec.Raw) -> _Found | None:
             return None, None, _raws.decode(raw)
         if start != b"{":
             return None
-        container = _object.decode(raw)
-        arrays = [(len(value), key) for key, value in container.items() if _first(value) == b"["]
+        container = lazy_json.object_fields(raw, as_raw)
+        arrays = [(_array_size(value), key) for key, value in container.items() if _is_array(value)]
         if not arrays:
             return None
         key = max(arrays)[1]
-        return container, key, _raws.decode(container[key])
+        items = container[key]
+        if not isinstance(items, list):
+            items = _raws.decode(items)
+            container = {**container, key: items}
+        return container, key, items
     except (msgspec.ValidationError, msgspec.DecodeError):
         return None
 
 
-def _groups(parts: _Parts, budget: Budget) -> tuple[list[Group], int, int]:
-    """Every shapeable group of the result, and the bytes and chars of what cannot be shaped."""
+def _is_array(value: Any) -> bool:
+    return isinstance(value, list) or (isinstance(value, msgspec.Raw) and _first(value) == b"[")
+
+
+def _array_size(value: Any) -> int:
+    """Bytes of an array, given raw or as its raw items (commas and brackets included)."""
+    return sum(map(len, value)) + len(value) + 1 if isinstance(value, list) else len(value)
+
+
+def _groups(
+    parts: _Parts, budget: Budget, schema: dict[str, Any] | None, structured_whole: bool
+) -> tuple[list[Group], int, int]:
+    """Every shapeable group of the result, and the bytes and chars of what cannot be shaped
+    (structuredContent among them when it is to be left whole)."""
     groups: list[Group] = []
-    structured = parts.structured
-    array = _carrying_array(structured) if structured is not None else None
-    if structured is not None and array is not None and len(parts.blocks) == len(array[2]) > 1:
+    structured = None if structured_whole else parts.structured
+    texts: dict[int, _Text] | None = None
+    if structured is not None and lazy_json.first_value(structured) == b'"':
+        texts = parts.texts()  # first: structuredContent may be a copy of one of them
+    array = _carrying_array(structured, parts.fields) if structured is not None else None
+    if structured is not None and array is not None and len(parts.raw_blocks) == len(array[2]) > 1:
         # One content block per item: the SDK's rendering of a list result.
-        group = _RecordsGroup(None, bytes(structured), array)
-        group.item_blocks = list(range(len(parts.blocks)))
+        group = _RecordsGroup(None, parts.structured_payload(), array)
+        group.item_blocks = True
+        group.floor = schema_check.array_floor(schema, array[1]) if schema is not None else 0
         return [group], 0, 0
-    texts = parts.texts()
-    fixed = 0
+    texts = parts.texts() if texts is None else texts
+    fixed = len(parts.structured) if structured_whole and parts.structured is not None else 0
     if structured is not None:
-        claimed, found, fixed = _structured_groups(structured, array, texts, budget)
+        claimed, found, fixed = _structured_groups(parts, array, texts, budget, schema)
         groups.extend(found)
         for i in claimed:
             texts.pop(i, None)
@@ -479,16 +643,19 @@ def _groups(parts: _Parts, budget: Budget) -> tuple[list[Group], int, int]:
 
 
 def _structured_groups(
-    structured: msgspec.Raw, array: _Found | None, texts: dict[int, _Text], budget: Budget
+    parts: _Parts, array: _Found | None, texts: dict[int, _Text], budget: Budget, schema: dict[str, Any] | None
 ) -> tuple[set[int], list[Group], int]:
     """Groups for structuredContent, the text blocks that turned out to be copies of it, and the
     bytes of structuredContent that no group can shape."""
+    structured = parts.structured
+    assert structured is not None
     if array is not None:
-        group = _RecordsGroup(None, bytes(structured), array)
+        group = _RecordsGroup(None, parts.structured_payload(), array)
+        group.floor = schema_check.array_floor(schema, array[1]) if schema is not None else 0
         group.json_copies = [i for i, text in texts.items() if _is_json_of(text.payload, array)]
         return set(group.json_copies), [group], 0
     try:
-        container = _object.decode(structured)
+        container = parts.fields()
     except (msgspec.ValidationError, msgspec.DecodeError):
         return set(), [], len(structured)
     json_copies = [i for i, text in texts.items() if _is_json_of(text.payload, (container, None, []))]

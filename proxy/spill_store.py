@@ -94,7 +94,9 @@ class MemorySpillStore:
         self._operators: dict[str, _Operator] = {}
 
     def _operator(self, operator: str) -> _Operator:
-        state = self._operators.setdefault(operator, _Operator())
+        state = self._operators.get(operator)
+        if state is None:  # not setdefault: that would build a throw-away _Operator on every call
+            state = self._operators[operator] = _Operator()
         self._expire(state)
         return state
 

@@ -4,6 +4,7 @@ Every tool is deterministic, so a result seen through the proxy (and reassembled
 slices) can be compared byte for byte with the direct one. An `mcp` SDK server over stdio.
 
     list_papers {count}         `count` paper records (a JSON array: records mode)
+    shelf_papers {count}        a shelf of `count` papers whose outputSchema sets minItems 60
     read_log {lines}            `lines` log lines (line-oriented text: lines mode)
     read_prose {paragraphs}     paragraphs of prose with multi-byte characters (text mode)
     echo_small {text}           the text back (always within budget)
@@ -15,7 +16,7 @@ slices) can be compared byte for byte with the direct one. An `mcp` SDK server o
 from __future__ import annotations
 
 from mcp.server.mcpserver import MCPServer
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 server = MCPServer("bulky", instructions="Deterministic large results for exercising the size governor.")
 
@@ -48,6 +49,21 @@ def paper(number: int) -> Paper:
 def list_papers(count: int) -> list[Paper]:
     """`count` paper records, numbered from 0."""
     return [paper(number) for number in range(count)]
+
+
+# More than the governor's default 50 records: the schema, not the budget, decides what is kept.
+SHELF_MIN = 60
+
+
+class Shelf(BaseModel):
+    name: str
+    papers: list[Paper] = Field(min_length=SHELF_MIN)
+
+
+@server.tool()
+def shelf_papers(count: int) -> Shelf:
+    """A shelf of `count` papers (at least 60: its outputSchema declares minItems 60)."""
+    return Shelf(name="tides", papers=[paper(number) for number in range(max(count, SHELF_MIN))])
 
 
 def log_line(number: int) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import jsonschema
 import msgspec
 import pytest
 from hypothesis import given, settings
@@ -161,3 +162,72 @@ def test_marker_room_is_reserved(size: int) -> None:
     shaped, out = render(sdk_string("word " * (size * 20_000)))
     assert measured(out) <= BUDGET.max_bytes
     assert shaped.cuts[0].returned_bytes <= (BUDGET.max_bytes - 2 * MARKER_RESERVE) // 2
+
+
+SHELF_SCHEMA: dict[str, Any] = {
+    "$defs": {"Paper": {"type": "object", "required": ["id", "title"], "properties": {"id": {"type": "integer"}}}},
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "papers": {"type": "array", "items": {"$ref": "#/$defs/Paper"}, "minItems": 60},
+    },
+    "required": ["name", "papers"],
+}
+
+
+def shelf(count: int) -> dict[str, Any]:
+    structured = {"name": "tides", "papers": papers(count)}
+    return {"content": [{"type": "text", "text": json.dumps(structured, indent=2)}], "structuredContent": structured}
+
+
+def render_with(result: dict[str, Any], schema: dict[str, Any], budget: Budget = BUDGET) -> tuple[Any, dict[str, Any]]:
+    shaped = plan(msgspec.json.encode(result), budget, schema=schema)
+    assert shaped is not None
+    out = json.loads(bytes(shaped.render([f"art_{i}" for i in range(len(shaped.cuts))], [{}] * len(shaped.cuts))))
+    return shaped, out
+
+
+def test_records_keep_the_output_schemas_min_items_even_over_budget() -> None:
+    shaped, out = render_with(shelf(1000), SHELF_SCHEMA)
+    (cut,) = shaped.cuts
+    assert (cut.total_records, cut.returned_records, cut.schema_floor) == (1000, 60, 60)
+    assert out["structuredContent"]["papers"] == papers(60)
+    jsonschema.validate(out["structuredContent"], SHELF_SCHEMA)
+    assert json.loads(out["content"][0]["text"]) == out["structuredContent"]
+    meta = out["_meta"][META_KEY]
+    assert meta["over_budget"] is True and "minItems" in meta["notes"][0]
+    assert cut.returned_records > BUDGET.max_records  # the schema wins over the budget, and says so
+    _, tight = render_with(shelf(1000), SHELF_SCHEMA, Budget(max_bytes=4096))
+    assert len(tight["structuredContent"]["papers"]) == 60 and measured(tight) > 4096
+    # Without the schema the budget alone decides, and the result breaks the schema.
+    _, plain = render(shelf(1000))
+    assert len(plain["structuredContent"]["papers"]) < 60
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(plain["structuredContent"], SHELF_SCHEMA)
+
+
+def test_a_floor_within_the_budget_changes_nothing() -> None:
+    schema = {**SHELF_SCHEMA, "properties": {"papers": {"type": "array", "minItems": 5}}}
+    shaped, out = render_with(shelf(1000), schema, Budget(max_bytes=65_536))
+    assert shaped.cuts[0].schema_floor is None and shaped.cuts[0].returned_records == 50
+    assert "over_budget" not in out["_meta"][META_KEY]
+    assert measured(out) <= 65_536
+
+
+def test_a_structured_cut_that_would_break_the_schema_leaves_it_whole() -> None:
+    body = "word " * 4_000 + "END"  # fits alone, not twice
+    schema = {"type": "object", "properties": {"body": {"type": "string", "pattern": "END$"}}, "required": ["body"]}
+    result = {"content": [{"type": "text", "text": body}], "structuredContent": {"body": body}}
+    shaped, out = render_with(result, schema)
+    assert out["structuredContent"] == {"body": body}
+    jsonschema.validate(out["structuredContent"], schema)
+    (cut,) = shaped.cuts
+    assert cut.field == "content[0].text" and out["content"][0]["text"].startswith("word word")
+    assert "[frugal: output truncated" in out["content"][0]["text"]
+    meta = out["_meta"][META_KEY]
+    assert "left whole" in meta["notes"][0] and "/body: pattern" in meta["notes"][0]
+    assert "over_budget" not in meta and measured(out) <= BUDGET.max_bytes
+    # A schema the cut keeps to changes nothing about the usual shaping.
+    loose = {"type": "object", "properties": {"body": {"type": "string"}}}
+    _, kept = render_with(result, loose)
+    assert kept["structuredContent"]["body"] == kept["content"][0]["text"] != body

@@ -1,0 +1,168 @@
+"""Reading large JSON results with as few passes and copies as the governor's questions allow.
+
+Scanning a large tools/call result once with msgspec costs about two thirds of hashing it once
+with sha256, so every extra pass shows in the governor's latency, and every whole-payload `str` in its
+memory (a string with one character beyond Latin-1 takes two or four bytes per character).
+Sans-IO and pure.
+
+    read_result     a result's top-level fields and content blocks, in one pass
+    object_fields   an object's fields, its arrays split into raw items in the same pass
+    first_value     the first byte of an object's first value, read from its start
+    string_payload  the UTF-8 bytes and character count of a JSON string, decoded piecewise
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+import re
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+raws = msgspec.json.Decoder(list[msgspec.Raw])
+objects = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_strings = msgspec.json.Decoder(str)
+# An object whose arrays come out as lists of raw items in the same pass; a number outside 64
+# bits makes it fail, and object_fields falls back to raw values.
+_Field = list[msgspec.Raw] | dict[str, msgspec.Raw] | str | int | float | bool | None
+_fields = msgspec.json.Decoder(dict[str, _Field])
+
+SNIFF_BYTES = 512
+_FIRST_VALUE = re.compile(rb'\s*\{\s*"(?:[^"\\]|\\.)*"\s*:\s*(\S)')
+FIRST_KEY = re.compile(rb'\s*\{\s*"((?:[^"\\]|\\.)*)"\s*:\s*')
+_BACKSLASH = re.compile(rb"\\")
+# The JSON escapes that escape_decode reads otherwise (`\u`) or not at all (`\/`); an escaped
+# backslash followed by `u` or `/` matches too, and only sends its piece down the slower path.
+_UNICODE_ESCAPE = re.compile(rb"\\[u/]")
+# A JSON string is decoded a piece at a time beyond this size, so that its `str` never exists
+# whole; a piece ends where no escape sequence (at most 12 bytes: a surrogate pair) spans it.
+PIECE_BYTES = 1 << 16
+_ESCAPE_SPAN = 12
+_SPLIT_SEARCH = 4096
+
+
+class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
+    """The fields the spec gives a tools/call result; a result with any other field is read
+    field by field instead, so that nothing is lost."""
+
+    content: list[msgspec.Raw] | UnsetType = UNSET
+    structuredContent: msgspec.Raw | UnsetType = UNSET
+    isError: msgspec.Raw | UnsetType = UNSET
+    resultType: msgspec.Raw | UnsetType = UNSET
+    meta: msgspec.Raw | UnsetType = msgspec.field(default=UNSET, name="_meta")
+
+
+_envelope = msgspec.json.Decoder(_Envelope)
+_ENVELOPE_NAMES = tuple(field.encode_name for field in msgspec.structs.fields(_Envelope))
+
+
+def first(raw: msgspec.Raw | bytes) -> bytes:
+    """The first significant byte of a raw JSON value, without copying the value."""
+    return bytes(memoryview(raw)[:64]).lstrip()[:1]
+
+
+def read_result(result: bytes | msgspec.Raw) -> tuple[dict[str, msgspec.Raw], list[msgspec.Raw]]:
+    """A result's top-level fields (`content` among them when present, its value to be rebuilt)
+    and its content blocks, raw. Raises msgspec errors when it is not a JSON object."""
+    try:
+        envelope = _envelope.decode(result)
+    except msgspec.ValidationError:
+        body = objects.decode(result)
+        content = body.get("content")
+        return body, raws.decode(content) if content is not None and first(content) == b"[" else []
+    values = msgspec.structs.astuple(envelope)
+    body = {name: value for name, value in zip(_ENVELOPE_NAMES, values, strict=True) if value is not UNSET}
+    blocks = body.pop("content", None)
+    if blocks is None:
+        return body, []
+    body["content"] = msgspec.Raw(b"[]")
+    return body, blocks  # type: ignore[return-value]
+
+
+def first_value(raw: bytes | msgspec.Raw) -> bytes:
+    """The first byte of a JSON object's first value (b"" when there is none)."""
+    head = _FIRST_VALUE.match(memoryview(raw)[:SNIFF_BYTES])
+    return head.group(1) if head else b""
+
+
+def object_fields(raw: bytes | msgspec.Raw, as_raw: Callable[[], dict[str, msgspec.Raw]] | None) -> dict[str, Any]:
+    """An object's fields. Unless its first value is a string, it likely carries an array, and
+    one pass gives every array as a list of raw items (other values decoded); otherwise every
+    value stays raw (`as_raw`, when given, supplies them), so that a long string is skipped
+    rather than decoded."""
+    if first_value(raw) != b'"':
+        try:
+            return _fields.decode(raw)
+        except msgspec.ValidationError:
+            pass
+    return as_raw() if as_raw is not None else objects.decode(raw)
+
+
+def string_payload(raw: msgspec.Raw | bytes, piece_bytes: int = PIECE_BYTES) -> tuple[bytes, int]:
+    """The UTF-8 bytes of a raw JSON string and its length in characters (raises
+    msgspec.DecodeError on invalid UTF-8). An ASCII string without escapes is copied once; any
+    other is decoded a piece at a time into one buffer, so that no `str` of it exists whole."""
+    view = memoryview(raw)
+    body = view[1:-1]
+    if _BACKSLASH.search(body) is None:
+        payload = bytes(body)
+        if payload.isascii():
+            return payload, len(payload)
+        del payload
+    out = io.BytesIO()
+    chars = 0
+    start, end_of_body = 1, len(view) - 1
+    while start < end_of_body:
+        end = min(end_of_body, start + piece_bytes)
+        if end < end_of_body:
+            split = _split_point(view, start, end)
+            if split is None:  # escapes everywhere: decode the whole string at once
+                text = _strings.decode(raw)
+                return text.encode("utf-8", "surrogatepass"), len(text)
+            end = split
+        piece, count = _unescape(view[start:end])
+        chars += count
+        out.write(piece)
+        start = end
+    return out.getvalue(), chars
+
+
+def _unescape(body: memoryview) -> tuple[bytes, int]:
+    """One piece of a JSON string's body (no escape sequence or character split at its ends) as
+    UTF-8 bytes, and its length in characters (raises msgspec.DecodeError on invalid UTF-8)."""
+    piece = bytes(body)
+    if not piece.isascii() and _UNICODE_ESCAPE.search(piece) is None:
+        # Beyond ASCII a `str` costs two or four bytes a character to build and as much to encode
+        # again; the escapes left (\" \\ \b \f \n \r \t: msgspec has checked there are no
+        # others) mean the same to escape_decode, which works byte for byte.
+        payload = codecs.escape_decode(piece)[0] if b"\\" in piece else piece
+        try:
+            return payload, len(payload.decode("utf-8"))
+        except UnicodeDecodeError:
+            pass  # msgspec says what is wrong with it
+    del piece
+    quoted = bytearray(b'"')
+    quoted += body
+    quoted += b'"'
+    text = _strings.decode(quoted)
+    return text.encode("utf-8", "surrogatepass"), len(text)
+
+
+def _split_point(view: memoryview, start: int, end: int) -> int | None:
+    """An offset in (start, end] that no escape sequence and no UTF-8 character spans: the
+    `_ESCAPE_SPAN` bytes before it hold no backslash and it starts a character."""
+    low = max(start, end - _SPLIT_SEARCH)
+    region = bytes(view[low : end + 1])
+    q = end - low
+    while q >= _ESCAPE_SPAN:
+        back = region.rfind(b"\\", q - _ESCAPE_SPAN, q)
+        if back >= 0:
+            q = back
+        elif region[q] & 0xC0 == 0x80:
+            q -= 1
+        else:
+            return low + q
+    return None
