@@ -8,11 +8,16 @@ ledger) is added here and nowhere else.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from frugal_proxy.governor_tools import governor_tools
+from frugal_proxy.operator_budgets import OperatorGovernor
 from frugal_proxy.own_tools import OwnTool
 from frugal_proxy.policies import Policy
-from frugal_proxy.policies.governor import Governor, GovernorSettings
+from frugal_proxy.policies.governor import GovernorSettings
+
+if TYPE_CHECKING:
+    from frugal_proxy.metrics import Metrics
 
 
 @dataclass
@@ -27,7 +32,16 @@ def assemble(governor: GovernorSettings | None = None) -> Assembly:
     settings = governor or GovernorSettings()
     assembly = Assembly()
     if settings.enabled:
-        policy = Governor.embedded(settings)
+        policy = OperatorGovernor.embedded(settings)  # each operator may lower its own budgets
         assembly.policies.append(policy)
         assembly.own_tools.extend(governor_tools(policy))
     return assembly
+
+
+def with_metrics(assembly: Assembly | None, metrics: Metrics) -> Assembly:
+    """The assembly plus the call metrics policy, last so that it sees what every other policy
+    decided (the HTTP endpoint adds it for `/metrics`; stdio has no use for it)."""
+    from frugal_proxy.policies.metrics import CallMetrics  # prometheus_client: only for --http
+
+    base = assembly or assemble()
+    return Assembly([*base.policies, CallMetrics(metrics)], list(base.own_tools))

@@ -85,9 +85,24 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         return parse_duration(self.call_timeout)
 
 
+class OperatorEntry(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """`[auth.operators.NAME]`: an operator of the HTTP endpoint and where its token is."""
+
+    token_env: str
+
+
+class Auth(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """`[auth]`: the HTTP endpoint's operators (FRUGAL_AUTH_TOKEN adds the operator `default`)."""
+
+    open_registration: bool = False
+    max_registered: int = 1000
+    operators: dict[str, OperatorEntry] = {}
+
+
 class Config(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     upstreams: dict[str, Upstream] = {}
     limits: Limits = Limits()
+    auth: Auth = Auth()
     # `[governor]`, checked against GovernorSettings at load time and kept as its plain table
     # (with `spill_ttl` in seconds), so that reading a config does not import the governor.
     governor: dict[str, Any] = {}
@@ -125,12 +140,14 @@ def loads(text: str, source: str = "<config>", environ: dict[str, str] | None = 
     if not isinstance(tables, dict):
         raise ConfigError(f"{source}: at upstreams: expected a table of [upstreams.NAME] tables")
     governor = data.pop("governor", {})
+    auth = data.pop("auth", {})
     config = _convert(data, Config, source, "")
     config = msgspec.structs.replace(config, governor=_check_governor(governor, source))
     upstreams_raw = {name: _convert(table, Upstream, source, f"upstreams.{name}") for name, table in tables.items()}
     config = msgspec.structs.replace(config, upstreams=upstreams_raw)
     env = dict(os.environ if environ is None else environ)
     upstreams = {name: _check_upstream(source, name, up, env) for name, up in config.upstreams.items()}
+    config = msgspec.structs.replace(config, auth=_load_auth(auth, source, env))
     if config.limits.page_size < 1 or config.limits.max_message_bytes < 1024:
         raise ConfigError(f"{source}: at limits: page_size must be >= 1 and max_message_bytes >= 1024")
     try:
@@ -153,6 +170,30 @@ def _check_governor(table: Any, source: str) -> dict[str, Any]:
             raise ConfigError(f"{source}: at governor.spill_ttl: {exc}") from None
     _convert(checked, GovernorSettings, source, "governor")
     return checked
+
+
+def _load_auth(table: Any, source: str, env: dict[str, str]) -> Auth:
+    """`[auth]`, each `[auth.operators.NAME]` converted on its own so that errors name it."""
+    from frugal_proxy.operators import configured_tokens
+
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: at auth: expected a table")
+    rest = dict(table)
+    tables = rest.pop("operators", {})
+    if not isinstance(tables, dict):
+        raise ConfigError(f"{source}: at auth.operators: expected a table of [auth.operators.NAME] tables")
+    auth = _convert(rest, Auth, source, "auth")
+    operators = {
+        name: _convert(value, OperatorEntry, source, f"auth.operators.{name}") for name, value in tables.items()
+    }
+    auth = msgspec.structs.replace(auth, operators=operators)
+    if auth.max_registered < 0:
+        raise ConfigError(f"{source}: at auth.max_registered: must not be negative")
+    try:
+        configured_tokens({name: entry.token_env for name, entry in auth.operators.items()}, env)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return auth
 
 
 def _convert(value: Any, kind: type[T], source: str, where: str) -> T:
@@ -247,4 +288,11 @@ call_timeout = "5m"                 # deadline of one call, whatever the upstrea
 # spill_ttl = "1h"
 # [governor.routes."files__read_file"]
 # max_bytes = 65536
+
+# Over HTTP (serve --http), who may call and whose spills are whose; FRUGAL_AUTH_TOKEN alone is
+# the operator "default".
+# [auth]
+# open_registration = false         # true: POST /register mints operators and their tokens
+# [auth.operators.alice]
+# token_env = "ALICE_TOKEN"         # the environment variable holding alice's bearer token
 """

@@ -1,13 +1,14 @@
 """What stands in front of the HTTP endpoint: the bind check, bearer auth, DNS-rebinding
 protection (Host and Origin), a per-client-IP token bucket and the request body cap.
 
-`Guard` is plain ASGI middleware; `read_body` enforces the cap while the body arrives. Nothing
-here logs a token, a header value or a payload.
+`Guard` is plain ASGI middleware; `read_body` enforces the cap while the body arrives. Bearer
+auth maps a request's token to its operator (proxy.operators) and sets `CURRENT_OPERATOR` for
+the rest of the request. Refusals are JSON: `{"error": CODE, "message": …}`. Nothing here logs
+a token, a header value or a payload.
 """
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import json
 import logging
@@ -18,13 +19,21 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from frugal_proxy import jsonrpc
+from frugal_proxy.jsonrpc import Frame
+from frugal_proxy.operators import CURRENT_OPERATOR, LOCAL, TOKEN_ENV, Operators
 
 log = logging.getLogger("frugal_proxy.http_guard")
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 DEFAULT_BODY_CAP = 4 * 1024 * 1024
 HEALTH_PATH = "/healthz"
+REGISTER_PATH = "/register"
+OPEN_PATHS = frozenset({HEALTH_PATH, REGISTER_PATH})  # reached without a token
 MAX_BUCKETS = 10_000
 
 
@@ -42,13 +51,16 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def bind_refusal(host: str, token: str | None, allow_unauthenticated: bool) -> str | None:
+def bind_refusal(host: str, operators: Operators | None, allow_unauthenticated: bool) -> str | None:
     """Why binding `host` must not happen, or None when it may."""
-    if is_loopback(host) or token or allow_unauthenticated:
+    if is_loopback(host) or allow_unauthenticated:
+        return None
+    why = operators.bind_refusal() if operators is not None else f"no token is configured (set {TOKEN_ENV})"
+    if why is None:
         return None
     return (
-        f"refusing to listen on {host} without authentication: set FRUGAL_AUTH_TOKEN "
-        "(clients then send 'Authorization: Bearer <token>'), bind 127.0.0.1, "
+        f"refusing to listen on {host} without authentication: {why}. Set {TOKEN_ENV} or "
+        "[auth.operators] (clients then send 'Authorization: Bearer <token>'), bind 127.0.0.1, "
         "or pass --allow-unauthenticated to accept anyone who can reach the port"
     )
 
@@ -67,7 +79,7 @@ def parse_rate(text: str) -> tuple[float, int]:
 
 @dataclass
 class GuardSettings:
-    token: str | None = None
+    operators: Operators | None = None  # None: no bearer auth; every client is the operator `local`
     allowed_hosts: frozenset[str] = frozenset()
     allowed_origins: frozenset[str] = frozenset()
     rate: float = 100.0
@@ -102,7 +114,8 @@ class TokenBuckets:
 
 
 class Guard:
-    """ASGI middleware: rate limit, Host, Origin, then bearer auth (every path but /healthz)."""
+    """ASGI middleware: rate limit, Host, Origin, then bearer auth (every path but /healthz and
+    /register), which names the request's operator."""
 
     def __init__(self, app: ASGIApp, settings: GuardSettings) -> None:
         self.app = app
@@ -120,23 +133,33 @@ class Guard:
         wait = self.buckets.take(client[0] if client else "?")
         if wait > 0:
             retry = str(max(1, math.ceil(wait)))
-            await _refuse(send, 429, "too many requests; slow down", {"Retry-After": retry})
+            await _refuse(send, 429, "rate_limited", "too many requests; slow down", {"Retry-After": retry})
             return
         host = _host_name(headers.get("host", ""))
         if host not in self.hosts:
             log.warning("request with a Host that is not allowed refused", extra={"status": 403})
-            await _refuse(send, 403, "Host not allowed (add it with --allowed-host)")
+            await _refuse(send, 403, "host_not_allowed", "Host not allowed (add it with --allowed-host)")
             return
         origin = headers.get("origin")
         if origin is not None and not self._origin_allowed(origin):
             log.warning("request from a browser Origin that is not allowed refused", extra={"status": 403})
-            await _refuse(send, 403, "Origin not allowed (add it with --allowed-origin)")
+            await _refuse(send, 403, "origin_not_allowed", "Origin not allowed (add it with --allowed-origin)")
             return
-        token = self.settings.token
-        if token and scope["path"] != HEALTH_PATH and not _bearer_matches(headers.get("authorization", ""), token):
-            await _refuse(send, 401, "missing or wrong bearer token", {"WWW-Authenticate": "Bearer"})
-            return
-        await self.app(scope, receive, send)
+        operator = LOCAL
+        operators = self.settings.operators
+        if operators is not None and operators.required and scope["path"] not in OPEN_PATHS:
+            found = await operators.identify(headers.get("authorization", ""))
+            if found is None:
+                log.warning("request without a valid bearer token refused", extra={"status": 401})
+                message = "missing or wrong bearer token: send 'Authorization: Bearer <token>'"
+                await _refuse(send, 401, "unauthorized", message, {"WWW-Authenticate": "Bearer"})
+                return
+            operator = found
+        reset = CURRENT_OPERATOR.set(operator)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            CURRENT_OPERATOR.reset(reset)
 
     def _origin_allowed(self, origin: str) -> bool:
         if origin.lower().rstrip("/") in self.origins:
@@ -152,15 +175,8 @@ def _host_name(host: str) -> str:
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
-def _bearer_matches(header: str, token: str) -> bool:
-    scheme, _, given = header.partition(" ")
-    if scheme.lower() != "bearer":
-        return False
-    return hmac.compare_digest(given.strip().encode(), token.encode())
-
-
-async def _refuse(send: Send, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-    body = json.dumps({"error": message}).encode()
+async def _refuse(send: Send, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
+    body = json.dumps({"error": code, "message": message}).encode()
     raw: list[tuple[bytes, bytes]] = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
@@ -182,12 +198,33 @@ async def read_body(chunks: AsyncIterator[bytes], declared: str | None, cap: int
     return bytes(body)
 
 
-def guard_settings(options: Any, token: str | None) -> GuardSettings:
+async def read_messages(request: Request, cap: int) -> tuple[list[Frame], bool] | Response:
+    """A POST's JSON-RPC messages (and whether they came as a batch), each checked for shape;
+    or the answer to give instead: 413 over the body cap, 400 for what is not JSON-RPC."""
+    try:
+        body = await read_body(request.stream(), request.headers.get("content-length"), cap)
+    except BodyTooLarge:
+        message = f"request body over the {cap}-byte limit"
+        refusal = jsonrpc.error(None, jsonrpc.INVALID_REQUEST, message)
+        return Response(jsonrpc.encode(refusal), 413, media_type="application/json")
+    except ClientDisconnect:
+        return Response(status_code=400)
+    try:
+        frames, batch = jsonrpc.decode_frames(body)
+        for frame in frames:
+            jsonrpc.check_frame(frame)
+    except jsonrpc.MessageError as exc:
+        refusal = jsonrpc.error(exc.request_id, exc.code, str(exc))
+        return Response(jsonrpc.encode(refusal), 400, media_type="application/json")
+    return frames, batch
+
+
+def guard_settings(options: Any, operators: Operators | None) -> GuardSettings:
     """GuardSettings from the parsed `--allowed-host`, `--allowed-origin`, `--rate-limit` and
     `--max-body-bytes` options."""
     rate, burst = parse_rate(options.rate_limit)
     return GuardSettings(
-        token=token,
+        operators=operators,
         allowed_hosts=frozenset(options.allowed_host),
         allowed_origins=frozenset(options.allowed_origin),
         rate=rate,

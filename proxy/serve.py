@@ -126,7 +126,8 @@ def serve_command(argv: list[str]) -> int:
 
         lazy = frozenset(name for name, upstream in config.upstreams.items() if upstream.lazy)
         max_bytes = config.limits.max_message_bytes
-        return run_http(options, UpstreamSet(lambda: connections(config, max_bytes), session_options(config), lazy))
+        upstreams = UpstreamSet(lambda: connections(config, max_bytes), session_options(config), lazy)
+        return run_http(options, upstreams, auth=config.auth)
     try:
         return anyio.run(serve_stdio, config)
     except KeyboardInterrupt:

@@ -16,19 +16,27 @@ from frugal_proxy.http_guard import (
     parse_rate,
     read_body,
 )
+from frugal_proxy.operators import Operators, token_hash
 
 pytestmark = pytest.mark.anyio
 
 
 def test_only_a_loopback_bind_goes_without_a_token() -> None:
+    configured = Operators({"default": token_hash("token")})
+    open_only = Operators(open_registration=True)
     for host in ("127.0.0.1", "localhost", "::1", "127.0.0.2"):
         assert is_loopback(host)
         assert bind_refusal(host, None, False) is None
+        assert bind_refusal(host, open_only, False) is None
     for host in ("0.0.0.0", "::", "192.168.1.4", "example.com"):
         refusal = bind_refusal(host, None, False)
         assert refusal is not None and "FRUGAL_AUTH_TOKEN" in refusal
-        assert bind_refusal(host, "token", False) is None
+        assert bind_refusal(host, configured, False) is None
         assert bind_refusal(host, None, True) is None
+        # Open registration alone lets anyone mint a token: not protection enough.
+        refusal = bind_refusal(host, open_only, False)
+        assert refusal is not None and "open registration" in refusal
+        assert bind_refusal(host, Operators({"default": token_hash("t")}, open_registration=True), False) is None
 
 
 def test_rate_limits_parse() -> None:
