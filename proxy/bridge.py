@@ -323,9 +323,14 @@ async def _ask_all(requests: dict[str, Any], capabilities: dict[str, Any], ask: 
             return
         answers[key] = jsonrpc.decode_any(reply["result"])
 
-    async with anyio.create_task_group() as tg:
-        for key, request in requests.items():
-            tg.start_soon(one, key, request)
+    try:
+        async with anyio.create_task_group() as tg:
+            for key, request in requests.items():
+                tg.start_soon(one, key, request)
+    except BaseExceptionGroup as group:
+        # The questions are asked together, but one that fails fails the round: raise its own
+        # exception (ClientGone above all) so the caller's handlers see it, not a task group's.
+        raise group.exceptions[0] from None
     if refusal:
         raise BridgeError(f"the client refused the upstream's request: {refusal[0]}", jsonrpc.INTERNAL_ERROR)
     return answers

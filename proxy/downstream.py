@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import anyio
 
-from frugal_proxy import jsonrpc
-from frugal_proxy.jsonrpc import Frame
+from frugal_proxy import eras, jsonrpc
+from frugal_proxy.jsonrpc import Frame, RequestId
 
 log = logging.getLogger("frugal_proxy.downstream")
 
@@ -37,8 +38,15 @@ class DownstreamPeer:
         self._writer = writer
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
+        # Listen streams that have a stream of their own (over HTTP), by subscription id.
+        self.listeners: dict[RequestId, Callable[[Frame], Awaitable[None]]] = {}
 
     async def send(self, frame: Frame | list[Frame]) -> None:
+        if self.listeners and isinstance(frame, dict):
+            sink = self.listeners.get(_subscription_of(frame))
+            if sink is not None:
+                await sink(frame)
+                return
         try:
             await self._writer.send(frame)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, BrokenPipeError):
@@ -83,3 +91,10 @@ class DownstreamPeer:
         for pending in self._pending.values():
             pending.done.set()
         self._pending.clear()
+
+
+def _subscription_of(frame: Frame) -> Any:
+    """The listen stream a notification is tagged for, if any."""
+    meta = jsonrpc.sub_object(jsonrpc.params_of(frame), "_meta")
+    raw = meta.get(eras.META_SUBSCRIPTION_ID)
+    return None if raw is None else jsonrpc.decode_any(raw)

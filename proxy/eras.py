@@ -17,6 +17,10 @@ import msgspec
 from frugal_proxy import jsonrpc
 
 HANDSHAKE_VERSIONS: Final = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+# Requests the 2026-07-28 revision removed (a modern client sending one gets -32601).
+HANDSHAKE_ONLY_METHODS: Final = frozenset(
+    {"initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"}
+)
 MODERN_VERSIONS: Final = ("2026-07-28",)
 LATEST_HANDSHAKE: Final = "2025-11-25"
 LATEST_MODERN: Final = "2026-07-28"
@@ -108,7 +112,9 @@ class UnsupportedVersion(jsonrpc.MessageError):
         self.requested = requested
 
     def data(self) -> dict[str, Any]:
-        return {"supported": [*MODERN_VERSIONS, *HANDSHAKE_VERSIONS], "requested": self.requested}
+        # The versions a request may state, the same list server/discover's supportedVersions gives
+        # (a client checks the one against the other); the handshake versions are in the message.
+        return {"supported": list(MODERN_VERSIONS), "requested": self.requested}
 
 
 def negotiate_handshake(requested: object) -> str:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 if TYPE_CHECKING:
+    from frugal_proxy.config import Auth
     from frugal_proxy.http_sessions import UpstreamSet
     from frugal_proxy.upstream_base import UpstreamBase
 
@@ -67,32 +68,52 @@ def add_http_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--max-sessions", type=int, default=100, metavar="N", help="most session-era sessions at once (default: 100)"
     )
+    group.add_argument(
+        "--request-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="answer a request (then cancel it upstream) after this long; the shorter of it and a "
+        "configured call_timeout wins; subscriptions/listen streams are exempt (default: 30)",
+    )
 
 
 def run_http(
     options: argparse.Namespace,
     upstreams: UpstreamSet,
     ready: Callable[[list[UpstreamBase]], Awaitable[str | None]] | None = None,
+    auth: Auth | None = None,
 ) -> int:
-    """Check the options, refuse an unsafe bind before binding anything, then serve."""
+    """Check the options, refuse an unsafe bind before binding anything, then serve. `auth` is
+    the config's `[auth]` table (the wrap form has none: FRUGAL_AUTH_TOKEN only)."""
+    from frugal_proxy.config import Auth
+    from frugal_proxy.governor_http import PATHS
     from frugal_proxy.http_guard import bind_refusal, guard_settings, is_loopback
     from frugal_proxy.http_server import HttpSettings, listen_socket, parse_address, serve_http
+    from frugal_proxy.operators import Operators
 
-    token = os.environ.get(TOKEN_ENV) or None
     try:
         host, port = parse_address(options.http)
-        guard = guard_settings(options, token)
+        operators = Operators.from_config(auth or Auth(), os.environ)
+        guard = guard_settings(options, operators)
     except ValueError as exc:
         print(f"frugal-proxy: error: {exc}", file=sys.stderr)
         return 2
-    refusal = bind_refusal(host, token, options.allow_unauthenticated)
+    refusal = bind_refusal(host, operators, options.allow_unauthenticated)
     if refusal is not None:
         print(f"frugal-proxy: error: {refusal}", file=sys.stderr)
         return 2
-    if token is None and not is_loopback(host):
+    if options.http_path in PATHS:
+        taken = f"--http-path {options.http_path} is one of the governor's endpoints; pick another path"
+        print(f"frugal-proxy: error: {taken}", file=sys.stderr)
+        return 2
+    if not operators.required and not is_loopback(host):
         log.warning("listening on a non-loopback address without authentication (--allow-unauthenticated)")
     if host not in ("0.0.0.0", "::"):
         guard.allowed_hosts = guard.allowed_hosts | {host}
+    if not options.request_timeout > 0:
+        print("frugal-proxy: error: --request-timeout must be a positive number of seconds", file=sys.stderr)
+        return 2
     if not options.http_path.startswith("/"):
         print("frugal-proxy: error: --http-path must start with /", file=sys.stderr)
         return 2
@@ -103,6 +124,7 @@ def run_http(
         stateless=options.stateless,
         idle_timeout=options.session_idle_timeout,
         max_sessions=options.max_sessions,
+        request_timeout=options.request_timeout,
         guard=guard,
     )
     try:

@@ -5,7 +5,7 @@ A Session owns its upstream connections' handlers (server requests and notificat
 one client it serves), so a session-era client cannot share the upstreams of the endpoint's
 stateless Session: `initialize` starts a new set (new child processes for stdio upstreams, from
 the same config). What the proxy sends to the client unasked (server requests, notifications)
-waits in a bounded outbox until the client's standalone GET stream carries it.
+waits in a bounded outbox until the client's standalone GET stream carries it (http_events).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import Any
 
 import anyio
 import anyio.abc
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from frugal_proxy import jsonrpc
 from frugal_proxy.downstream import DownstreamPeer
+from frugal_proxy.http_events import EventLogs
 from frugal_proxy.jsonrpc import Frame
 from frugal_proxy.serve import _run_upstream
 from frugal_proxy.session import Session
@@ -30,7 +30,6 @@ from frugal_proxy.upstream_base import UpstreamBase
 
 log = logging.getLogger("frugal_proxy.http_sessions")
 
-OUTBOX_SIZE = 1024
 DRAIN_SECONDS = 5.0
 
 
@@ -44,24 +43,19 @@ class UpstreamSet:
 
 
 class Outbox:
-    """Messages for a session-era client that are not replies: held (bounded) until its GET
-    stream takes them."""
+    """Messages for a session-era client that are not replies (server requests, notifications):
+    numbered into the session's standalone event log, where they wait (bounded) until its GET
+    stream takes them, and stay a while for `Last-Event-ID` resumption."""
 
-    def __init__(self, size: int = OUTBOX_SIZE) -> None:
-        self._send: MemoryObjectSendStream[bytes]
-        self.receive: MemoryObjectReceiveStream[bytes]
-        self._send, self.receive = anyio.create_memory_object_stream[bytes](size)
+    def __init__(self) -> None:
+        self.events = EventLogs()
 
     async def send(self, frame: Frame | list[Frame]) -> None:
-        try:
-            self._send.send_nowait(jsonrpc.encode(frame))
-        except anyio.WouldBlock:
-            log.warning("a session's outbox is full (no GET stream reads it); message dropped")
+        self.events.standalone.append(jsonrpc.encode(frame))
 
     def close(self) -> None:
-        """No more messages; a GET stream still open (it reads a clone) delivers what is held."""
-        self._send.close()
-        self.receive.close()
+        """No more messages; a GET stream still open delivers what is held, then ends."""
+        self.events.close()
 
 
 @dataclass(eq=False)
@@ -73,7 +67,6 @@ class HttpSession:
     ended: anyio.Event = field(default_factory=anyio.Event)
     last_used: float = field(default_factory=time.monotonic)
     busy: int = 0  # requests in flight plus open GET streams
-    streaming: bool = False
 
     def touch(self) -> None:
         self.last_used = time.monotonic()
@@ -114,7 +107,7 @@ class HttpSessions:
     def close_streams(self) -> None:
         """End every standalone GET stream (at shutdown); sessions keep serving their requests."""
         for entry in self._sessions.values():
-            entry.outbox.close()
+            entry.outbox.events.standalone.close()
 
     async def end_all(self) -> None:
         """End every session and wait until each has drained and shut its upstreams down."""

@@ -277,7 +277,7 @@ class HttpUpstreamConnection(UpstreamBase):
         finally:
             self._close(upstream_id, pending)
         if method == "tools/list" and self.mode == "modern":
-            self._learn_param_headers(reply)
+            wire.learn_param_headers(reply, self._param_headers)
         return reply
 
     async def _request_over_post(self, upstream_id: int, method: str, params: Any) -> Frame:
@@ -386,17 +386,6 @@ class HttpUpstreamConnection(UpstreamBase):
         if self._session_version is not None:
             headers["MCP-Protocol-Version"] = self._session_version
         return headers
-
-    def _learn_param_headers(self, reply: Frame) -> None:
-        """Remember which tool arguments a modern server wants mirrored as `Mcp-Param-*`."""
-        if "result" not in reply or b"x-mcp-header" not in bytes(reply["result"]):
-            return
-        body = jsonrpc.decode_any(reply["result"])
-        for tool in body.get("tools", []) if isinstance(body, dict) else []:
-            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-                found = wire.header_params(tool.get("inputSchema"))
-                if found:
-                    self._param_headers[tool["name"]] = found
 
     # -- one POST --------------------------------------------------------------------------------
 

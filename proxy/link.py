@@ -177,8 +177,10 @@ class UpstreamLink:
     async def ensure_initialized(self) -> None:
         """A session-era upstream that no client initialized is initialized by the proxy."""
         upstream = self.upstream
-        if upstream.era != "legacy" or upstream.initialize_params is not None:
+        if upstream.era != "legacy" or upstream.session_open:
             return
+        # Not `initialize_params`: they are set as soon as an initialize is under way, and a
+        # request sent before it is answered would reach a server with no session.
         async with self._init_lock:
             if upstream.initialize_params is not None:
                 return

@@ -16,6 +16,11 @@ from frugal_proxy.records import Exchange, Outcome
 
 PROVIDER_NAME = "frugal"
 PREFIX = "frugal__"
+# The own tools are fixed for the life of the process: a listing of them alone may be cached an
+# hour by anyone. A listing that also holds upstream parts takes the smallest TTL and the
+# narrowest scope of its parts.
+LISTING_TTL_MS = 3_600_000
+LISTING_SCOPE = "public"
 
 Handler = Callable[[dict[str, Any], Exchange], Awaitable[dict[str, Any]]]
 

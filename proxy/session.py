@@ -25,7 +25,8 @@ from frugal_proxy.downstream import ClientGone, DownstreamPeer
 from frugal_proxy.errors import BridgeError, ProxyError, UpstreamDown
 from frugal_proxy.jsonrpc import Frame, RequestId
 from frugal_proxy.link import Client, UpstreamLink
-from frugal_proxy.own_tools import OwnToolProvider
+from frugal_proxy.operators import CURRENT_OPERATOR
+from frugal_proxy.own_tools import LISTING_SCOPE, LISTING_TTL_MS, OwnToolProvider
 from frugal_proxy.pipeline import Pipeline, build_pipeline
 from frugal_proxy.providers import Provider
 from frugal_proxy.providers.mcp_tool import McpToolProvider
@@ -222,6 +223,8 @@ class Session:
         if not client.modern and method in SUBSCRIBE_METHODS and link.upstream.era == "modern":
             return await link.legacy_subscribe(method, jsonrpc.decode_any(params["uri"]))
         reply = await link.forward(method, params, client, progress)
+        if method == "tools/list":
+            self.catalog.note_listed(reply)  # the governor keeps shaped results valid against them
         if method == "tools/list" and self.own_tools.tools:
             reply = self._with_own_tools(reply)
         return reply
@@ -300,10 +303,10 @@ class Session:
             provider, upstream_params = owner.link.name, {**params, "name": jsonrpc.raw(owner.original)}
         exchange = Exchange(
             call=Call(request_id=client_id, tool=name, params=upstream_params),
-            route=Route(name=name, providers=(provider,)),
+            route=Route(name=name, providers=(provider,), output_schema=self.catalog.output_schema(name)),
             client=client,
             on_progress=progress,
-            operator=self.operator,
+            operator=CURRENT_OPERATOR.get() or self.operator,  # over HTTP: the request token's operator
         )
         return await self.pipeline.run(exchange)
 
@@ -329,6 +332,10 @@ class Session:
         taken = {tool.get("name") for tool in tools if isinstance(tool, dict)}
         tools.extend(tool for tool in self.own_tools.listings() if tool["name"] not in taken)
         body["tools"] = jsonrpc.raw(tools)
+        if "ttlMs" in body:  # a modern client's page: its hints cover the own tools' part too
+            ttl = jsonrpc.decode_any(body["ttlMs"])
+            ttl = ttl if isinstance(ttl, int) and ttl >= 0 else 0
+            body["ttlMs"] = jsonrpc.raw(min(ttl, LISTING_TTL_MS))
         return jsonrpc.result(None, body)
 
     # -- handshakes --------------------------------------------------------------------------------
@@ -365,13 +372,21 @@ class Session:
         return jsonrpc.result(None, result)
 
     async def _discover(self) -> Frame:
+        own = bool(self.own_tools.tools)
         if self.single:
-            return jsonrpc.result(None, await self.links[0].describe_for_modern())
+            body = await self.links[0].describe_for_modern()
+            if own:
+                ttl = body.get("ttlMs")
+                body["ttlMs"] = min(ttl if isinstance(ttl, int) and ttl >= 0 else 0, LISTING_TTL_MS)
+            return jsonrpc.result(None, body)
         answers = await self._each_link(self._describe)
         capabilities_seen: list[dict[str, Any]] = []
         instructions: list[str] = []
-        ttls: list[int] = []
-        public = True
+        ttls: list[int] = [LISTING_TTL_MS] if own else []
+        public = LISTING_SCOPE == "public"
+        if len(answers) < len(self.links):  # an upstream could not be described: do not cache the rest
+            ttls.append(0)
+            public = False
         for link, body in answers:
             capabilities_seen.append(body.get("capabilities") or {})
             if body.get("instructions"):
@@ -425,6 +440,9 @@ class Session:
         requested = requested if isinstance(requested, dict) else {}
         meta = jsonrpc.sub_object(params, "_meta")
         self._streams.add(client_id)
+        own_stream = REQUEST_STREAM.get()
+        if own_stream is not None:  # over HTTP: the stream is the listen request's own response
+            self.downstream.listeners[client_id] = own_stream
         try:
             async with anyio.create_task_group() as tg:
                 accepted: list[dict[str, Any]] = []
@@ -440,6 +458,7 @@ class Session:
             return jsonrpc.result(None, listen_result(client_id))
         finally:
             self._streams.discard(client_id)
+            self.downstream.listeners.pop(client_id, None)
 
     async def _changed(self, link: UpstreamLink, frame: Frame) -> None:
         self.catalog.invalidate(link, jsonrpc.method_of(frame) or "")

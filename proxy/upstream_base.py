@@ -102,7 +102,8 @@ class UpstreamBase(abc.ABC):
     @property
     @abc.abstractmethod
     def running(self) -> bool:
-        """Whether it is connected and negotiated, so that a request can be sent now."""
+        """Whether it is connected, so that a request can be sent now; the era may still be under
+        negotiation (`ensure_ready` waits for that)."""
 
     @abc.abstractmethod
     async def _start(self) -> None:
@@ -153,8 +154,10 @@ class UpstreamBase(abc.ABC):
         return self.era == "modern"
 
     async def ensure_ready(self) -> None:
-        """Start (or restart) and negotiate, unless it is already running."""
-        if self.running:
+        """Start (or restart) and negotiate, unless it is already running; while another task
+        is starting it, wait until the era is negotiated (a connection is `running` as soon as
+        it can carry the discover probe, before the era is known)."""
+        if self.running and not self._start_lock.locked():
             return
         async with self._start_lock:
             if self.running:
@@ -218,6 +221,11 @@ class UpstreamBase(abc.ABC):
         self.discover_result = discovered
         log.info("upstream speaks 2026-07-28", extra={"upstream": self.name})
 
+    @property
+    def session_open(self) -> bool:
+        """Whether a session-era upstream has accepted initialize since it (re)started."""
+        return self._session_open
+
     async def initialize(self, params: Any) -> Frame:
         """Initialize a session-era upstream; the params are kept and replayed after a restart."""
         await self.ensure_ready()
@@ -225,6 +233,15 @@ class UpstreamBase(abc.ABC):
         return await self._initialize(params)
 
     async def _initialize(self, params: Any) -> Frame:
+        if not self._probe_settled.is_set():
+            # The discover probe timed out but may still be answered; a dual-era server that
+            # answers it after accepting initialize would refuse the session's requests. Sending
+            # initialize only once the probe has settled (or after a bounded wait) closes that race.
+            with anyio.move_on_after(LATE_PROBE_WAIT):
+                await self._probe_settled.wait()
+            if self.era == "modern":
+                message = "the upstream answered server/discover: it is served statelessly"
+                return jsonrpc.error(None, jsonrpc.INVALID_REQUEST, message)
         reply = await self.request("initialize", params)
         if "result" not in reply and not self._probe_settled.is_set():
             # A dual-era server refuses initialize once it has answered the discover probe; its

@@ -6,10 +6,12 @@ protocol eras: 2026-07-28 statelessly and the session-era revisions after
 can be compared byte for byte with the direct result.
 
     python examples/servers/notes_server.py
+    python examples/servers/notes_server.py --http 127.0.0.1:8000   # Streamable HTTP at /mcp
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import Annotated
@@ -17,7 +19,7 @@ from typing import Annotated
 import anyio
 from mcp.server.mcpserver import Context, Elicit, ListRoots, MCPServer, Resolve, Sample
 from mcp_types import CreateMessageResult, ListRootsResult, SamplingMessage, TextContent
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 server = MCPServer(
     "notes",
@@ -73,6 +75,15 @@ def read_note(name: str) -> str:
     return NOTES[name]
 
 
+@server.tool()
+def weather(
+    region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})],
+    days: Annotated[int, Field(json_schema_extra={"x-mcp-header": "Days"})] = 1,
+) -> str:
+    """A forecast; `region` and `days` travel as Mcp-Param-Region / Mcp-Param-Days over HTTP."""
+    return f"{region}: sunny for {days} day(s)"
+
+
 CANCELLED = {"sleep": 0}
 
 
@@ -94,11 +105,11 @@ def cancellations() -> int:
 
 
 @server.tool()
-async def count(steps: int, ctx: Context) -> str:
-    """Report progress `steps` times, then answer."""
+async def count(steps: int, ctx: Context, pause: float = 0.01) -> str:
+    """Report progress `steps` times, `pause` seconds apart, then answer."""
     for i in range(1, steps + 1):
         await ctx.report_progress(i, steps, f"step {i}")
-        await anyio.sleep(0.01)
+        await anyio.sleep(pause)
     return f"counted {steps}"
 
 
@@ -161,5 +172,25 @@ def review(topic: str) -> str:
     return f"Review {topic} carefully and list what is missing."
 
 
+def _http_address(argv: list[str]) -> tuple[str, int] | None:
+    """`--http HOST:PORT` from the command line, or None for stdio."""
+    if not argv:
+        return None
+    if len(argv) != 2 or argv[0] != "--http" or ":" not in argv[1]:
+        raise SystemExit("usage: notes_server.py [--http HOST:PORT]")
+    host, _, port = argv[1].rpartition(":")
+    if not port.isdigit():
+        raise SystemExit(f"notes_server.py: --http wants HOST:PORT with a numeric port, got {argv[1]!r}")
+    return host.strip("[]"), int(port)
+
+
 if __name__ == "__main__":
-    server.run("stdio")
+    address = _http_address(sys.argv[1:])
+    if address is None:
+        server.run("stdio")
+    else:
+        # Both eras on one endpoint, as the SDK serves them; warnings only, so that no line is
+        # logged per request or session (the benchmark's direct HTTP column).
+        logging.disable(logging.INFO)
+        server.settings.log_level = "WARNING"
+        server.run("streamable-http", host=address[0], port=address[1])

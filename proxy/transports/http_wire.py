@@ -11,10 +11,13 @@ event streams and the words for what went wrong.
 from __future__ import annotations
 
 import base64
+import binascii
+import decimal
 import email.utils
 import re
 import time
 from collections.abc import AsyncGenerator, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -28,6 +31,11 @@ from frugal_proxy.jsonrpc import Frame
 ACCEPT_BOTH = "application/json, text/event-stream"
 NAME_BEARING: dict[str, str] = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 X_MCP_HEADER = "x-mcp-header"
+PARAM_PREFIX = "Mcp-Param-"
+# The `Mcp-Param-*` headers of the downstream request being served (set by the HTTP endpoint):
+# an intermediary forwards the ones it does not recognise.
+FORWARDED_PARAMS: ContextVar[dict[str, str] | None] = ContextVar("frugal_forwarded_params", default=None)
+_DECIMAL = re.compile(r"-?[0-9]+(\.[0-9]+)?")
 _HEADER_SAFE = re.compile(r"[\x20-\x7E]*")
 _B64_SENTINEL = re.compile(r"=\?base64\?.*\?=")
 
@@ -101,11 +109,17 @@ def modern_headers(
     name = _decoded(params.get(key)) if key is not None else None
     if isinstance(name, str):
         headers["Mcp-Name"] = encode_header_value(name)
-    mirrored = param_headers.get(name) if method == "tools/call" and isinstance(name, str) else None
+    if method != "tools/call":
+        return headers
+    mirrored = param_headers.get(name) if isinstance(name, str) else None
     if mirrored:
         arguments = _decoded(params.get("arguments"))
         if isinstance(arguments, dict):
             headers.update(mirrored_params(mirrored, arguments))
+    forwarded = FORWARDED_PARAMS.get()
+    if forwarded:  # what the client sent that the proxy does not recognise goes on as it came
+        ours = {key.lower() for key in headers}
+        headers.update((key, value) for key, value in forwarded.items() if key.lower() not in ours)
     return headers
 
 
@@ -128,17 +142,91 @@ def header_params(input_schema: Any) -> dict[tuple[str, ...], str]:
     return found
 
 
+def learn_param_headers(reply: Frame, into: dict[str, dict[tuple[str, ...], str]]) -> None:
+    """Remember, from a tools/list reply, which tool arguments are mirrored as `Mcp-Param-*`."""
+    if "result" not in reply or X_MCP_HEADER.encode() not in bytes(reply["result"]):
+        return
+    body = jsonrpc.decode_any(reply["result"])
+    for tool in body.get("tools", []) if isinstance(body, dict) else []:
+        if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+            found = header_params(tool.get("inputSchema"))
+            if found:
+                into[tool["name"]] = found
+
+
+def _argument_at(arguments: Any, path: tuple[str, ...]) -> Any:
+    value: Any = arguments
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def _rendered(value: Any) -> str | None:
+    """An argument as its header carries it; None when it has no header form (absent, null,
+    an object or an array)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    return None
+
+
 def mirrored_params(param_headers: Mapping[tuple[str, ...], str], arguments: dict[str, Any]) -> dict[str, str]:
     headers: dict[str, str] = {}
     for path, token in param_headers.items():
-        value: Any = arguments
-        for key in path:
-            value = value.get(key) if isinstance(value, dict) else None
-        if value is None or isinstance(value, dict | list):
-            continue
-        rendered = ("true" if value else "false") if isinstance(value, bool) else str(value)
-        headers[f"Mcp-Param-{token}"] = encode_header_value(rendered)
+        rendered = _rendered(_argument_at(arguments, path))
+        if rendered is not None:
+            headers[f"{PARAM_PREFIX}{token}"] = encode_header_value(rendered)
     return headers
+
+
+def decode_header_value(value: str) -> str | None:
+    """A header value as sent, decoded from `=?base64?…?=` when sent that way; None when that
+    form is malformed."""
+    if not _B64_SENTINEL.fullmatch(value):
+        return value
+    try:
+        return base64.b64decode(value[9:-2], validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
+def param_header_problem(
+    param_headers: Mapping[tuple[str, ...], str], arguments: Any, headers: list[tuple[str, str]]
+) -> str | None:
+    """Why a tools/call's `Mcp-Param-*` headers disagree with its arguments, or None when they
+    agree: each annotated argument and its header are present together (null counts as absent)
+    and equal once decoded (numbers compared as numbers), and none is sent twice."""
+    sent: dict[str, list[str]] = {}
+    for name, value in headers:
+        if name.lower().startswith(PARAM_PREFIX.lower()):
+            sent.setdefault(name.lower(), []).append(value)
+    for path, token in param_headers.items():
+        header = f"{PARAM_PREFIX}{token}"
+        values = sent.get(header.lower(), [])
+        argument = ".".join(path)
+        if len(values) > 1:
+            return f"{header} header is sent more than once"
+        value = _argument_at(arguments, path)
+        rendered = _rendered(value)
+        if rendered is None:
+            if values:
+                return f"{header} header is sent but the argument {argument!r} is absent or has no header form"
+            continue
+        if not values:
+            return f"{header} header is missing but the argument {argument!r} is present"
+        decoded = decode_header_value(values[0])
+        if decoded is None:
+            return f"{header} header carries a malformed =?base64?…?= value"
+        if decoded != rendered and not _same_number(value, decoded):
+            return f"{header} header does not match the argument {argument!r}"
+    return None
+
+
+def _same_number(value: Any, text: str) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not _DECIMAL.fullmatch(text):
+        return False
+    return decimal.Decimal(text) == decimal.Decimal(str(value))
 
 
 def content_type(response: httpx2.Response) -> str:

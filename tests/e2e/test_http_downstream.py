@@ -21,6 +21,7 @@ import anyio
 import httpx2
 import pytest
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 from mcp_types import TextContent
 
 from tests.conftest import everything_command, notes_command, proxy_command
@@ -372,6 +373,13 @@ async def test_stateless_mode_serves_session_era_clients_without_sessions() -> N
             async with sdk_client(proxy.url, "legacy") as legacy, sdk_client(proxy.url, "auto") as modern:
                 assert (await legacy.call_tool("add", {"a": 1, "b": 1})).structured_content == {"result": 2}
                 assert (await modern.call_tool("add", {"a": 2, "b": 2})).structured_content == {"result": 4}
+                # No session, no way to ask a session-era client anything: the error says so.
+                with pytest.raises(MCPError) as refused:
+                    await legacy.call_tool("summarise", {"topic": "tides"})
+                assert "--stateless" in str(refused.value)
+                # A 2026-07-28 client gets the question as input_required and answers it.
+                sampled = await modern.call_tool("summarise", {"topic": "tides"})
+                assert "sampled: Summarise tides" in sampled.content[0].text  # type: ignore[union-attr]
     finally:
         proxy.stop()
 
