@@ -1,12 +1,18 @@
 """Where each MCP client keeps its server list, and the entry shapes it reads.
 
-    client          file (scope)                                            servers key
+    client          file (scope)                                            servers table
     claude-desktop  <config>/Claude/claude_desktop_config.json (user)        mcpServers
     cursor          ~/.cursor/mcp.json (user), .cursor/mcp.json (project)    mcpServers
     claude-code     ~/.claude.json (user), .mcp.json (project)               mcpServers
+                    ~/.claude.json (local)                                   projects.<cwd>.mcpServers
     anythingllm     <storage>/plugins/anythingllm_mcp_servers.json (user)    mcpServers
-    vscode          .vscode/mcp.json (project)                               servers
-    codex           $CODEX_HOME/config.toml, default ~/.codex (user)         [mcp_servers.NAME]
+    vscode          .vscode/mcp.json (project), <config>/Code/User/mcp.json  servers
+    codex           $CODEX_HOME/config.toml, default ~/.codex (user),        [mcp_servers.NAME]
+                    .codex/config.toml (project)
+
+A url entry can carry the proxy's bearer token as each client best allows: a reference to an
+environment variable where the client expands one (Claude Code `${NAME}`, Cursor `${env:NAME}`,
+Codex `bearer_token_env_var`), a VS Code password input, or the value itself (AnythingLLM).
 
 Paths are computed from a `Places` (home, working folder, environment, OS), never from the
 process globals directly, so tests can point every client into a temporary folder.
@@ -24,6 +30,22 @@ from pathlib import Path
 from typing import Any
 
 ENTRY_NAME = "frugal"
+# VS Code asks for the token once (a password prompt) and keeps it in its secret storage.
+TOKEN_INPUT: dict[str, Any] = {
+    "type": "promptString",
+    "id": "frugal-token",
+    "description": "frugal-proxy bearer token (the proxy's FRUGAL_AUTH_TOKEN)",
+    "password": True,
+}
+
+
+@dataclass(frozen=True)
+class Token:
+    """The bearer token a url entry sends: the environment variable that holds it, and its value
+    (read at install time; written into the file only for a client that expands no variables)."""
+
+    env: str
+    value: str | None
 
 
 @dataclass(frozen=True)
@@ -63,9 +85,21 @@ class Client:
     stdio_type: bool = False  # entries carry "type": "stdio"
     url_type: str | None = None  # the "type" of a url entry; None: no type
     takes_urls: bool = True  # False: the client runs commands only
+    # How a url entry refers to the token: in an Authorization header, "NAME" replaced by the
+    # variable's name (None: the client expands nothing, so the value itself), or by a key of its own.
+    token_ref: str | None = None
+    token_key: str | None = None
+    token_input: dict[str, Any] | None = None  # a top-level "inputs" item the reference needs
+    local_table: bool = False  # the "local" scope: projects[<cwd>] of the user file
 
     def path(self, places: Places, scope: str) -> Path:
         return self.paths(places, scope)
+
+    def table(self, places: Places, scope: str) -> tuple[str, ...]:
+        """The keys leading to the servers table inside the file."""
+        if scope == "local" and self.local_table:
+            return ("projects", str(places.cwd), self.servers_key)
+        return (self.servers_key,)
 
     def detected(self, places: Places) -> bool:
         return any(marker.exists() for marker in self.markers(places))
@@ -76,11 +110,28 @@ class Client:
         entry.update(command=command[0], args=[*command[1:], "serve"])
         return entry
 
-    def url_entry(self, url: str) -> dict[str, Any] | None:
-        """Our entry for a frugal-proxy reached over HTTP; None where the client cannot take one."""
+    def url_entry(self, url: str, token: Token | None = None) -> dict[str, Any] | None:
+        """Our entry for a frugal-proxy reached over HTTP; None where the client cannot take one.
+        ValueError when the token must be written out and its variable is not set."""
         if not self.takes_urls:
             return None
-        return {"type": self.url_type, "url": url} if self.url_type else {"url": url}
+        entry: dict[str, Any] = {"type": self.url_type, "url": url} if self.url_type else {"url": url}
+        if token is None:
+            return entry
+        if self.token_key is not None:
+            entry[self.token_key] = token.env
+            return entry
+        if self.token_ref is not None:
+            value = self.token_ref.replace("NAME", token.env)
+        elif token.value:
+            value = token.value
+        else:
+            raise ValueError(
+                f"{self.label} expands no variables in its config, so the token itself is written there; "
+                f"set {token.env} to the proxy's token first"
+            )
+        entry["headers"] = {"Authorization": f"Bearer {value}"}
+        return entry
 
 
 def _claude_desktop(places: Places, scope: str) -> Path:
@@ -118,18 +169,21 @@ CLIENTS: dict[str, Client] = {
             "Cursor picks the change up itself; check Settings → MCP",
             lambda places, scope: (places.home if scope == "user" else places.cwd) / ".cursor" / "mcp.json",
             lambda places: [places.home / ".cursor"],
+            token_ref="${env:NAME}",
         ),
         Client(
             "claude-code",
             "Claude Code",
-            ("user", "project"),
+            ("user", "project", "local"),
             "json",
             "mcpServers",
             "restart Claude Code (running sessions keep their servers); `/mcp` lists them",
-            lambda places, scope: places.home / ".claude.json" if scope == "user" else places.cwd / ".mcp.json",
+            lambda places, scope: places.cwd / ".mcp.json" if scope == "project" else places.home / ".claude.json",
             lambda places: [places.home / ".claude.json", places.home / ".claude"],
             stdio_type=True,
             url_type="http",
+            token_ref="${NAME}",
+            local_table=True,
         ),
         Client(
             "anythingllm",
@@ -145,24 +199,29 @@ CLIENTS: dict[str, Client] = {
         Client(
             "vscode",
             "VS Code",
-            ("project",),
+            ("project", "user"),
             "json",
             "servers",
             "VS Code: run 'MCP: List Servers' and start frugal (or reload the window)",
-            lambda places, scope: places.cwd / ".vscode" / "mcp.json",
+            lambda places, scope: (
+                (places.cwd / ".vscode" if scope == "project" else places.app_config() / "Code" / "User") / "mcp.json"
+            ),
             lambda places: [places.cwd / ".vscode"],
             stdio_type=True,
             url_type="http",
+            token_ref="${input:" + str(TOKEN_INPUT["id"]) + "}",
+            token_input=TOKEN_INPUT,
         ),
         Client(
             "codex",
             "Codex",
-            ("user",),
+            ("user", "project"),
             "toml",
             "mcp_servers",
             "start a new Codex session; `/mcp` lists the servers",
-            lambda places, scope: _codex_home(places) / "config.toml",
+            lambda places, scope: (_codex_home(places) if scope == "user" else places.cwd / ".codex") / "config.toml",
             lambda places: [_codex_home(places)],
+            token_key="bearer_token_env_var",
         ),
     )
 }

@@ -1,8 +1,12 @@
 """An MCP client's config file as a document with one table of server entries.
 
-JSON files (every client but Codex) are rewritten with the file's own indentation, key order
-kept; TOML (Codex) is edited with tomlkit, which keeps the user's comments and formatting.
-Entries are handed out and taken back as plain dicts; how they are stored stays in here.
+JSON files (every client but Codex) keep their text outside the members that change
+(json_spans); a file that cannot be edited that way (a new one, a duplicated key, a change
+outside the servers table) is written anew at its own indentation, key order kept. TOML (Codex)
+is edited with tomlkit, which keeps the user's comments and formatting.
+Entries are handed out and taken back as plain dicts; how they are stored stays in here. The
+servers table may sit deeper than the top level (Claude Code's local scope keeps it at
+`projects.<folder>.mcpServers`); `table` is the path of keys to it.
 
     Malformed   the file does not parse, or its servers table is not a table: leave it alone
 """
@@ -16,6 +20,8 @@ from typing import Any, Protocol
 
 import tomlkit
 import tomlkit.exceptions
+
+from frugal_proxy import json_spans
 
 Entry = dict[str, Any]
 
@@ -47,16 +53,22 @@ def ordered(value: Any) -> Any:
     return value
 
 
-def parse(text: str | None, fmt: str, servers_key: str) -> Document:
+def parse(text: str | None, fmt: str, table: str | tuple[str, ...]) -> Document:
     """The document for a file's text (None: the file does not exist yet)."""
     if fmt == "toml":
-        return TomlDocument(text, servers_key)
-    return JsonDocument(text, servers_key)
+        assert isinstance(table, str) or len(table) == 1, "a TOML servers table sits at the top level"
+        return TomlDocument(text, table if isinstance(table, str) else table[0])
+    return JsonDocument(text, (table,) if isinstance(table, str) else table)
+
+
+def _shown(table: tuple[str, ...]) -> str:
+    return "".join(f'["{key}"]' for key in table) if len(table) > 1 else f'"{table[0]}"'
 
 
 class JsonDocument:
-    def __init__(self, text: str | None, servers_key: str) -> None:
-        self._key = servers_key
+    def __init__(self, text: str | None, table: tuple[str, ...]) -> None:
+        self._table = table
+        self._text = text
         self._indent: str | int = 2
         self._newline = True
         data: Any = {}
@@ -72,16 +84,24 @@ class JsonDocument:
             self._newline = text.endswith("\n")
         if not isinstance(data, dict):
             raise Malformed("the top level is not a JSON object")
-        servers = data.get(servers_key)
-        if servers is not None and not isinstance(servers, dict):
-            raise Malformed(f'"{servers_key}" is not an object')
+        step: Any = data
+        for depth, key in enumerate(table, 1):
+            step = step.get(key)
+            if step is None:
+                break
+            if not isinstance(step, dict):
+                raise Malformed(f"{_shown(table[:depth])} is not an object")
         self._data: dict[str, Any] = data
 
     def _servers(self, create: bool) -> dict[str, Any] | None:
-        if self._key not in self._data and create:
-            self._data[self._key] = {}
-        servers: dict[str, Any] | None = self._data.get(self._key)
-        return servers
+        found = self._data
+        for key in self._table:
+            if key not in found:
+                if not create:
+                    return None
+                found[key] = {}
+            found = found[key]
+        return found
 
     def names(self) -> list[str]:
         return list(self._servers(False) or {})
@@ -98,12 +118,63 @@ class JsonDocument:
     def remove(self, name: str) -> None:
         (self._servers(False) or {}).pop(name, None)
 
+    def add_input(self, item: Entry) -> bool:
+        """Put `item` into the top-level "inputs" list unless one with its id is there; whether
+        anything changed. Malformed when "inputs" is not a list."""
+        inputs = self._data.setdefault("inputs", [])
+        if not isinstance(inputs, list):
+            raise Malformed('"inputs" is not a list')
+        if any(isinstance(known, dict) and known.get("id") == item["id"] for known in inputs):
+            return False
+        inputs.append(dict(item))
+        return True
+
+    def remove_input(self, item: Entry) -> bool:
+        """Take exactly `item` out of "inputs" again; whether it was there."""
+        inputs = self._data.get("inputs")
+        if not isinstance(inputs, list) or item not in inputs:
+            return False
+        inputs.remove(item)
+        if not inputs:
+            del self._data["inputs"]
+        return True
+
     def dumps(self) -> str:
+        edited = self._edited()
+        if edited is not None:
+            return edited
         text = json.dumps(self._data, indent=self._indent, ensure_ascii=False)
         return text + "\n" if self._newline else text
 
+    def _edited(self) -> str | None:
+        """The original text with only the servers table's changed members edited; None when
+        that cannot express the change."""
+        if self._text is None or not self._text.strip():
+            return None
+        span = json_spans.find_object(self._text, self._table)
+        after = self._servers(False)
+        if span is None or after is None:
+            return None
+        original = json.loads(self._text)
+        if _without(original, self._table) != _without(self._data, self._table):
+            return None
+        before: dict[str, Any] = original
+        for key in self._table:
+            before = before[key]
+        return json_spans.edit_object(self._text, span, before, after, self._indent)
+
     def plain(self) -> Any:
         return self._data
+
+
+def _without(data: dict[str, Any], table: tuple[str, ...]) -> str:
+    """`data` with the servers table blanked out, as text that also tells key order apart."""
+    copy = json.loads(json.dumps(data))
+    node = copy
+    for key in table[:-1]:
+        node = node[key]
+    node[table[-1]] = None
+    return json.dumps(copy)
 
 
 class TomlDocument:

@@ -208,41 +208,17 @@ ORIGINALS = {
 }
 
 
-def _json(text: str, indent: str) -> str:
-    return text.replace("    ", indent).replace("FRUGAL", FRUGAL)
-
-
 INSTALLED = {
-    "claude-desktop": _json(
-        """{
-    "mcpServers": {
-        "filesystem": {
-            "command": "npx",
-            "args": [
-                "-y",
-                "@modelcontextprotocol/server-filesystem",
-                "/Users/me/Desktop"
-            ]
-        },
-        "weather": {
-            "url": "https://weather.example/mcp",
-            "headers": {
-                "Authorization": "Bearer w"
-            }
-        },
-        "frugal": {
-            "command": "FRUGAL",
-            "args": [
-                "serve"
-            ]
-        }
-    },
-    "preferences": {
-        "menuBarEnabled": false
-    }
-}
-""",
-        "  ",
+    # Only the new member is written; the rest of each file keeps its layout, one-line objects too.
+    "claude-desktop": CLAUDE_DESKTOP.replace(
+        '"Bearer w" } }\n  },',
+        '"Bearer w" } },\n    "frugal": {\n      "command": "FRUGAL",\n      "args": [\n'
+        '        "serve"\n      ]\n    }\n  },',
+    ),
+    "cursor": CURSOR.replace(
+        '{"X-Key": "k"}}\n    }',
+        '{"X-Key": "k"}},\n        "frugal": {\n            "command": "FRUGAL",\n            "args": [\n'
+        '                "serve"\n            ]\n        }\n    }',
     ),
     "claude-code": CLAUDE_CODE.replace(
         '"https://mcp.linear.app/mcp"\n    }\n',
@@ -266,41 +242,6 @@ INSTALLED = {
         '# Profiles below.\n\n[mcp_servers.frugal]\ncommand = "FRUGAL"\nargs = ["serve"]\n\n',
     ),
 }
-# Cursor's hand-written inner objects are laid out again by the JSON writer, at the file's indent.
-INSTALLED["cursor"] = _json(
-    """{
-    "mcpServers": {
-        "github": {
-            "command": "docker",
-            "args": [
-                "run",
-                "-i",
-                "--rm",
-                "-e",
-                "GITHUB_TOKEN",
-                "ghcr.io/github/github-mcp-server"
-            ],
-            "env": {
-                "GITHUB_TOKEN": "${env:GITHUB_TOKEN}"
-            }
-        },
-        "docs": {
-            "url": "https://docs.example/mcp",
-            "headers": {
-                "X-Key": "k"
-            }
-        },
-        "frugal": {
-            "command": "FRUGAL",
-            "args": [
-                "serve"
-            ]
-        }
-    }
-}
-""",
-    "    ",
-)
 INSTALLED = {key: text.replace("FRUGAL", FRUGAL) for key, text in INSTALLED.items()}
 
 RESTART = {
@@ -528,6 +469,177 @@ def test_project_scope(machine: Machine) -> None:
     assert load(machine.project / ".mcp.json") == {
         "mcpServers": {"frugal": {"type": "stdio", "command": FRUGAL, "args": ["serve"]}}
     }
-    refused = machine.run("install", "--client", "codex", "--scope", "project")
+    codex = machine.run("install", "--client", "codex", "--scope", "project")
+    assert codex.returncode == 0, codex.stderr
+    assert load(machine.project / ".codex" / "config.toml") == {
+        "mcp_servers": {"frugal": {"command": FRUGAL, "args": ["serve"]}}
+    }
+    refused = machine.run("install", "--client", "anythingllm", "--scope", "project")
     assert refused.returncode == 1
-    assert "Codex: skipped: it has no project scope" in refused.stdout
+    assert "AnythingLLM: skipped: it has no project scope" in refused.stdout
+    assert not (machine.home / ".codex").exists()
+
+
+def test_vscode_user_profile_scope(machine: Machine) -> None:
+    done = machine.run("install", "--client", "vscode", "--scope", "user")
+    assert done.returncode == 0, done.stderr
+    path = machine.path("vscode", "user")
+    assert path.parts[-3:] == ("Code", "User", "mcp.json")
+    assert load(path) == {"servers": {"frugal": {"type": "stdio", "command": FRUGAL, "args": ["serve"]}}}
+    assert not (machine.project / ".vscode").exists()
+
+
+def claude_code_with_projects(machine: Machine) -> str:
+    """~/.claude.json with this project's local table holding one server, and another project."""
+    data = json.loads(CLAUDE_CODE)
+    data["projects"] = {
+        "/work/other": {"allowedTools": [], "mcpServers": {}},
+        str(machine.project): {
+            "allowedTools": ["Bash(ls)"],
+            "mcpServers": {"local-db": {"type": "stdio", "command": "uvx", "args": ["mcp-server-sqlite"], "env": {}}},
+            "hasTrustDialogAccepted": True,
+        },
+    }
+    return json.dumps(data, indent=2) + "\n"
+
+
+def test_claude_code_local_scope_edits_only_this_projects_table(machine: Machine) -> None:
+    original = claude_code_with_projects(machine)
+    path = place(machine, "claude-code", original)
+    done = machine.run("install", "--client", "claude-code", "--scope", "local")
+    assert done.returncode == 0, done.stderr
+    expected = json.loads(original)
+    expected["projects"][str(machine.project)]["mcpServers"]["frugal"] = {
+        "type": "stdio",
+        "command": FRUGAL,
+        "args": ["serve"],
+    }
+    assert path.read_text() == json.dumps(expected, indent=2) + "\n"
+    assert "already installed" in machine.run("install", "--client", "claude-code", "--scope", "local").stdout
+    # The user scope is a different table of the same file: installing there adds a second entry.
+    user = machine.run("install", "--client", "claude-code")
+    assert user.returncode == 0, user.stderr
+    assert load(path)["mcpServers"]["frugal"]["command"] == FRUGAL
+    assert machine.run("uninstall", "--client", "claude-code").returncode == 0
+    assert path.read_text() == json.dumps(expected, indent=2) + "\n"
+
+
+def test_claude_code_local_wrap_then_uninstall_restores_the_file(machine: Machine) -> None:
+    original = claude_code_with_projects(machine)
+    path = place(machine, "claude-code", original)
+    done = machine.run("install", "--client", "claude-code", "--scope", "local", "--wrap")
+    assert done.returncode == 0, done.stderr
+    data = load(path)
+    assert data["projects"][str(machine.project)]["mcpServers"]["local-db"]["args"] == [
+        "--",
+        "uvx",
+        "mcp-server-sqlite",
+    ]
+    assert data["mcpServers"] == json.loads(original)["mcpServers"]  # the user scope is not wrapped
+    gone = machine.run("uninstall", "--client", "claude-code", "--scope", "local")
+    assert gone.returncode == 0, gone.stderr
+    assert 'unwrapped "local-db"' in gone.stdout
+    assert path.read_text() == original
+
+
+def test_claude_code_local_scope_creates_the_project_table(machine: Machine) -> None:
+    path = place(machine, "claude-code")
+    done = machine.run("install", "--client", "claude-code", "--scope", "local", "--http", URL)
+    assert done.returncode == 0, done.stderr
+    data = load(path)
+    assert data["projects"]["/work/app"] == json.loads(CLAUDE_CODE)["projects"]["/work/app"]
+    assert data["projects"][str(machine.project)] == {"mcpServers": {"frugal": {"type": "http", "url": URL}}}
+
+
+def test_a_local_table_of_the_wrong_shape_is_left_alone(machine: Machine) -> None:
+    text = json.dumps({"projects": {str(machine.project): []}})
+    path = place(machine, "claude-code", text)
+    done = machine.run("install", "--client", "claude-code", "--scope", "local")
+    assert done.returncode == 1
+    assert f'["projects"]["{machine.project}"] is not an object; left untouched' in done.stderr
+    assert path.read_text() == text
+
+
+URL = "http://127.0.0.1:8765/mcp"
+TOKEN = "tok-3f9c2a71d5e84b06"
+
+
+@pytest.mark.parametrize(
+    ("client", "expected"),
+    [
+        ("cursor", {"url": URL, "headers": {"Authorization": "Bearer ${env:FRUGAL_AUTH_TOKEN}"}}),
+        ("claude-code", {"type": "http", "url": URL, "headers": {"Authorization": "Bearer ${FRUGAL_AUTH_TOKEN}"}}),
+        ("anythingllm", {"type": "streamable", "url": URL, "headers": {"Authorization": f"Bearer {TOKEN}"}}),
+        ("vscode", {"type": "http", "url": URL, "headers": {"Authorization": "Bearer ${input:frugal-token}"}}),
+        ("codex", {"url": URL, "bearer_token_env_var": "FRUGAL_AUTH_TOKEN"}),
+    ],
+)
+def test_token_env_puts_the_token_where_each_client_reads_it(
+    machine: Machine, client: str, expected: dict[str, Any]
+) -> None:
+    path = place(machine, client)
+    machine.env["FRUGAL_AUTH_TOKEN"] = TOKEN
+    done = machine.run("install", "--client", client, "--http", URL, "--token-env", "FRUGAL_AUTH_TOKEN")
+    assert done.returncode == 0, done.stderr
+    assert servers(client, load(path))["frugal"] == expected
+    assert "with the bearer token from $FRUGAL_AUTH_TOKEN" in done.stdout
+    assert TOKEN not in done.stdout + done.stderr
+    if client != "anythingllm":
+        assert TOKEN not in path.read_text()
+    if client == "vscode":
+        assert load(path)["inputs"][-1] == {
+            "type": "promptString",
+            "id": "frugal-token",
+            "description": "frugal-proxy bearer token (the proxy's FRUGAL_AUTH_TOKEN)",
+            "password": True,
+        }
+    again = machine.run("install", "--client", client, "--http", URL, "--token-env", "FRUGAL_AUTH_TOKEN")
+    assert "already installed" in again.stdout
+    assert machine.run("uninstall", "--client", client).returncode == 0
+    assert path.read_text() == ORIGINALS[client]
+
+
+def test_a_token_written_into_a_new_file_is_owner_only(machine: Machine, tmp_path: Path) -> None:
+    machine.env.update(ANYTHINGLLM_STORAGE_DIR=str(tmp_path / "storage"), FRUGAL_AUTH_TOKEN=TOKEN)
+    done = machine.run("install", "--client", "anythingllm", "--http", URL, "--token-env", "FRUGAL_AUTH_TOKEN")
+    assert done.returncode == 0, done.stderr
+    path = tmp_path / "storage" / "plugins" / "anythingllm_mcp_servers.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert load(path)["mcpServers"]["frugal"]["headers"] == {"Authorization": f"Bearer {TOKEN}"}
+
+
+def test_a_token_that_must_be_written_out_needs_its_variable(machine: Machine) -> None:
+    path = place(machine, "anythingllm")
+    machine.env.pop("FRUGAL_AUTH_TOKEN", None)
+    done = machine.run("install", "--client", "anythingllm", "--http", URL, "--token-env", "FRUGAL_AUTH_TOKEN")
+    assert done.returncode == 1
+    assert "AnythingLLM: skipped: AnythingLLM expands no variables in its config" in done.stderr
+    assert "set FRUGAL_AUTH_TOKEN to the proxy's token first" in done.stderr
+    assert path.read_text() == ANYTHINGLLM
+    assert backups(path) == []
+
+
+def test_dry_run_does_not_print_the_token(machine: Machine) -> None:
+    place(machine, "anythingllm")
+    machine.env["FRUGAL_AUTH_TOKEN"] = TOKEN
+    done = machine.run(
+        "install", "--client", "anythingllm", "--http", URL, "--token-env", "FRUGAL_AUTH_TOKEN", "--dry-run"
+    )
+    assert done.returncode == 0, done.stderr
+    assert '+        "Authorization": "Bearer <the value of $FRUGAL_AUTH_TOKEN>"' in done.stdout
+    assert TOKEN not in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--token-env", "FRUGAL_AUTH_TOKEN"], "--token-env goes with --http"),
+        (["--http", URL, "--token-env", "$TOKEN"], "--token-env wants the name of an environment variable"),
+    ],
+)
+def test_token_env_usage_errors(machine: Machine, args: list[str], message: str) -> None:
+    path = place(machine, "cursor")
+    done = machine.run("install", "--client", "cursor", *args)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert path.read_text() == CURSOR

@@ -6,7 +6,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from frugal_proxy.client_configs import CLIENTS, Places, runs_frugal, wrapped
+from frugal_proxy.client_configs import CLIENTS, Places, Token, runs_frugal, wrapped
 
 HOME = Path("/h")
 FRUGAL = ["/venv/bin/frugal-proxy"]
@@ -51,7 +51,30 @@ def test_scoped_and_home_relative_paths() -> None:
     assert CLIENTS["vscode"].path(where, "project") == Path("/work/app/.vscode/mcp.json")
     assert CLIENTS["codex"].path(where, "user") == Path("/h/.codex/config.toml")
     assert CLIENTS["codex"].path(places("Linux", CODEX_HOME="/c"), "user") == Path("/c/config.toml")
-    assert CLIENTS["vscode"].scopes == ("project",)
+    assert CLIENTS["codex"].path(places("Linux", CODEX_HOME="/c"), "project") == Path("/work/app/.codex/config.toml")
+    assert CLIENTS["vscode"].scopes == ("project", "user")
+    assert CLIENTS["claude-code"].path(where, "local") == Path("/h/.claude.json")
+
+
+@pytest.mark.parametrize(
+    ("system", "environ", "folder"),
+    [
+        ("Linux", {}, "/h/.config/Code/User"),
+        ("Darwin", {}, "/h/Library/Application Support/Code/User"),
+        ("Windows", {"APPDATA": "/roaming"}, "/roaming/Code/User"),
+    ],
+)
+def test_vscode_user_profile_per_os(system: str, environ: dict[str, str], folder: str) -> None:
+    assert PurePosixPath(CLIENTS["vscode"].path(places(system, **environ), "user")) == PurePosixPath(folder, "mcp.json")
+
+
+def test_the_servers_table_of_each_scope() -> None:
+    where = places("Linux")
+    assert CLIENTS["claude-code"].table(where, "local") == ("projects", "/work/app", "mcpServers")
+    assert CLIENTS["claude-code"].table(where, "user") == CLIENTS["claude-code"].table(where, "project")
+    assert CLIENTS["claude-code"].table(where, "user") == ("mcpServers",)
+    assert CLIENTS["vscode"].table(where, "user") == ("servers",)
+    assert CLIENTS["cursor"].table(where, "local") == ("mcpServers",)  # no local scope: never asked
 
 
 def test_detection_follows_the_markers(tmp_path: Path) -> None:
@@ -77,6 +100,29 @@ def test_our_entry_in_each_clients_shape() -> None:
         "vscode": {"type": "http", "url": "http://p/mcp"},
         "codex": {"url": "http://p/mcp"},
     }
+
+
+def test_url_entries_carry_the_token_as_each_client_reads_it() -> None:
+    token = Token("PROXY_TOKEN", "s3cret")
+    urls = {key: client.url_entry("http://p/mcp", token) for key, client in CLIENTS.items()}
+    bearer = {key: (entry or {}).get("headers", {}).get("Authorization") for key, entry in urls.items()}
+    assert bearer == {
+        "claude-desktop": None,
+        "cursor": "Bearer ${env:PROXY_TOKEN}",
+        "claude-code": "Bearer ${PROXY_TOKEN}",
+        "anythingllm": "Bearer s3cret",
+        "vscode": "Bearer ${input:frugal-token}",
+        "codex": None,
+    }
+    assert urls["codex"] == {"url": "http://p/mcp", "bearer_token_env_var": "PROXY_TOKEN"}
+    assert CLIENTS["vscode"].token_input is not None
+    assert CLIENTS["vscode"].token_input["id"] == "frugal-token"
+    assert CLIENTS["cursor"].url_entry("http://p/mcp", Token("PROXY_TOKEN", None)) == {
+        "url": "http://p/mcp",
+        "headers": {"Authorization": "Bearer ${env:PROXY_TOKEN}"},
+    }
+    with pytest.raises(ValueError, match="set PROXY_TOKEN to the proxy's token first"):
+        CLIENTS["anythingllm"].url_entry("http://p/mcp", Token("PROXY_TOKEN", None))
 
 
 def test_wrapping_a_stdio_entry_keeps_every_other_key_in_its_place() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from frugal_proxy.client_documents import Malformed, ordered, parse
+from frugal_proxy.client_documents import JsonDocument, Malformed, ordered, parse
 
 
 @pytest.mark.parametrize("indent", ["  ", "    ", "\t"])
@@ -71,3 +71,42 @@ def test_toml_new_file() -> None:
 def test_ordered_compares_key_order() -> None:
     assert ordered({"a": 1, "b": [{"c": 2}]}) == ordered({"a": 1, "b": [{"c": 2}]})
     assert ordered({"a": 1, "b": 2}) != ordered({"b": 2, "a": 1})
+
+
+def test_json_servers_table_at_a_path_is_created_and_found() -> None:
+    text = '{"projects": {"/a": {"allowedTools": []}}}'
+    document = parse(text, "json", ("projects", "/b", "mcpServers"))
+    assert document.names() == []
+    document.set("frugal", {"command": "f"})
+    assert document.plain() == {
+        "projects": {"/a": {"allowedTools": []}, "/b": {"mcpServers": {"frugal": {"command": "f"}}}}
+    }
+    again = parse(document.dumps(), "json", ("projects", "/b", "mcpServers"))
+    assert again.get("frugal") == {"command": "f"}
+    again.remove("frugal")
+    assert again.names() == []
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"projects": []}', '"projects" is not an object'),
+        ('{"projects": {"/b": {"mcpServers": 1}}}', '["projects"]["/b"]["mcpServers"] is not an object'),
+    ],
+)
+def test_json_a_path_through_something_else_is_refused(text: str, message: str) -> None:
+    with pytest.raises(Malformed, match=message.replace("[", r"\[")):
+        parse(text, "json", ("projects", "/b", "mcpServers"))
+
+
+def test_json_inputs_are_added_once_and_removed_exactly() -> None:
+    item = {"type": "promptString", "id": "frugal-token", "password": True}
+    document = JsonDocument('{"servers": {}}', ("servers",))
+    assert document.add_input(item)
+    assert not document.add_input({**item, "description": "another"})
+    assert document.plain() == {"servers": {}, "inputs": [item]}
+    assert not document.remove_input({**item, "password": False})
+    assert document.remove_input(item)
+    assert document.plain() == {"servers": {}}
+    with pytest.raises(Malformed, match='"inputs" is not a list'):
+        JsonDocument('{"inputs": {}}', ("servers",)).add_input(item)
