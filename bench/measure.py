@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import statistics
 import sys
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
+from typing import Protocol
 
 import anyio
 import msgspec
 
 from columns import ROOT, Column, Upstream
-from rpc_client import ClientError, RawClient, connect, monotonic, result_text_bytes
+from rpc_client import ClientError, Message, RawClient, connect, monotonic, result_text_bytes
 
 MB = 1_000_000  # decimal, as the issue counts; server-everything refuses lines over 10 MiB
 _REPLY_TIMEOUT = 60.0
@@ -107,9 +111,129 @@ def percentile(samples: Sequence[float], p: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def _rotated(keys: Sequence[str], turn: int) -> list[str]:
+def _load() -> str:
+    return f" (load {os.getloadavg()[0]:.2f})"
+
+
+def rotated(keys: Sequence[str], turn: int) -> list[str]:
+    """The keys in the order for round `turn`: each round starts one column later."""
     shift = turn % len(keys) if keys else 0
     return [*keys[shift:], *keys[:shift]]
+
+
+class Caller(Protocol):
+    """What the timed loops need of a connection: stdio (`RawClient`) or HTTP (`HttpClient`)."""
+
+    async def call_tool(self, params: bytes) -> Message: ...
+
+
+class LatencyPlan(Protocol):
+    """How many sequential calls to time."""
+
+    @property
+    def warmup_calls(self) -> int: ...
+    @property
+    def latency_calls(self) -> int: ...
+    @property
+    def latency_rounds(self) -> int: ...
+
+
+class ThroughputPlan(Protocol):
+    """How long to keep calls in flight."""
+
+    @property
+    def throughput_seconds(self) -> float: ...
+    @property
+    def throughput_rounds(self) -> int: ...
+
+
+class LatencyFigures(Protocol):
+    """Where the latency percentiles go (a column's figures, stdio or HTTP)."""
+
+    latency_p50_ms: float | None
+    latency_p90_ms: float | None
+    latency_p99_ms: float | None
+    latency_calls: int
+
+
+class Load(msgspec.Struct):
+    """Calls completed with calls kept in flight, over how long, and the client's own CPU time."""
+
+    calls: int = 0
+    seconds: float = 0.0
+    client_cpu_seconds: float = 0.0
+
+
+async def latency_rounds(
+    sessions: Mapping[str, Caller],
+    make_params: Callable[[], bytes],
+    plan: LatencyPlan,
+    figures: Mapping[str, LatencyFigures],
+    fail: Callable[[str, ClientError], None],
+) -> None:
+    """One call at a time, the plan's calls split into interleaved rounds after a warm-up; the
+    percentiles go into each column's `figures`.
+
+    A column whose call fails is passed to `fail`, left out of the rest, and gets no percentiles.
+    """
+    warmup, rounds = plan.warmup_calls, plan.latency_rounds
+    per_round = max(1, plan.latency_calls // rounds)
+    log(f"  latency: {rounds} rounds x {per_round} sequential calls per column{_load()}")
+    samples: dict[str, list[float]] = {k: [] for k in sessions}
+    live = list(sessions)
+    for turn in range(-1, rounds):
+        count = warmup if turn < 0 else per_round
+        for key in rotated(live, turn):
+            client = sessions[key]
+            try:
+                for _ in range(count):
+                    params = make_params()
+                    started = monotonic()
+                    await client.call_tool(params)
+                    if turn >= 0:
+                        samples[key].append((monotonic() - started) * 1000)
+            except ClientError as exc:
+                fail(key, exc)
+                live.remove(key)
+    for key in live:
+        if samples[key]:
+            into = figures[key]
+            into.latency_calls = len(samples[key])
+            into.latency_p50_ms = percentile(samples[key], 50)
+            into.latency_p90_ms = percentile(samples[key], 90)
+            into.latency_p99_ms = percentile(samples[key], 99)
+
+
+async def throughput_rounds(
+    sessions: Mapping[str, Caller],
+    make_params: Callable[[], bytes],
+    in_flight: int,
+    plan: ThroughputPlan,
+    fail: Callable[[str, ClientError], None],
+) -> dict[str, Load]:
+    """`in_flight` calls kept outstanding for the plan's seconds per column, in interleaved slices.
+
+    A column whose call fails is passed to `fail` and left out of the rest and of the answer.
+    """
+    rounds = plan.throughput_rounds
+    slice_seconds = plan.throughput_seconds / rounds
+    log(f"  throughput: {in_flight} in flight, {rounds} rounds x {slice_seconds:g} s per column{_load()}")
+    totals = {k: Load() for k in sessions}
+    live = list(sessions)
+    for turn in range(rounds):
+        for key in rotated(live, turn):
+            cpu = time.process_time()
+            try:
+                done, elapsed = await burst(sessions[key], make_params, slice_seconds, in_flight)
+            except ClientError as exc:
+                fail(key, exc)
+                live.remove(key)
+                continue
+            load = totals[key]
+            load.calls += done
+            load.seconds += elapsed
+            load.client_cpu_seconds += time.process_time() - cpu
+    return {k: totals[k] for k in live}
 
 
 def _error(exc: BaseException) -> str:
@@ -130,7 +254,7 @@ class Bench:
         self._nonces = itertools.count(1)
         self._payload_nonces = itertools.count(0)  # its own count, so sizes move by a few bytes only
 
-    def _fail(self, key: str, phase: str, exc: BaseException) -> None:
+    def _fail(self, key: str, exc: BaseException, phase: str) -> None:
         message = _error(exc)
         self.figures[key].errors[phase] = message
         log(f"  ! {self.columns[key].label} {phase}: {brief(message, 300)}")
@@ -162,7 +286,7 @@ class Bench:
             try:
                 sessions[key] = await self._open(key, stack, reply_timeout)
             except ClientError as exc:
-                self._fail(key, phase, exc)
+                self._fail(key, exc, phase)
         return sessions
 
     async def startup(self) -> None:
@@ -170,7 +294,7 @@ class Bench:
         log(f"  start-up: {self.plan.startup_spawns} spawns per column")
         samples: dict[str, list[float]] = {k: [] for k in self.columns}
         for turn in range(self.plan.startup_spawns):
-            for key in _rotated(self._live(), turn):
+            for key in rotated(self._live(), turn):
                 command = self.columns[key].command(self.upstream)
                 try:
                     started = monotonic()
@@ -179,7 +303,7 @@ class Bench:
                         await client.request("tools/list")
                         samples[key].append((monotonic() - started) * 1000)
                 except ClientError as exc:
-                    self._fail(key, "startup", exc)
+                    self._fail(key, exc, "startup")
         for key, values in samples.items():
             if values:
                 self.figures[key].startup_samples_ms = values
@@ -187,11 +311,6 @@ class Bench:
 
     async def steady_state(self) -> None:
         """Sequential call latency, then throughput with calls in flight, on long-lived sessions."""
-        plan = self.plan
-        log(
-            f"  latency: {plan.latency_rounds} rounds x {plan.latency_calls // plan.latency_rounds}"
-            " sequential calls per column"
-        )
         async with contextlib.AsyncExitStack() as stack:
             sessions = await self._open_all("latency", stack)
             await self._latency(sessions)
@@ -201,57 +320,19 @@ class Bench:
         return self.upstream.small_call(next(self._nonces))
 
     async def _latency(self, sessions: dict[str, RawClient]) -> None:
-        plan = self.plan
-        per_round = max(1, plan.latency_calls // plan.latency_rounds)
-        samples: dict[str, list[float]] = {k: [] for k in sessions}
-        live = list(sessions)
-        for turn in range(-1, plan.latency_rounds):
-            count = plan.warmup_calls if turn < 0 else per_round
-            for key in _rotated(live, turn):
-                client = sessions[key]
-                try:
-                    for _ in range(count):
-                        params = self._small_call()
-                        started = monotonic()
-                        await client.call_tool(params)
-                        if turn >= 0:
-                            samples[key].append((monotonic() - started) * 1000)
-                except ClientError as exc:
-                    self._fail(key, "latency", exc)
-                    live.remove(key)
-        for key, values in samples.items():
-            if values and "latency" not in self.figures[key].errors:
-                figures = self.figures[key]
-                figures.latency_calls = len(values)
-                figures.latency_p50_ms = percentile(values, 50)
-                figures.latency_p90_ms = percentile(values, 90)
-                figures.latency_p99_ms = percentile(values, 99)
+        fail = partial(self._fail, phase="latency")
+        await latency_rounds(sessions, self._small_call, self.plan, self.figures, fail)
 
     async def _throughput(self, sessions: dict[str, RawClient]) -> None:
-        plan = self.plan
-        slice_seconds = plan.throughput_seconds / plan.throughput_rounds
-        log(
-            f"  throughput: {plan.in_flight} in flight, {plan.throughput_rounds} rounds"
-            f" x {slice_seconds:g} s per column"
-        )
-        totals: dict[str, tuple[int, float]] = {k: (0, 0.0) for k in sessions}
-        live = [k for k in sessions if "latency" not in self.figures[k].errors]
-        for turn in range(plan.throughput_rounds):
-            for key in _rotated(live, turn):
-                try:
-                    done, elapsed = await _burst(sessions[key], self._small_call, slice_seconds, plan.in_flight)
-                except ClientError as exc:
-                    self._fail(key, "throughput", exc)
-                    live.remove(key)
-                    continue
-                calls, seconds = totals[key]
-                totals[key] = (calls + done, seconds + elapsed)
-        for key, (calls, seconds) in totals.items():
-            if seconds > 0 and "throughput" not in self.figures[key].errors:
+        live = {k: c for k, c in sessions.items() if "latency" not in self.figures[k].errors}
+        fail = partial(self._fail, phase="throughput")
+        totals = await throughput_rounds(live, self._small_call, self.plan.in_flight, self.plan, fail)
+        for key, load in totals.items():
+            if load.seconds > 0:
                 figures = self.figures[key]
-                figures.throughput_calls = calls
-                figures.throughput_seconds = seconds
-                figures.throughput_per_s = calls / seconds
+                figures.throughput_calls = load.calls
+                figures.throughput_seconds = load.seconds
+                figures.throughput_per_s = load.calls / load.seconds
 
     async def payloads(self) -> None:
         """Large results on fresh sessions; the peak RSS is taken over the largest size only."""
@@ -267,7 +348,7 @@ class Bench:
                 samples: dict[str, list[float]] = {k: [] for k in live}
                 text_bytes: dict[str, tuple[int, int]] = {}  # (returned, expected) for the last call
                 for turn in range(self.plan.payload_repeats[size]):
-                    for key in _rotated(live, turn):
+                    for key in rotated(live, turn):
                         params, expected = self.upstream.payload_call(size, next(self._payload_nonces))
                         try:
                             started = monotonic()
@@ -275,7 +356,7 @@ class Bench:
                             samples[key].append((monotonic() - started) * 1000)
                             text_bytes[key] = (result_text_bytes(reply), expected)
                         except (ClientError, msgspec.DecodeError) as exc:
-                            self._fail(key, f"payload {size // MB} MB", exc)
+                            self._fail(key, exc, f"payload {size // MB} MB")
                             live.remove(key)
                 for key, values in samples.items():
                     self.figures[key].payloads.append(
@@ -295,18 +376,16 @@ class Bench:
     def _start_rss_window(self, key: str, pid: int) -> None:
         figures = self.figures[key]
         figures.rss_of = "upstream process" if key == "direct" else "proxy process only"
-        if not _reset_peak_rss(pid):
+        if not reset_peak_rss(pid):
             figures.rss_note = "peak since spawn (could not reset VmHWM)"
 
     def _end_rss_window(self, key: str, pid: int) -> None:
-        peak_kib = _status_kib(pid, "VmHWM")
+        peak_kib = status_kib(pid, "VmHWM")
         if peak_kib is not None:
             self.figures[key].peak_rss_mb = peak_kib * 1024 / MB
 
 
-async def _burst(
-    client: RawClient, make_params: Callable[[], bytes], seconds: float, in_flight: int
-) -> tuple[int, float]:
+async def burst(client: Caller, make_params: Callable[[], bytes], seconds: float, in_flight: int) -> tuple[int, float]:
     """Keep `in_flight` calls outstanding for `seconds`; returns (calls completed, elapsed seconds)."""
     done = 0
     failure: ClientError | None = None
@@ -332,7 +411,7 @@ async def _burst(
     return done, elapsed
 
 
-def _status_kib(pid: int, field: str) -> int | None:
+def status_kib(pid: int, field: str) -> int | None:
     """A `kB` field of /proc/<pid>/status, such as VmHWM (peak RSS) or VmRSS."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
@@ -345,7 +424,7 @@ def _status_kib(pid: int, field: str) -> int | None:
     return None
 
 
-def _reset_peak_rss(pid: int) -> bool:
+def reset_peak_rss(pid: int) -> bool:
     """Reset the process's VmHWM to its current RSS (Linux `clear_refs` value 5)."""
     try:
         Path(f"/proc/{pid}/clear_refs").write_text("5")

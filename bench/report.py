@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Literal
+import argparse
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Generic, Literal, NamedTuple, Protocol, TypeVar
 
 import msgspec
 
@@ -17,6 +19,51 @@ RSS_PER_PAYLOAD = 4.0
 STARTUP_EXTRA_MS = 300.0
 
 
+def add_output_options(parser: argparse.ArgumentParser) -> None:
+    """`--json FILE` and `--frugal-arg ARG`, the options every bench entry point takes."""
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
+    parser.add_argument(
+        "--frugal-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="pass ARG to frugal-proxy before its `--` (repeatable), e.g. --frugal-arg=--no-govern",
+    )
+
+
+class Figures(Protocol):
+    """What the table needs of one column's figures: its heading and the errors by phase."""
+
+    @property
+    def column(self) -> str: ...
+
+    @property
+    def errors(self) -> dict[str, str]: ...
+
+
+F = TypeVar("F", bound=Figures)
+
+
+class Row(NamedTuple, Generic[F]):
+    """One row of figures: its label, the phase whose error explains a gap, and how to read it."""
+
+    label: str
+    phase: str
+    get: Callable[[F], float | None]
+    ratio: bool = True  # show each figure's ratio to its column's base
+
+
+class RunInfo(msgspec.Struct):
+    """When and where a run measured: the start of every `--json` report."""
+
+    mode: str
+    started_at: str
+    python: str
+    cpus: int
+    load_at_start: float
+    load_at_end: float
+
+
 class Target(msgspec.Struct):
     """One target from the issue, judged on the frugal-proxy column."""
 
@@ -25,12 +72,14 @@ class Target(msgspec.Struct):
     detail: str
 
 
-def _number(value: float) -> str:
-    if value >= 100:
+def number(value: float) -> str:
+    """A figure with as many digits as it deserves (a difference may be negative)."""
+    size = abs(value)
+    if size >= 100:
         return f"{value:,.0f}"
-    if value >= 10:
+    if size >= 10:
         return f"{value:.1f}"
-    if value >= 1:
+    if size >= 1:
         return f"{value:.2f}"
     return f"{value:.3f}"
 
@@ -44,17 +93,13 @@ def _largest(figures: dict[str, ColumnFigures]) -> int | None:
     return max(sizes) if sizes else None
 
 
-Getter = Callable[[ColumnFigures], float | None]
-
-
-def _rows(figures: dict[str, ColumnFigures], in_flight: int) -> list[tuple[str, str, Getter]]:
-    """(label, phase whose error explains a gap, getter) for each row of figures."""
-    rows: list[tuple[str, str, Getter]] = [
-        ("start-up to first tools/list (ms)", "startup", lambda f: f.startup_ms),
-        ("tools/call p50 (ms)", "latency", lambda f: f.latency_p50_ms),
-        ("tools/call p90 (ms)", "latency", lambda f: f.latency_p90_ms),
-        ("tools/call p99 (ms)", "latency", lambda f: f.latency_p99_ms),
-        (f"throughput, {in_flight} in flight (calls/s)", "throughput", lambda f: f.throughput_per_s),
+def _rows(figures: dict[str, ColumnFigures], in_flight: int) -> list[Row[ColumnFigures]]:
+    rows: list[Row[ColumnFigures]] = [
+        Row("start-up to first tools/list (ms)", "startup", lambda f: f.startup_ms),
+        Row("tools/call p50 (ms)", "latency", lambda f: f.latency_p50_ms),
+        Row("tools/call p90 (ms)", "latency", lambda f: f.latency_p90_ms),
+        Row("tools/call p99 (ms)", "latency", lambda f: f.latency_p99_ms),
+        Row(f"throughput, {in_flight} in flight (calls/s)", "throughput", lambda f: f.throughput_per_s),
     ]
     sizes = sorted({p.size for f in figures.values() for p in f.payloads})
     for size in sizes:
@@ -63,36 +108,50 @@ def _rows(figures: dict[str, ColumnFigures], in_flight: int) -> list[tuple[str, 
             payload = _payload(f, size)
             return payload.ms_per_call if payload else None
 
-        rows.append((f"{size // MB} MB result, wall per call (ms)", "payload", wall))
+        rows.append(Row(f"{size // MB} MB result, wall per call (ms)", "payload", wall))
     if sizes:
         largest = sizes[-1]
-        rows.append((f"peak RSS during {largest // MB} MB calls (MB)", "payload", lambda f: f.peak_rss_mb))
+        rows.append(Row(f"peak RSS during {largest // MB} MB calls (MB)", "payload", lambda f: f.peak_rss_mb))
     return rows
 
 
-def _cell(figures: ColumnFigures, direct: ColumnFigures, phase: str, get: Getter, ratio: bool) -> str:
-    value = get(figures)
+def _cell(figures: F, base: F | None, row: Row[F]) -> str:
+    value = row.get(figures)
     if value is None:
         if "unavailable" in figures.errors:
             return "unavailable"
-        if any(key.startswith(phase) for key in figures.errors):
+        if any(key.startswith(row.phase) for key in figures.errors):
             return "failed"
         return "skipped" if figures.errors else "-"
-    text = _number(value)
-    base = get(direct)
-    if ratio and base:
-        text += f" ({value / base:.2f}x)"
+    text = number(value)
+    against = row.get(base) if row.ratio and base is not None and base is not figures else None
+    if against:
+        text += f" ({value / against:.2f}x)"
     return text
+
+
+def grid(figures: Mapping[str, F], rows: Sequence[Row[F]], bases: Mapping[str, str]) -> list[list[str]]:
+    """The header and one line per row; a figure's ratio is to the column `bases` names for it."""
+    keys = list(figures)
+    lines = [["figure", *(figures[k].column for k in keys)]]
+    for row in rows:
+        cells = [_cell(figures[k], figures.get(bases.get(k, "")), row) for k in keys]
+        lines.append([row.label, *cells])
+    return lines
+
+
+def layout(lines: list[list[str]]) -> str:
+    """Lines of cells as aligned plain text, a rule under the header."""
+    widths = [max(len(row[i]) for row in lines) for i in range(len(lines[0]))]
+    rendered = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in lines]
+    rendered.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(line.rstrip() for line in rendered)
 
 
 def table(figures: dict[str, ColumnFigures], in_flight: int) -> str:
     """The figures as a plain-text table, one column per way of reaching the upstream."""
     keys = list(figures)
-    direct = figures["direct"]
-    header = ["figure", *(figures[k].column for k in keys)]
-    lines = [header]
-    for label, phase, get in _rows(figures, in_flight):
-        lines.append([label, *(_cell(figures[k], direct, phase, get, k != "direct") for k in keys)])
+    lines = grid(figures, _rows(figures, in_flight), {k: "direct" for k in keys})
     largest = _largest(figures)
     if largest is not None:
         returned = [f"{largest // MB} MB result text returned (bytes)"]
@@ -106,13 +165,11 @@ def table(figures: dict[str, ColumnFigures], in_flight: int) -> str:
                 returned.append(f"{payload.text_bytes:,} (altered)")
         lines.append(returned)
         lines.append(["  RSS measured on", *(figures[k].rss_of or "-" for k in keys)])
-    widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
-    rendered = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in lines]
-    rendered.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(line.rstrip() for line in rendered)
+    return layout(lines)
 
 
-def _judge(name: str, value: float | None, limit: float | None, ok: bool, detail: str) -> Target:
+def judge(name: str, value: float | None, limit: float | None, ok: bool, detail: str) -> Target:
+    """A target from its figure and limit: n/a when either is missing."""
     if value is None or limit is None:
         return Target(name, "n/a", detail)
     return Target(name, "met" if ok else "missed", detail)
@@ -127,39 +184,39 @@ def targets(figures: dict[str, ColumnFigures]) -> list[Target]:
     base, value = direct.latency_p50_ms, frugal.latency_p50_ms
     limit = base * P50_LIMIT_RATIO if base is not None else None
     detail = (
-        f"{_number(value)} ms vs limit {_number(limit)} ms ({value / base:.2f}x direct)"
+        f"{number(value)} ms vs limit {number(limit)} ms ({value / base:.2f}x direct)"
         if value is not None and limit is not None and base
-        else _missing(frugal, direct)
+        else missing(frugal, direct)
     )
-    found.append(_judge("p50 <= 1.5x direct p50", value, limit, _le(value, limit), detail))
+    found.append(judge("p50 <= 1.5x direct p50", value, limit, at_most(value, limit), detail))
 
     base, value = direct.throughput_per_s, frugal.throughput_per_s
     limit = base * THROUGHPUT_OF_DIRECT if base is not None else None
     detail = (
-        f"{_number(value)}/s = {value / base:.0%} of direct {_number(base)}/s"
+        f"{number(value)}/s = {value / base:.0%} of direct {number(base)}/s"
         if value is not None and base
-        else _missing(frugal, direct)
+        else missing(frugal, direct)
     )
-    found.append(_judge("throughput >= 40% of direct", value, limit, _ge(value, limit), detail))
+    found.append(judge("throughput >= 40% of direct", value, limit, at_least(value, limit), detail))
 
     other = fastmcp.throughput_per_s if fastmcp is not None else None
     limit = other * THROUGHPUT_OVER_FASTMCP if other is not None else None
     if value is not None and other:
-        detail = f"{_number(value)}/s = {value / other:.1f}x FastMCP proxy {_number(other)}/s"
+        detail = f"{number(value)}/s = {value / other:.1f}x FastMCP proxy {number(other)}/s"
     else:
-        detail = _missing(frugal, fastmcp) if fastmcp is not None else "no FastMCP column"
-    found.append(_judge("throughput >= 20x FastMCP proxy", value, limit, _ge(value, limit), detail))
+        detail = missing(frugal, fastmcp) if fastmcp is not None else "no FastMCP column"
+    found.append(judge("throughput >= 20x FastMCP proxy", value, limit, at_least(value, limit), detail))
 
     found.append(_rss_target(figures))
 
     base, value = direct.startup_ms, frugal.startup_ms
     limit = base + STARTUP_EXTRA_MS if base is not None else None
     detail = (
-        f"{_number(value)} ms = direct {_number(base)} ms {value - base:+,.0f} ms"
+        f"{number(value)} ms = direct {number(base)} ms {value - base:+,.0f} ms"
         if value is not None and base is not None
-        else _missing(frugal, direct)
+        else missing(frugal, direct)
     )
-    found.append(_judge("start-up <= direct + 300 ms", value, limit, _le(value, limit), detail))
+    found.append(judge("start-up <= direct + 300 ms", value, limit, at_most(value, limit), detail))
     return found
 
 
@@ -174,12 +231,12 @@ def _rss_target(figures: dict[str, ColumnFigures]) -> Target:
         failed = frugal.errors.get(f"payload {size_mb:.0f} MB")
         if failed is not None:
             return Target(name, "missed", f"the call failed: {brief(failed)}")
-        return Target(name, "n/a", _missing(frugal, None))
+        return Target(name, "n/a", missing(frugal, None))
     rss = frugal.peak_rss_mb
     if rss is None:
         return Target(name, "n/a", "passed, but the proxy's VmHWM could not be read")
     altered = payload.text_bytes != payload.expected_text_bytes
-    detail = f"peak {rss:.1f} MB, {_number(payload.ms_per_call)} ms per call"
+    detail = f"peak {rss:.1f} MB, {number(payload.ms_per_call)} ms per call"
     if altered:
         detail += f"; result altered ({payload.text_bytes:,} of {payload.expected_text_bytes:,} bytes)"
     if frugal.rss_note:
@@ -187,15 +244,18 @@ def _rss_target(figures: dict[str, ColumnFigures]) -> Target:
     return Target(name, "met" if rss <= limit else "missed", detail)
 
 
-def _le(value: float | None, limit: float | None) -> bool:
+def at_most(value: float | None, limit: float | None) -> bool:
+    """Both known and value <= limit."""
     return value is not None and limit is not None and value <= limit
 
 
-def _ge(value: float | None, limit: float | None) -> bool:
+def at_least(value: float | None, limit: float | None) -> bool:
+    """Both known and value >= limit."""
     return value is not None and limit is not None and value >= limit
 
 
-def _missing(figures: ColumnFigures, other: ColumnFigures | None) -> str:
+def missing(figures: Figures, other: Figures | None) -> str:
+    """Why a target has no figure: the first error of either column."""
     for subject in (figures, other):
         if subject is not None and subject.errors:
             phase, message = next(iter(subject.errors.items()))
@@ -210,7 +270,7 @@ def targets_text(found: Sequence[Target]) -> str:
     return "\n".join(f"  {marks[t.status]} {t.name.ljust(width)}  {t.detail}" for t in found)
 
 
-def errors_text(figures: dict[str, ColumnFigures]) -> str:
+def errors_text(figures: Mapping[str, Figures]) -> str:
     """Every recorded error, one per line, or the empty string."""
     lines = []
     for f in figures.values():

@@ -76,7 +76,7 @@ class _ToolText(msgspec.Struct):
     content: list[_TextBlock] = []
 
 
-_decode_message = msgspec.json.Decoder(Message).decode
+decode_message = msgspec.json.Decoder(Message).decode
 _IS_ERROR_TRUE = re.compile(rb'"isError"\s*:\s*true')
 _decode_text = msgspec.json.Decoder(_ToolText).decode
 _encode = msgspec.json.encode
@@ -106,11 +106,7 @@ class RawClient:
 
     def stderr_tail(self) -> str:
         """The last lines the child wrote to stderr, for error reports."""
-        try:
-            data = self._stderr_path.read_bytes()
-        except OSError:
-            return ""
-        return data[-_STDERR_TAIL:].decode("utf-8", "replace").strip()
+        return file_tail(self._stderr_path)
 
     async def request(self, method: str, params: bytes = b"{}") -> Message:
         """Send one request with pre-encoded `params` and wait up to `reply_timeout` for its reply."""
@@ -135,11 +131,7 @@ class RawClient:
 
     async def call_tool(self, params: bytes) -> Message:
         """`tools/call` with pre-encoded params; a result flagged `isError` raises `ErrorReply`."""
-        reply = await self.request("tools/call", params)
-        # A quote inside a JSON string is escaped, so this cannot match inside the result's text.
-        if reply.result and _IS_ERROR_TRUE.search(reply.result):
-            raise ErrorReply(f"tool error: {bytes(reply.result)[:300].decode('utf-8', 'replace')}")
-        return reply
+        return tool_result(await self.request("tools/call", params))
 
     async def handshake(self) -> None:
         """The legacy handshake: `initialize`, then `notifications/initialized`."""
@@ -183,7 +175,7 @@ class RawClient:
         if not line.strip():
             return
         try:
-            message = _decode_message(line)
+            message = decode_message(line)
         except msgspec.DecodeError:
             return
         if message.method is not None:
@@ -242,11 +234,11 @@ class RawClient:
         with anyio.move_on_after(3):
             await self._exited.wait()
         if not self._exited.is_set():
-            _signal_group(process.get_pid(), signal.SIGTERM)
+            signal_group(process.get_pid(), signal.SIGTERM)
             with anyio.move_on_after(2):
                 await self._exited.wait()
         # Also reaches an upstream the proxy left behind in the child's group.
-        _signal_group(process.get_pid(), signal.SIGKILL)
+        signal_group(process.get_pid(), signal.SIGKILL)
         with anyio.move_on_after(2):
             await self._exited.wait()
         self._close("the connection was closed")
@@ -271,6 +263,14 @@ class _Pipes(asyncio.SubprocessProtocol):
         self._client._on_exit()
 
 
+def tool_result(reply: Message) -> Message:
+    """The reply to a `tools/call`, unless its result is flagged `isError` (then `ErrorReply`)."""
+    # A quote inside a JSON string is escaped, so this cannot match inside the result's text.
+    if reply.result and _IS_ERROR_TRUE.search(reply.result):
+        raise ErrorReply(f"tool error: {bytes(reply.result)[:300].decode('utf-8', 'replace')}")
+    return reply
+
+
 def result_text_bytes(reply: Message) -> int:
     """The UTF-8 size of all text blocks in a tool result."""
     if not reply.result:
@@ -279,7 +279,8 @@ def result_text_bytes(reply: Message) -> int:
     return sum(len(block.text.encode()) for block in result.content if block.text is not None)
 
 
-def _signal_group(pid: int, sig: signal.Signals) -> None:
+def signal_group(pid: int, sig: signal.Signals) -> None:
+    """Send `sig` to the process group `pid` leads, if it is still there."""
     # The child leads its own session, so its group holds it and any upstream it spawned.
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
@@ -293,10 +294,8 @@ async def connect(
 
     Every request on the client fails with `RequestTimedOut` after `reply_timeout` seconds.
     """
-    stderr_file: IO[bytes] = tempfile.NamedTemporaryFile(prefix="bench-stderr-", delete=False)
-    stderr_path = Path(stderr_file.name)
-    client = RawClient(stderr_path, reply_timeout)
-    try:
+    async with child_log("bench-stderr-") as (stderr_file, stderr_path):
+        client = RawClient(stderr_path, reply_timeout)
         try:
             process, _ = await asyncio.get_running_loop().subprocess_exec(
                 lambda: _Pipes(client),
@@ -317,9 +316,28 @@ async def connect(
         finally:
             with anyio.CancelScope(shield=True):
                 await client._stop()
+
+
+@contextlib.asynccontextmanager
+async def child_log(prefix: str) -> AsyncIterator[tuple[IO[bytes], Path]]:
+    """A temporary file (open for writing, and its path) for a child's output; removed on exit."""
+    handle: IO[bytes] = tempfile.NamedTemporaryFile(prefix=prefix, delete=False)
+    path = Path(handle.name)
+    try:
+        yield handle, path
     finally:
+        handle.close()
         with anyio.CancelScope(shield=True):
-            await anyio.Path(stderr_path).unlink(missing_ok=True)
+            await anyio.Path(path).unlink(missing_ok=True)
+
+
+def file_tail(path: Path) -> str:
+    """The end of a child's log, for error reports; empty when it cannot be read."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    return data[-_STDERR_TAIL:].decode("utf-8", "replace").strip()
 
 
 def monotonic() -> float:

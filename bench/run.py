@@ -21,7 +21,7 @@ import msgspec
 
 from columns import Column, Upstream, columns, everything_upstream, notes_upstream
 from measure import Bench, ColumnFigures, Plan, log
-from report import Target, errors_text, table, targets, targets_text
+from report import RunInfo, Target, add_output_options, errors_text, table, targets, targets_text
 
 
 class UpstreamReport(msgspec.Struct):
@@ -34,15 +34,9 @@ class UpstreamReport(msgspec.Struct):
     targets: list[Target] = msgspec.field(default_factory=list)
 
 
-class Report(msgspec.Struct):
+class Report(RunInfo):
     """Everything one run measured; what `--json` writes."""
 
-    mode: str
-    started_at: str
-    python: str
-    cpus: int
-    load_at_start: float
-    load_at_end: float
     plan: Plan
     fastmcp_version: str | None
     frugal_args: list[str]
@@ -55,14 +49,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="a smoke run: 200 calls, 2 s bursts")
     parser.add_argument("--upstream", choices=["notes", "everything", "all"], default="all")
     parser.add_argument("--everything", type=Path, default=None, help="server-everything's dist/index.js")
-    parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
-    parser.add_argument(
-        "--frugal-arg",
-        action="append",
-        default=[],
-        metavar="ARG",
-        help="pass ARG to frugal-proxy before its `--` (repeatable), e.g. --frugal-arg=--no-govern",
-    )
+    add_output_options(parser)
     return parser.parse_args(argv)
 
 
