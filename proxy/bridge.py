@@ -21,6 +21,7 @@ import logging
 import math
 import secrets
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,7 @@ from frugal_proxy.upstream_base import ProgressHandler, UpstreamBase
 
 log = logging.getLogger("frugal_proxy.bridge")
 
+PROGRESS_KEPT = 64
 DEFAULT_HOLD_SECONDS = 300.0
 MAX_INPUT_ROUNDS = 10
 
@@ -57,7 +59,10 @@ class HeldCall:
     receive: MemoryObjectReceiveStream[Frame | _Final]
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     waiting_for: dict[str, jsonrpc.RequestId] = field(default_factory=dict)
-    on_progress: ProgressHandler | None = None
+    on_progress: ProgressHandler | None = None  # the current leg's; None between legs
+    # Progress the upstream reported between two legs (after one answered input_required, before
+    # the client's retry): delivered on the next leg, the last PROGRESS_KEPT of it.
+    progress_held: deque[dict[str, msgspec.Raw]] = field(default_factory=lambda: deque(maxlen=PROGRESS_KEPT))
     finished: bool = False
     opened_at: float = field(default_factory=time.monotonic)
     expires_at: float = math.inf
@@ -99,6 +104,8 @@ class HeldCalls:
         held.on_progress = on_progress
         held.scope.deadline = math.inf
         held.expires_at = math.inf
+        while held.progress_held and on_progress is not None:
+            await on_progress(held.progress_held.popleft())
         try:
             return await self._next_event(held)
         except anyio.get_cancelled_exc_class():
@@ -106,6 +113,8 @@ class HeldCalls:
             self._finish(held)
             held.scope.cancel()
             raise
+        finally:
+            held.on_progress = None  # this leg's stream is answered; what comes next waits for the retry
 
     def _open(self, method: str, params: dict[str, msgspec.Raw], capabilities: dict[str, Any]) -> HeldCall:
         self._sweep()
@@ -116,6 +125,8 @@ class HeldCalls:
         async def progress(progress_params: dict[str, msgspec.Raw]) -> None:
             if held.on_progress is not None:
                 await held.on_progress(progress_params)
+            else:
+                held.progress_held.append(progress_params)
 
         async def run() -> None:
             final = _Final(None, None)

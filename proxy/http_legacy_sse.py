@@ -45,6 +45,7 @@ Answer = Callable[[Session, Frame, Any, HttpSession | None], Awaitable[Frame]]
 
 
 def _error(status: int, message: str, ident: Any = None) -> Response:
+    log.warning("HTTP+SSE request refused: %s", message[:200], extra={"status": status})
     body = jsonrpc.encode(jsonrpc.error(ident, jsonrpc.INVALID_REQUEST, message))
     return Response(body, status, media_type="application/json")
 
@@ -82,7 +83,6 @@ class LegacySse:
         if entry is None or inbox is None:
             return _error(404, "unknown or ended session: open GET /sse again")
         if entry.session.operator != current_operator():
-            log.warning("message on another operator's session refused", extra={"status": 403})
             return _error(403, "this session belongs to another operator: use the token that opened it")
         read = await read_messages(request, self.body_cap)
         if isinstance(read, Response):
@@ -93,7 +93,6 @@ class LegacySse:
             try:
                 inbox.send_nowait(frame)
             except anyio.WouldBlock:
-                log.warning("an HTTP+SSE session's inbox is full; message refused", extra={"status": 429})
                 return _error(429, "too many messages waiting for this session; wait for answers before sending more")
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 return _error(404, "the session ended: open GET /sse again")

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import msgspec
 import pytest
 
 from frugal_proxy import jsonrpc
-from frugal_proxy.bridge import fulfil_input_required
+from frugal_proxy.bridge import HeldCalls, fulfil_input_required
 from frugal_proxy.downstream import ClientGone
 from frugal_proxy.jsonrpc import Frame
 
@@ -62,3 +63,60 @@ async def test_a_client_that_cannot_be_asked_raises_client_gone_itself() -> None
 
     with pytest.raises(ClientGone):
         await fulfil_input_required(jsonrpc.result(7, ASKING), {}, capabilities=CAPABILITIES, ask=ask, retry=retry)
+
+
+class _SlowUpstream:
+    """An upstream call that reports progress when told to and answers when told to; the
+    replies the proxy sends it (answers to its server requests) are recorded."""
+
+    def __init__(self) -> None:
+        self.step = anyio.Event()
+        self.finish = anyio.Event()
+        self.replies: list[Frame] = []
+
+    async def send_reply(self, frame: Frame) -> None:
+        self.replies.append(frame)
+
+    async def request(self, method: str, params: Any, *, on_progress: Any = None) -> Frame:
+        await self.step.wait()
+        await on_progress({"progress": jsonrpc.raw(1)})
+        await self.finish.wait()
+        await on_progress({"progress": jsonrpc.raw(2)})
+        return jsonrpc.result(1, {"content": [], "resultType": "complete"})
+
+
+async def test_progress_between_two_legs_reaches_the_next_leg() -> None:
+    """A server request ends the first leg with input_required; progress the upstream reports
+    before the client's retry must reach the retry's stream, not the answered first one."""
+    upstream = _SlowUpstream()
+    first: list[int] = []
+    second: list[int] = []
+
+    async def sink(into: list[int], params: dict[str, msgspec.Raw]) -> None:
+        into.append(jsonrpc.decode_any(params["progress"]))
+
+    async with anyio.create_task_group() as tg:
+        held = HeldCalls(upstream, tg)  # type: ignore[arg-type]
+        leg: list[Frame] = []
+
+        async def first_leg() -> None:
+            leg.append(await held.call("tools/call", {}, {"roots": {}}, lambda p: sink(first, p)))
+
+        tg.start_soon(first_leg)
+        await anyio.wait_all_tasks_blocked()
+        await held.attach(jsonrpc.request(50, "roots/list", {}))
+        await anyio.wait_all_tasks_blocked()
+        asking = jsonrpc.decode_any(leg[0]["result"])
+        assert asking["resultType"] == "input_required"
+        upstream.step.set()  # progress 1 arrives while no leg is open
+        await anyio.wait_all_tasks_blocked()
+        (key,) = asking["inputRequests"]
+        retry = {
+            "requestState": jsonrpc.raw(asking["requestState"]),
+            "inputResponses": jsonrpc.raw({key: {"roots": []}}),
+        }
+        upstream.finish.set()
+        final = await held.call("tools/call", retry, {"roots": {}}, lambda p: sink(second, p))
+    assert jsonrpc.decode_any(final["result"])["resultType"] == "complete"
+    assert first == [] and second == [1, 2]
+    assert jsonrpc.id_of(upstream.replies[0]) == 50
