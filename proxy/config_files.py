@@ -56,16 +56,19 @@ def _new_file_mode() -> int:
     return 0o666 & ~mask
 
 
-def write_atomic(path: Path, text: str, new_mode: int | None = None) -> None:
+def write_atomic(path: Path, text: str, new_mode: int | None = None, *, private: bool = False) -> None:
     """Replace `path` with `text` in one step (temp file in the same folder, then os.replace).
 
     An existing file keeps its permission bits; a new one gets `new_mode` (default: the usual
-    umask-derived mode) and the folders it needs."""
+    umask-derived mode) and the folders it needs. `private` (the text holds a secret) keeps only
+    the owner's bits, whatever the file had."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         mode = path.stat().st_mode & 0o7777
     except FileNotFoundError:
         mode = _new_file_mode() if new_mode is None else new_mode
+    if private:
+        mode &= 0o700
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:

@@ -27,6 +27,11 @@ class ClientGone(Exception):
     """The client closed its side before answering."""
 
 
+class ClientUnreachable(ClientGone):
+    """The client cannot be asked anything (a session-era client without a session); the
+    message says why."""
+
+
 @dataclass(eq=False)
 class _Pending:
     done: anyio.Event = field(default_factory=anyio.Event)
@@ -72,6 +77,9 @@ class DownstreamPeer:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, BrokenPipeError):
             self._pending.pop(ident, None)
             raise ClientGone from None
+        except ClientUnreachable:
+            self._pending.pop(ident, None)
+            raise
         if pending.reply is None:
             raise ClientGone
         return pending.reply

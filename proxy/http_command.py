@@ -88,8 +88,10 @@ def run_http(
     the config's `[auth]` table (the wrap form has none: FRUGAL_AUTH_TOKEN only)."""
     from frugal_proxy.config import Auth
     from frugal_proxy.governor_http import PATHS
-    from frugal_proxy.http_guard import bind_refusal, guard_settings, is_loopback
+    from frugal_proxy.http_guard import HEALTH_PATH, bind_refusal, guard_settings, is_loopback
+    from frugal_proxy.http_legacy_sse import MESSAGES_PATH, SSE_PATH
     from frugal_proxy.http_server import HttpSettings, listen_socket, parse_address, serve_http
+    from frugal_proxy.metrics import METRICS_PATH
     from frugal_proxy.operators import Operators
 
     try:
@@ -103,8 +105,8 @@ def run_http(
     if refusal is not None:
         print(f"frugal-proxy: error: {refusal}", file=sys.stderr)
         return 2
-    if options.http_path in PATHS:
-        taken = f"--http-path {options.http_path} is one of the governor's endpoints; pick another path"
+    if options.http_path in (*PATHS, HEALTH_PATH, METRICS_PATH, SSE_PATH, MESSAGES_PATH):
+        taken = f"--http-path {options.http_path} is taken by another of the proxy's endpoints; pick another path"
         print(f"frugal-proxy: error: {taken}", file=sys.stderr)
         return 2
     if not operators.required and not is_loopback(host):

@@ -84,21 +84,24 @@ class EventLog:
         until the log is closed."""
         while True:
             wake = self._wake
-            oldest = self._last - len(self._events) + 1
-            if after + 1 < oldest and self._events:
-                log.warning(
-                    "resumed SSE stream had lost events to the buffer bound",
-                    extra={"stream": self.stream_id, "lost": oldest - after - 1},
-                )
-                after = oldest - 1
             while after < self._last:
+                oldest = self._last - len(self._events) + 1  # again each time: the reader may lag
+                if after + 1 < oldest:
+                    log.warning(
+                        "an SSE stream's reader fell behind its buffer bound; events were lost",
+                        extra={"stream": self.stream_id, "lost": oldest - after - 1},
+                    )
+                    after = oldest - 1
                 after += 1
-                data = self._events[after - (self._last - len(self._events) + 1)]
-                self.delivered = max(self.delivered, after)
-                yield after, data
+                yield after, self._events[after - oldest]
             if self.closed:
                 return
             await wake.wait()
+
+    def written(self, number: int) -> None:
+        """A connection has written event `number` out (a new GET without Last-Event-ID starts
+        after the newest such)."""
+        self.delivered = max(self.delivered, number)
 
 
 class EventLogs:
@@ -125,7 +128,9 @@ class EventLogs:
         sent or no longer holds."""
         stream_id, sep, number = last_event_id.strip().rpartition("-")
         found = self._logs.get(stream_id) if sep else None
-        if found is None or not number.isdigit() or int(number) > found.last:
+        if found is None or not (number.isascii() and number.isdigit() and len(number) <= 20):
+            return None
+        if int(number) > found.last:
             return None
         return found, int(number)
 

@@ -124,9 +124,10 @@ class _SessionStream(Response):
                 tg.start_soon(self._serve, inbox, tg)
 
                 async def write() -> None:
-                    async for _, data in stream.follow(0):
+                    async for number, data in stream.follow(0):
                         body = b"event: message\ndata: " + data + b"\n\n"
                         await send({"type": "http.response.body", "body": body, "more_body": True})
+                        stream.written(number)
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(write)

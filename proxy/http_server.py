@@ -41,8 +41,7 @@ from starlette.types import Receive, Scope, Send
 
 from frugal_proxy import eras, jsonrpc, subscriptions
 from frugal_proxy.assembly import with_metrics
-from frugal_proxy.downstream import DownstreamPeer
-from frugal_proxy.errors import BridgeError
+from frugal_proxy.downstream import ClientUnreachable, DownstreamPeer
 from frugal_proxy.governor_http import governor_routes, http_error
 from frugal_proxy.http_events import EventLog
 from frugal_proxy.http_guard import HEALTH_PATH, Guard, GuardSettings, read_messages
@@ -134,6 +133,7 @@ async def _write_events(send: Send, stream: EventLog, after: int, *, ids: bool, 
             async for number, data in stream.follow(after):
                 head = b"id: " + stream.event_id(number).encode() + b"\n" if ids else b""
                 await send({"type": "http.response.body", "body": head + _sse(data), "more_body": True})
+                stream.written(number)
         except OSError:
             return False
     try:
@@ -566,7 +566,7 @@ class _NoClient:
                 f"the upstream asked the client for {jsonrpc.method_of(frame)}, which cannot reach a session-era "
                 "client without a session (--stateless); use a 2026-07-28 client, or serve without --stateless"
             )
-            raise BridgeError(message, jsonrpc.INTERNAL_ERROR)
+            raise ClientUnreachable(message)
         raise anyio.ClosedResourceError
 
 

@@ -83,18 +83,24 @@ class HttpSessions:
         self.idle_timeout = idle_timeout
         self.max_sessions = max_sessions
         self._sessions: dict[str, HttpSession] = {}
+        self._opening = 0
         self._running = 0
         self._all_done = anyio.Event()
 
     def __len__(self) -> int:
-        return len(self._sessions)
+        """Live sessions plus those being opened (so that a burst cannot pass the bound)."""
+        return len(self._sessions) + self._opening
 
     def get(self, session_id: str) -> HttpSession | None:
         return self._sessions.get(session_id)
 
     async def open(self) -> HttpSession:
         """A new session with its own upstream connections (started, not necessarily ready)."""
-        started: HttpSession = await self._tg.start(self._run, secrets.token_urlsafe(32))
+        self._opening += 1  # before any await: the caller's bound check and this count are one step
+        try:
+            started: HttpSession = await self._tg.start(self._run, secrets.token_urlsafe(32))
+        finally:
+            self._opening -= 1
         return started
 
     def end(self, session_id: str) -> bool:

@@ -182,7 +182,7 @@ class UpstreamLink:
         # Not `initialize_params`: they are set as soon as an initialize is under way, and a
         # request sent before it is answered would reach a server with no session.
         async with self._init_lock:
-            if upstream.initialize_params is not None:
+            if upstream.session_open or upstream.era != "legacy":
                 return
             reply = await upstream.initialize(
                 {
@@ -349,8 +349,8 @@ class UpstreamLink:
         upstream_id = jsonrpc.id_of(frame)
         try:
             reply = await self.downstream.request(jsonrpc.method_of(frame) or "", frame.get("params"))
-        except ClientGone:
-            reply = jsonrpc.error(upstream_id, jsonrpc.INTERNAL_ERROR, "the client went away")
+        except ClientGone as exc:
+            reply = jsonrpc.error(upstream_id, jsonrpc.INTERNAL_ERROR, str(exc) or "the client went away")
         await upstream.send_reply(jsonrpc.with_id(reply, upstream_id))
 
     async def on_upstream_notification(self, upstream: UpstreamBase, frame: Frame) -> None:

@@ -162,8 +162,10 @@ def _apply(
         sys.stdout.write(diff)
         return True
     saved = config_files.backup(path) if before is not None else None
-    # A new file that holds the token itself is the owner's alone.
-    config_files.write_atomic(path, after, new_mode=0o600 if written else None)
+    if saved is not None and written:
+        saved.chmod(saved.stat().st_mode & 0o600)  # an earlier install may have put the token in it
+    # A file that holds the token itself is the owner's alone, whatever mode it had before.
+    config_files.write_atomic(path, after, new_mode=0o600 if written else None, private=written)
     records.clear()
     records.update(pending)
     print(f"{client.label}: {'updated' if before is not None else 'created'} {path}")

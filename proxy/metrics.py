@@ -32,10 +32,13 @@ name when it looks like a tool name and fewer than `MAX_TOOL_LABELS` names have 
 from __future__ import annotations
 
 import bisect
+import importlib
 import re
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -244,6 +247,10 @@ def scrape_handler(metrics: Metrics) -> Callable[[Request], Awaitable[Response]]
     """The handler of `GET /metrics`."""
 
     async def scrape(request: Request) -> Response:
+        if "prometheus_client.exposition" not in sys.modules:
+            # The first scrape imports prometheus_client (a few hundred ms): off the event loop,
+            # so that the calls in flight do not stall. The tallies are then read on the loop.
+            await anyio.to_thread.run_sync(importlib.import_module, "prometheus_client.exposition")
         body, content_type = metrics.exposition(request.headers.get("accept", ""))
         return Response(body, media_type=content_type)
 

@@ -90,6 +90,8 @@ class RegistrationRefused(Exception):
 def canonical(name: str) -> str:
     """The one spelling of an operator name: format characters (Unicode Cf) stripped, NFKC,
     casefolded, whitespace collapsed and trimmed. Raises InvalidOperator when nothing usable is left."""
+    if len(name) > 4 * MAX_NAME_CHARS:  # before the per-character work: the name comes from anyone
+        raise InvalidOperator(f"an operator name has at most {MAX_NAME_CHARS} characters")
     text = _strip_format(unicodedata.normalize("NFKC", _strip_format(name)))
     text = _strip_format(unicodedata.normalize("NFKC", text.casefold()))
     text = " ".join(text.split())
@@ -156,6 +158,7 @@ class Operators:
         self.max_registered = max_registered
         self.path = path or registry_path()
         self._by_hash = {digest: name for name, digest in self.configured.items()}
+        self._required = bool(self._by_hash)
         self._registered: dict[str, Registered] = {}
         self._seen: int | None = None  # the registry file's mtime_ns when last read
         self._checked = 0.0
@@ -176,7 +179,7 @@ class Operators:
     @property
     def required(self) -> bool:
         """Whether requests need a bearer token at all."""
-        return bool(self._by_hash) or self.open_registration
+        return self._required or self.open_registration
 
     def bind_refusal(self) -> str | None:
         """Why these operators do not protect a non-loopback address, or None when they do."""
@@ -261,6 +264,8 @@ class Operators:
             changed = self.path.stat().st_mtime_ns != self._seen
         except FileNotFoundError:
             changed = self._seen is not None
+        except OSError as exc:
+            raise RegistryUnreadable(f"{self.path}: {exc.strerror or exc}") from None
         if changed:
             self._load()
 
@@ -287,6 +292,9 @@ class Operators:
         by_hash = {entry.token_sha256: name for name, entry in registered.items()}
         by_hash.update({digest: name for name, digest in self.configured.items()})
         self._registered, self._by_hash = registered, by_hash
+        # Once a token has been needed, it stays needed: removing the last registered operator
+        # (or the registry file) must lock everyone out, not let everyone in as `local`.
+        self._required = self._required or bool(by_hash)
 
 
 def configured_tokens(tokens: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:

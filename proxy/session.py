@@ -21,7 +21,7 @@ from frugal_proxy import __version__, eras, jsonrpc
 from frugal_proxy.assembly import Assembly, assemble
 from frugal_proxy.catalog import KINDS, Catalog, CatalogError
 from frugal_proxy.config import ToolFilter
-from frugal_proxy.downstream import ClientGone, DownstreamPeer
+from frugal_proxy.downstream import ClientGone, ClientUnreachable, DownstreamPeer
 from frugal_proxy.errors import BridgeError, ProxyError, UpstreamDown
 from frugal_proxy.jsonrpc import Frame, RequestId
 from frugal_proxy.link import Client, UpstreamLink
@@ -177,6 +177,8 @@ class Session:
                 reply = jsonrpc.error(client_id, exc.code, str(exc))
             except CatalogError as exc:
                 reply = jsonrpc.error(client_id, jsonrpc.INVALID_PARAMS, str(exc))
+            except ClientUnreachable as exc:
+                reply = jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR, str(exc))
             except ClientGone:
                 return None
             except (UpstreamDown, ProxyError) as exc:

@@ -433,3 +433,15 @@ async def test_a_request_waits_for_an_upstream_still_negotiating_its_era(tmp_pat
                 assert (await client.call_tool("add", {"a": 1, "b": 2})).structured_content == {"result": 3}
     finally:
         served.stop()
+
+
+@pytest.mark.parametrize("path", ["/metrics", "/healthz", "/sse", "/messages", "/shape"])
+def test_an_http_path_taken_by_another_endpoint_is_refused(path: str) -> None:
+    done = subprocess.run(
+        proxy_command(notes_command(), "--http", "127.0.0.1:0", "--http-path", path),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert f"--http-path {path} is taken by another of the proxy's endpoints" in done.stderr

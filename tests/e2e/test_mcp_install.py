@@ -608,6 +608,16 @@ def test_a_token_written_into_a_new_file_is_owner_only(machine: Machine, tmp_pat
     assert load(path)["mcpServers"]["frugal"]["headers"] == {"Authorization": f"Bearer {TOKEN}"}
 
 
+def test_a_token_written_into_an_existing_readable_file_makes_it_owner_only(machine: Machine) -> None:
+    path = place(machine, "anythingllm")
+    path.chmod(0o644)
+    machine.env["FRUGAL_AUTH_TOKEN"] = TOKEN
+    done = machine.run("install", "--client", "anythingllm", "--http", URL, "--token-env", "FRUGAL_AUTH_TOKEN")
+    assert done.returncode == 0, done.stderr
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert load(path)["mcpServers"]["frugal"]["headers"] == {"Authorization": f"Bearer {TOKEN}"}
+
+
 def test_a_token_that_must_be_written_out_needs_its_variable(machine: Machine) -> None:
     path = place(machine, "anythingllm")
     machine.env.pop("FRUGAL_AUTH_TOKEN", None)

@@ -106,6 +106,17 @@ async def test_registration_mints_a_token_kept_only_as_a_hash(tmp_path: Path) ->
     # A restart (a new registry read from the same file) keeps the operator and its token.
     again = Operators(path=path)
     assert again.required and await again.identify(f"Bearer {token}") == "carol"
+    # Removing the registry (say, to reset a lost token) locks everyone out; it never turns
+    # authentication off for a proxy that needed it.
+    path.unlink()
+    assert await again.identify("Bearer not-a-token") is None  # an unknown token rereads the file
+    assert await again.identify(f"Bearer {token}") is None
+    assert again.required
+
+
+def test_a_huge_name_is_refused_before_any_per_character_work() -> None:
+    with pytest.raises(InvalidOperator):
+        canonical("a" * 4_000_000)
 
 
 async def test_registration_refusals(tmp_path: Path) -> None:
