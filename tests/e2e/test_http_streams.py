@@ -19,8 +19,9 @@ import httpx2
 import pytest
 from mcp import Client, ClientSession
 from mcp.client.sse import sse_client
+from mcp.shared.exceptions import MCPError
 
-from tests.conftest import notes_command, proxy_command
+from tests.conftest import everything_command, notes_command, proxy_command
 from tests.e2e import test_http_upstream
 from tests.e2e.test_http_downstream import (
     INITIALIZE,
@@ -28,6 +29,7 @@ from tests.e2e.test_http_downstream import (
     Proxy,
     modern_body,
     modern_headers,
+    sdk_client,
     start,
 )
 from tests.e2e.test_wrap_stdio import sampling
@@ -445,3 +447,24 @@ def test_an_http_path_taken_by_another_endpoint_is_refused(path: str) -> None:
     )
     assert done.returncode == 2
     assert f"--http-path {path} is taken by another of the proxy's endpoints" in done.stderr
+
+
+async def test_stateless_session_era_clients_of_a_session_era_upstream_get_a_clear_error() -> None:
+    """server-everything asks the client to sample; a session-era client of a --stateless
+    endpoint cannot be asked. The call fails with the reason, and the proxy goes on serving."""
+    stateless = start(everything_command(), "--stateless")
+    try:
+        with anyio.fail_after(50):
+            async with sdk_client(stateless.url, "legacy") as client:  # it declares sampling
+                try:
+                    result = await client.call_tool("trigger-sampling-request", {"prompt": "tides", "maxTokens": 20})
+                    text = " ".join(getattr(block, "text", "") for block in result.content)
+                    assert result.is_error, text
+                except MCPError as exc:
+                    text = str(exc)
+                assert "--stateless" in text
+                echoed = await client.call_tool("echo", {"message": "still here"})
+                assert "still here" in echoed.content[0].text  # type: ignore[union-attr]
+        assert stateless.process.poll() is None
+    finally:
+        stateless.stop()
