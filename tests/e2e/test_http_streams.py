@@ -32,6 +32,7 @@ from tests.e2e.test_http_downstream import (
     sdk_client,
     start,
 )
+from tests.e2e.test_subscriptions import hear_a_note_change
 from tests.e2e.test_wrap_stdio import sampling
 
 pytestmark = pytest.mark.anyio
@@ -78,17 +79,7 @@ async def sse_events(response: httpx2.Response) -> AsyncIterator[dict[str, str]]
 async def test_a_modern_client_listens_over_http(proxy: Proxy) -> None:
     with anyio.fail_after(30):
         async with Client(proxy.url, mode="auto", cache=None) as client:
-            assert client.protocol_version == "2026-07-28"
-            async with client.listen(resources_list_changed=True, resource_subscriptions=["notes://h"]) as sub:
-                assert sub.honored.resources_list_changed is True
-                assert sub.honored.resource_subscriptions == ["notes://h"]
-                await client.call_tool("add_note", {"name": "h", "text": "over http"})
-                kinds = set()
-                async for event in sub:
-                    kinds.add(type(event).__name__)
-                    if len(kinds) == 2:
-                        break
-    assert kinds == {"ResourcesListChanged", "ResourceUpdated"}
+            assert await hear_a_note_change(client, "h") == {"ResourcesListChanged", "ResourceUpdated"}
 
 
 async def test_listen_notifications_carry_the_clients_own_request_id(proxy: Proxy) -> None:

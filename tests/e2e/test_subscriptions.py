@@ -15,20 +15,26 @@ from tests.conftest import everything_command, notes_command, params, proxy_comm
 pytestmark = pytest.mark.anyio
 
 
+async def hear_a_note_change(client: Client, name: str) -> set[str]:
+    """Listen to the notes server's resource list and one note, change that note, and return
+    the kinds of event the listen stream brought."""
+    assert client.protocol_version == "2026-07-28"
+    async with client.listen(resources_list_changed=True, resource_subscriptions=[f"notes://{name}"]) as sub:
+        assert sub.honored.resources_list_changed is True
+        assert sub.honored.resource_subscriptions == [f"notes://{name}"]
+        await client.call_tool("add_note", {"name": name, "text": "hi"})
+        kinds: set[str] = set()
+        async for event in sub:
+            kinds.add(type(event).__name__)
+            if len(kinds) == 2:
+                break
+    return kinds
+
+
 async def test_modern_client_listens_through_to_a_modern_upstream() -> None:
     with anyio.fail_after(30):
         async with Client(params(proxy_command(notes_command())), mode="auto", cache=None) as client:
-            assert client.protocol_version == "2026-07-28"
-            async with client.listen(resources_list_changed=True, resource_subscriptions=["notes://x"]) as sub:
-                assert sub.honored.resources_list_changed is True
-                assert sub.honored.resource_subscriptions == ["notes://x"]
-                await client.call_tool("add_note", {"name": "x", "text": "hi"})
-                kinds = set()
-                async for event in sub:
-                    kinds.add(type(event).__name__)
-                    if len(kinds) == 2:
-                        break
-    assert kinds == {"ResourcesListChanged", "ResourceUpdated"}
+            assert await hear_a_note_change(client, "x") == {"ResourcesListChanged", "ResourceUpdated"}
 
 
 async def test_modern_client_listens_to_a_session_era_upstream() -> None:
