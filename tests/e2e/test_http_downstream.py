@@ -25,7 +25,15 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import TextContent
 
 from tests.conftest import everything_command, notes_command, proxy_command
-from tests.e2e.test_wrap_stdio import CALLS, SERVER_REQUESTS, dump, elicitation, roots, sampling
+from tests.e2e.test_wrap_stdio import (
+    CALLS,
+    SERVER_REQUESTS,
+    check_progress_in_order,
+    dump,
+    elicitation,
+    roots,
+    sampling,
+)
 from tests.e2e.test_wrap_stdio import client as stdio_client
 
 pytestmark = pytest.mark.anyio
@@ -168,19 +176,7 @@ async def test_sdk_clients_see_the_server_as_directly(name: str, mode: str) -> N
                     assert dump(await proxied.call_tool(tool, arguments)) == dump(
                         await direct.call_tool(tool, arguments)
                     ), tool
-                seen: list[tuple[float, float | None]] = []
-
-                async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-                    seen.append((progress, total))
-
-                tool, arguments = (
-                    ("count", {"steps": 4})
-                    if name == "notes"
-                    else ("trigger-long-running-operation", {"duration": 1, "steps": 4})
-                )
-                result = await proxied.call_tool(tool, arguments, progress_callback=on_progress)
-                assert not result.is_error
-                assert seen == [(1, 4), (2, 4), (3, 4), (4, 4)]
+                await check_progress_in_order(proxied, name)
     finally:
         proxy.stop()
 

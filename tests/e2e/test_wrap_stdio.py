@@ -85,26 +85,26 @@ async def test_tools_list_and_calls_match_direct(upstream: tuple[str, list[str]]
                 assert dump(got) == dump(want), tool
 
 
-async def test_progress_arrives_in_order(upstream: tuple[str, list[str]], mode: str) -> None:
-    name, command = upstream
+async def check_progress_in_order(client: Any, name: str) -> None:
+    """A four-step call of the named server's long-running tool reports 1..4 of 4, in order."""
     seen: list[tuple[float, float | None]] = []
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         seen.append((progress, total))
 
     tool, arguments = (
-        ("count", {"steps": 4})
-        if name == "notes"
-        else (
-            "trigger-long-running-operation",
-            {"duration": 1, "steps": 4},
-        )
+        ("count", {"steps": 4}) if name == "notes" else ("trigger-long-running-operation", {"duration": 1, "steps": 4})
     )
-    with anyio.fail_after(40):
-        async with client(proxy_command(command), mode) as proxied:
-            result = await proxied.call_tool(tool, arguments, progress_callback=on_progress)
+    result = await client.call_tool(tool, arguments, progress_callback=on_progress)
     assert not result.is_error
     assert seen == [(1, 4), (2, 4), (3, 4), (4, 4)]
+
+
+async def test_progress_arrives_in_order(upstream: tuple[str, list[str]], mode: str) -> None:
+    name, command = upstream
+    with anyio.fail_after(40):
+        async with client(proxy_command(command), mode) as proxied:
+            await check_progress_in_order(proxied, name)
 
 
 SERVER_REQUESTS = {
