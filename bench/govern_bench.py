@@ -36,10 +36,10 @@ from typing import Any
 import anyio
 import msgspec
 
-from frugal_proxy import jsonrpc
+from frugal_proxy.governor.spill_store import MemorySpillStore
 from frugal_proxy.policies.governor import Governor, GovernorSettings
+from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.records import Call, Exchange, Route
-from frugal_proxy.spill_store import MemorySpillStore
 
 MB = 1024 * 1024
 

@@ -21,13 +21,14 @@ import anyio.to_thread
 import blake3
 import msgspec
 
-from frugal_proxy import jsonrpc, shaping
-from frugal_proxy.own_tools import PROVIDER_NAME
+from frugal_proxy.governor import shaping
+from frugal_proxy.governor.receipts import OmissionReceipt, Signer
+from frugal_proxy.governor.shaping import Budget, Cut, Mode
+from frugal_proxy.governor.spill_store import DEFAULT_QUOTA_BYTES, MAX_TTL, Artifact, MemorySpillStore, SpillStore
 from frugal_proxy.policies import Policy
-from frugal_proxy.receipts import OmissionReceipt, Signer
+from frugal_proxy.protocol import jsonrpc
+from frugal_proxy.providers.own_tools import PROVIDER_NAME
 from frugal_proxy.records import Exchange
-from frugal_proxy.shaping import Budget, Cut, Mode
-from frugal_proxy.spill_store import DEFAULT_QUOTA_BYTES, MAX_TTL, Artifact, MemorySpillStore, SpillStore
 
 log = logging.getLogger("frugal_proxy.governor")
 

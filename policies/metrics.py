@@ -22,9 +22,9 @@ from typing import Any
 
 import msgspec
 
-from frugal_proxy.metrics import Metrics
 from frugal_proxy.policies import Policy
 from frugal_proxy.records import Exchange
+from frugal_proxy.server.metrics import Metrics
 
 OUTCOMES = (
     "ok",

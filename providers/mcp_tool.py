@@ -13,7 +13,7 @@ import anyio
 import msgspec
 
 from frugal_proxy.errors import UpstreamError
-from frugal_proxy.jsonrpc import Frame
+from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.records import Exchange, Outcome, ProgressSink
 
 Forwarder = Callable[[str, dict[str, msgspec.Raw], Any, ProgressSink | None], Awaitable[Frame]]

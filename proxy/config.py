@@ -174,7 +174,7 @@ def _check_governor(table: Any, source: str) -> dict[str, Any]:
 
 def _load_auth(table: Any, source: str, env: dict[str, str]) -> Auth:
     """`[auth]`, each `[auth.operators.NAME]` converted on its own so that errors name it."""
-    from frugal_proxy.operators import configured_tokens
+    from frugal_proxy.server.operators import configured_tokens
 
     if not isinstance(table, dict):
         raise ConfigError(f"{source}: at auth: expected a table")

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from frugal_proxy.jsonrpc import Frame, RequestId
+from frugal_proxy.protocol.jsonrpc import Frame, RequestId
 
 OutcomeKind = Literal["ok", "transient", "rate_limited", "permanent", "empty"]
 ProgressSink = Callable[[dict[str, msgspec.Raw]], Awaitable[None]]

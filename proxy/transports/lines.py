@@ -8,9 +8,9 @@ from typing import Protocol
 
 import anyio
 
-from frugal_proxy import jsonrpc
-from frugal_proxy.framing import DEFAULT_MAX_LINE_BYTES, LineFramer, OversizedLine
-from frugal_proxy.jsonrpc import Frame
+from frugal_proxy.protocol import jsonrpc
+from frugal_proxy.protocol.jsonrpc import Frame
+from frugal_proxy.transports.framing import DEFAULT_MAX_LINE_BYTES, LineFramer, OversizedLine
 
 READ_CHUNK = 256 * 1024
 SMALL_MESSAGE = 64 * 1024

@@ -21,7 +21,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp_types import CreateMessageResult, ElicitResult, TextContent
 
-from frugal_proxy.http_upstream import HttpUpstreamConnection
+from frugal_proxy.upstream.http import HttpUpstreamConnection
 from tests.conftest import ROOT, everything_command, everything_js
 
 pytestmark = pytest.mark.anyio

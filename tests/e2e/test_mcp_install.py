@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from frugal_proxy.client_configs import CLIENTS, Places, frugal_command
+from frugal_proxy.install.clients import CLIENTS, Places, frugal_command
 
 FRUGAL = frugal_command()[0]
 ISOLATED = ("ANYTHINGLLM_STORAGE_DIR", "CODEX_HOME", "FRUGAL_CONFIG", "XDG_CONFIG_HOME", "APPDATA")

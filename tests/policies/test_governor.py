@@ -16,13 +16,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from frugal_proxy import jsonrpc, keys, receipts, shaping
-from frugal_proxy.governor_tools import governor_tools
-from frugal_proxy.own_tools import PROVIDER_NAME, OwnTool, ToolArgumentError
+from frugal_proxy.governor import keys, receipts, shaping
+from frugal_proxy.governor.receipts import Signer
+from frugal_proxy.governor.spill_store import MemorySpillStore
 from frugal_proxy.policies.governor import Governor, GovernorSettings, RouteBudget
-from frugal_proxy.receipts import Signer
+from frugal_proxy.protocol import jsonrpc
+from frugal_proxy.providers.governor_tools import governor_tools
+from frugal_proxy.providers.own_tools import PROVIDER_NAME, OwnTool, ToolArgumentError
 from frugal_proxy.records import Call, Exchange, Route
-from frugal_proxy.spill_store import MemorySpillStore
 from tests.fake_clock import Clock
 
 pytestmark = pytest.mark.anyio

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from frugal_proxy import jsonrpc
-from frugal_proxy.metrics import MAX_TOOL_LABELS, OTHER_TOOL, Metrics
-from frugal_proxy.pipeline import build_pipeline
+from frugal_proxy.pipeline.pipeline import build_pipeline
 from frugal_proxy.policies import Policy
 from frugal_proxy.policies.governor import Governor, GovernorSettings
 from frugal_proxy.policies.metrics import CallMetrics
+from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers import FakeProvider
 from frugal_proxy.records import Call, Exchange, Outcome, Route
+from frugal_proxy.server.metrics import MAX_TOOL_LABELS, OTHER_TOOL, Metrics
 
 pytestmark = pytest.mark.anyio
 

@@ -1,0 +1,397 @@
+"""One upstream as one client's session sees it: the era translation between the two.
+
+The client is in the session era once it sends `initialize`, and is served statelessly whenever
+a request names a 2026-07-28 version in `params._meta`. The upstream's era is what the probe
+found. Four cases follow:
+
+    client \\ upstream   2026-07-28                         session era
+    2026-07-28          forwarded as they are              the proxy initializes the upstream with
+                                                           the capabilities it can bridge; server
+                                                           requests become input_required (MRTR)
+    session era         the proxy answers initialize,      initialize passes through, so the
+                        ping, logging/setLevel; stamps     upstream sees the client's real
+                        _meta; input_required becomes      capabilities; everything forwarded
+                        server requests to the client
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import anyio
+import anyio.abc
+import msgspec
+
+from frugal_proxy.bridge.downstream import ClientGone, DownstreamPeer
+from frugal_proxy.bridge.mrtr import HeldCalls, fulfil_input_required
+from frugal_proxy.errors import BridgeError, UpstreamDown
+from frugal_proxy.protocol import eras, jsonrpc
+from frugal_proxy.protocol.jsonrpc import Frame, RequestId
+from frugal_proxy.protocol.subscriptions import ListenHub, filter_for_legacy, tag
+from frugal_proxy.records import ProgressSink
+from frugal_proxy.upstream.base import PROXY_CLIENT_INFO, UpstreamBase
+
+log = logging.getLogger("frugal_proxy.link")
+
+LIST_CHANGED = frozenset(
+    {
+        "notifications/tools/list_changed",
+        "notifications/prompts/list_changed",
+        "notifications/resources/list_changed",
+        "notifications/resources/updated",
+    }
+)
+ACKNOWLEDGED = "notifications/subscriptions/acknowledged"
+ChangeHandler = Callable[["UpstreamLink", Frame], Awaitable[None]]
+
+
+@dataclass
+class Client:
+    """What the proxy knows of the client a request came from."""
+
+    era: Literal["modern", "legacy"] | None = None
+    capabilities: dict[str, Any] = field(default_factory=dict)
+    client_info: dict[str, Any] | None = None
+    protocol_version: str | None = None
+    log_level: str | None = None
+
+    @property
+    def modern(self) -> bool:
+        return self.era == "modern"
+
+
+class UpstreamLink:
+    """Bridges one client (its state shared by all links of a session) to one upstream."""
+
+    def __init__(
+        self,
+        upstream: UpstreamBase,
+        client: Client,
+        downstream: DownstreamPeer,
+        task_group: anyio.abc.TaskGroup,
+        *,
+        on_change: ChangeHandler | None = None,
+    ) -> None:
+        self.upstream = upstream
+        self.name = upstream.name
+        self.client = client
+        self.downstream = downstream
+        self._tg = task_group
+        self._on_change = on_change
+        self.held = HeldCalls(upstream, task_group)
+        self.hub = ListenHub(downstream.send, self._subscribe_upstream, self._unsubscribe_upstream)
+        self._init_lock = anyio.Lock()
+        self._legacy_uris: set[str] = set()
+        self._legacy_listen: anyio.CancelScope | None = None
+        self._resubscribing = False
+        upstream.on_server_request = self.on_server_request
+        upstream.on_notification = self.on_upstream_notification
+
+    # -- forwarding ------------------------------------------------------------------------------
+
+    async def forward(
+        self,
+        method: str,
+        params: dict[str, msgspec.Raw],
+        client: Any,
+        on_progress: ProgressSink | None,
+    ) -> Frame:
+        """Send a request upstream in the upstream's era and bring the answer back in the client's."""
+        assert isinstance(client, Client)
+        upstream = self.upstream
+        await upstream.ensure_ready()
+        if upstream.era == "legacy":
+            await self.ensure_initialized()
+        if upstream.modern:
+            out = params if client.modern else eras.add_modern_meta(params, self.stamp())
+            reply = await upstream.request(method, out, on_progress=on_progress)
+            if client.modern or method not in eras.INPUT_REQUIRED_METHODS:
+                return reply
+
+            async def retry(next_params: dict[str, msgspec.Raw]) -> Frame:
+                return await upstream.request(method, next_params, on_progress=on_progress)
+
+            return await fulfil_input_required(
+                reply, out, capabilities=self.client.capabilities, ask=self.downstream.request, retry=retry
+            )
+        if not client.modern:
+            return await upstream.request(method, params, on_progress=on_progress)
+        out = eras.strip_modern_meta(params)
+        if method in eras.INPUT_REQUIRED_METHODS:
+            reply = await self.held.call(method, out, client.capabilities, on_progress)
+        else:
+            reply = await upstream.request(method, out, on_progress=on_progress)
+        return complete_for_modern(method, reply)
+
+    def stamp(self) -> dict[str, Any]:
+        """The per-request `_meta` keys a session-era client's requests carry to a modern upstream."""
+        stamp: dict[str, Any] = {
+            eras.META_VERSION: eras.LATEST_MODERN,
+            eras.META_CAPABILITIES: self.client.capabilities,
+        }
+        if self.client.client_info is not None:
+            stamp[eras.META_CLIENT_INFO] = self.client.client_info
+        if self.client.log_level is not None:
+            stamp[eras.META_LOG_LEVEL] = self.client.log_level
+        return stamp
+
+    # -- handshakes --------------------------------------------------------------------------------
+
+    async def initialize_for_client(self, params: dict[str, Any], passthrough: bool) -> Frame:
+        """The upstream's answer to a session-era client's initialize.
+
+        A session-era upstream that nobody has initialized yet gets the client's own params when
+        `passthrough` is set (so it sees the client's real capabilities), else the proxy's.
+        A modern upstream is described from its discover result.
+        """
+        upstream = self.upstream
+        await upstream.ensure_ready()
+        if upstream.era == "legacy":
+            if passthrough:
+                async with self._init_lock:
+                    if upstream.initialize_params is None:
+                        reply = await upstream.initialize(params)
+                        if "result" in reply or upstream.era == "legacy":
+                            return reply
+                        upstream.initialize_params = None  # it turned out modern; describe it below
+            else:
+                await self.ensure_initialized()
+        if upstream.era == "legacy":
+            return jsonrpc.result(None, dict(upstream.initialize_result or {}))
+        discovered = upstream.discover_result or {}
+        result: dict[str, Any] = {
+            "protocolVersion": eras.negotiate_handshake(params.get("protocolVersion")),
+            "capabilities": capabilities_for_legacy(discovered.get("capabilities")),
+            "serverInfo": server_info(discovered, upstream.name),
+        }
+        if discovered.get("instructions"):
+            result["instructions"] = discovered["instructions"]
+        if self._legacy_listen is None:
+            self._legacy_listen = anyio.CancelScope()
+            self._tg.start_soon(self._listen_for_legacy_client)
+        return jsonrpc.result(None, result)
+
+    async def ensure_initialized(self) -> None:
+        """A session-era upstream that no client initialized is initialized by the proxy."""
+        upstream = self.upstream
+        if upstream.era != "legacy" or upstream.session_open:
+            return
+        # Not `initialize_params`: they are set as soon as an initialize is under way, and a
+        # request sent before it is answered would reach a server with no session.
+        async with self._init_lock:
+            if upstream.session_open or upstream.era != "legacy":
+                return
+            reply = await upstream.initialize(
+                {
+                    "protocolVersion": eras.LATEST_HANDSHAKE,
+                    "capabilities": eras.BRIDGED_CLIENT_CAPABILITIES,
+                    "clientInfo": PROXY_CLIENT_INFO,
+                }
+            )
+            problem = jsonrpc.error_of(reply)
+            if problem is not None:
+                upstream.initialize_params = None
+                if upstream.modern:
+                    return  # its late discover answer arrived first: it is served statelessly
+                raise BridgeError(
+                    f"upstream {upstream.name!r} refused initialize: {problem[1]}", jsonrpc.INTERNAL_ERROR
+                )
+
+    async def describe_for_modern(self) -> dict[str, Any]:
+        """This upstream's part of a `server/discover` result."""
+        upstream = self.upstream
+        await upstream.ensure_ready()
+        if upstream.era == "modern":
+            body = dict(upstream.discover_result or {})
+            body["supportedVersions"] = list(eras.MODERN_VERSIONS)
+            body.setdefault("resultType", "complete")
+            body.setdefault("ttlMs", 0)
+            body.setdefault("cacheScope", "private")
+            return body
+        await self.ensure_initialized()
+        initialized = upstream.initialize_result or {}
+        result: dict[str, Any] = {
+            "resultType": "complete",
+            "supportedVersions": list(eras.MODERN_VERSIONS),
+            "capabilities": capabilities_for_modern(initialized.get("capabilities")),
+            "_meta": {eras.META_SERVER_INFO: server_info(initialized, upstream.name)},
+            "ttlMs": 0,
+            "cacheScope": "private",
+        }
+        if initialized.get("instructions"):
+            result["instructions"] = initialized["instructions"]
+        return result
+
+    def capabilities(self) -> dict[str, Any]:
+        """The upstream's capabilities as last negotiated ({} before it has started)."""
+        if self.upstream.era == "modern":
+            return dict((self.upstream.discover_result or {}).get("capabilities") or {})
+        return dict((self.upstream.initialize_result or {}).get("capabilities") or {})
+
+    # -- change notifications ----------------------------------------------------------------------
+
+    async def listen(
+        self,
+        subscription_id: RequestId,
+        requested: dict[str, Any],
+        meta: dict[str, msgspec.Raw],
+        *,
+        task_status: anyio.abc.TaskStatus[dict[str, Any]] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """This upstream's part of a modern client's listen stream: reports the filter it
+        honours through `task_status`, then relays notifications until cancelled."""
+        upstream = self.upstream
+        await upstream.ensure_ready()
+        if upstream.era == "legacy":
+            await self.ensure_initialized()
+            await self.hub.listen(subscription_id, requested, self.capabilities(), task_status=task_status)
+            return
+        acknowledged = anyio.Event()
+        honoured: dict[str, Any] = {}
+
+        async def relay(frame: Frame) -> None:
+            if jsonrpc.method_of(frame) == ACKNOWLEDGED:
+                params = jsonrpc.decode_any(frame.get("params", msgspec.Raw(b"{}")))
+                notifications = params.get("notifications") if isinstance(params, dict) else None
+                honoured.update(notifications if isinstance(notifications, dict) else {})
+                acknowledged.set()
+                return
+            await self.downstream.send(tag(frame, subscription_id))
+
+        params = {"notifications": jsonrpc.raw(requested), "_meta": jsonrpc.raw(meta)}
+        async with anyio.create_task_group() as tg:
+
+            async def stream() -> None:
+                await upstream.request("subscriptions/listen", params, on_related=relay)
+                acknowledged.set()
+
+            tg.start_soon(stream)
+            await acknowledged.wait()
+            task_status.started(honoured)
+
+    async def _listen_for_legacy_client(self) -> None:
+        """Hold one upstream listen stream for a session-era client in front of a modern
+        upstream, so that its changes reach the client as ordinary notifications."""
+        assert self._legacy_listen is not None
+        while True:
+            with self._legacy_listen:
+                try:
+                    await self.upstream.ensure_ready()
+                    wanted = filter_for_legacy(self.capabilities(), self._legacy_uris)
+                    if not wanted:
+                        return
+                    params = {"notifications": wanted, "_meta": self.stamp()}
+                    await self.upstream.request("subscriptions/listen", params, on_related=self._relay_untagged)
+                except UpstreamDown as exc:
+                    log.info("change stream lost; reopening", extra={"reason": str(exc)[:200]})
+                await anyio.sleep(1.0)
+            if self._legacy_listen.cancel_called and not self._resubscribing:
+                return
+            self._resubscribing = False
+            self._legacy_listen = anyio.CancelScope()
+
+    def stop_listening(self) -> None:
+        if self._legacy_listen is not None:
+            self._legacy_listen.cancel()
+
+    async def _relay_untagged(self, frame: Frame) -> None:
+        if jsonrpc.method_of(frame) == ACKNOWLEDGED:
+            return
+        await self._changed(tag(frame, None))
+        await self.downstream.send(tag(frame, None))
+
+    async def legacy_subscribe(self, method: str, uri: str) -> Frame:
+        """resources/subscribe or unsubscribe from a session-era client, on a modern upstream."""
+        before = set(self._legacy_uris)
+        if method == "resources/subscribe":
+            self._legacy_uris.add(uri)
+        else:
+            self._legacy_uris.discard(uri)
+        if self._legacy_uris != before:
+            if self._legacy_listen is None:
+                self._legacy_listen = anyio.CancelScope()
+                self._tg.start_soon(self._listen_for_legacy_client)
+            else:
+                self._resubscribing = True
+                self._legacy_listen.cancel()
+        return jsonrpc.result(None, {})
+
+    async def _subscribe_upstream(self, uri: str) -> None:
+        reply = await self.upstream.request("resources/subscribe", {"uri": uri})
+        problem = jsonrpc.error_of(reply)
+        if problem is not None:
+            raise BridgeError(f"upstream refused resources/subscribe for {uri}: {problem[1]}", problem[0])
+
+    async def _unsubscribe_upstream(self, uri: str) -> None:
+        if self.upstream.running:
+            await self.upstream.request("resources/unsubscribe", {"uri": uri})
+
+    async def _changed(self, frame: Frame) -> None:
+        if self._on_change is not None and jsonrpc.method_of(frame) in LIST_CHANGED:
+            await self._on_change(self, frame)
+
+    # -- what the upstream sends unasked -------------------------------------------------------------
+
+    async def on_server_request(self, upstream: UpstreamBase, frame: Frame) -> None:
+        method = jsonrpc.method_of(frame)
+        upstream_id = jsonrpc.id_of(frame)
+        if method == "ping":
+            await upstream.send_reply(jsonrpc.result(upstream_id, {}))
+        elif self.client.era == "legacy":
+            self._tg.start_soon(self._relay_server_request, upstream, frame)
+        else:
+            await self.held.attach(frame)
+
+    async def _relay_server_request(self, upstream: UpstreamBase, frame: Frame) -> None:
+        upstream_id = jsonrpc.id_of(frame)
+        try:
+            reply = await self.downstream.request(jsonrpc.method_of(frame) or "", frame.get("params"))
+        except ClientGone as exc:
+            reply = jsonrpc.error(upstream_id, jsonrpc.INTERNAL_ERROR, str(exc) or "the client went away")
+        await upstream.send_reply(jsonrpc.with_id(reply, upstream_id))
+
+    async def on_upstream_notification(self, upstream: UpstreamBase, frame: Frame) -> None:
+        method = jsonrpc.method_of(frame) or ""
+        await self._changed(frame)
+        if self.client.modern:
+            if method in LIST_CHANGED:
+                await self.hub.publish(frame)  # to the listen streams that opted in, and no one else
+                return
+            if method == "notifications/message" and self.client.log_level is None:
+                return
+        await self.downstream.send(frame)
+
+
+def server_info(source: dict[str, Any], fallback_name: str) -> Any:
+    meta = source.get("_meta")
+    if isinstance(meta, dict) and isinstance(meta.get(eras.META_SERVER_INFO), dict):
+        return meta[eras.META_SERVER_INFO]
+    if isinstance(source.get("serverInfo"), dict):
+        return source["serverInfo"]
+    return {"name": fallback_name, "version": "unknown"}
+
+
+def capabilities_for_legacy(capabilities: Any) -> dict[str, Any]:
+    """A modern upstream's capabilities as a session-era client should see them (extensions
+    are a 2026-07-28 notion; change notifications are bridged through subscriptions/listen)."""
+    caps = dict(capabilities) if isinstance(capabilities, dict) else {}
+    caps.pop("extensions", None)
+    return caps
+
+
+def capabilities_for_modern(capabilities: Any) -> dict[str, Any]:
+    """A session-era upstream's capabilities as a 2026-07-28 client should see them."""
+    caps = dict(capabilities) if isinstance(capabilities, dict) else {}
+    caps.pop("tasks", None)  # core tasks became an extension in 2026-07-28; not bridged
+    return caps
+
+
+def complete_for_modern(method: str, reply: Frame) -> Frame:
+    if "result" not in reply:
+        return reply
+    body = jsonrpc.sub_object(reply, "result")
+    completed = eras.complete_for_modern(method, body)
+    return reply if completed is None else jsonrpc.result(jsonrpc.id_of(reply), completed)

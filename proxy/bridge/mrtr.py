@@ -1,0 +1,347 @@
+"""Server-to-client requests across the eras.
+
+A session-era server asks its client for sampling, elicitation or roots with a request of its
+own in the middle of a call; a 2026-07-28 server answers the call with `input_required` instead
+and the client retries it (MRTR). The proxy converts in both directions:
+
+- `HeldCalls` (session-era upstream, modern client): the upstream call stays open, held by the
+  proxy. Each server-to-client request it makes becomes an `input_required` result carrying the
+  request and a sealed `requestState` naming the held call; the client's retry delivers the
+  answer upstream and waits for the next event of the same call. A held call that the client
+  does not come back to is cancelled upstream when its hold expires.
+- `fulfil_input_required` (modern upstream, session-era client): the proxy asks the client each
+  embedded request as a real server-to-client request and retries the call upstream with the
+  answers, until it completes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import secrets
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+import msgspec
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from frugal_proxy.errors import BridgeError
+from frugal_proxy.protocol import eras, jsonrpc
+from frugal_proxy.protocol.jsonrpc import Frame
+from frugal_proxy.protocol.request_state import InvalidRequestState, RequestStateSealer, StateClaims
+from frugal_proxy.upstream.base import ProgressHandler, UpstreamBase
+
+log = logging.getLogger("frugal_proxy.bridge")
+
+PROGRESS_KEPT = 64
+DEFAULT_HOLD_SECONDS = 300.0
+MAX_INPUT_ROUNDS = 10
+
+
+@dataclass(eq=False)
+class _Final:
+    reply: Frame | None
+    failure: BaseException | None
+
+
+@dataclass(eq=False)
+class HeldCall:
+    hold_id: str
+    method: str
+    capabilities: dict[str, Any]
+    send: MemoryObjectSendStream[Frame | _Final]
+    receive: MemoryObjectReceiveStream[Frame | _Final]
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    waiting_for: dict[str, jsonrpc.RequestId] = field(default_factory=dict)
+    on_progress: ProgressHandler | None = None  # the current leg's; None between legs
+    # Progress the upstream reported between two legs (after one answered input_required, before
+    # the client's retry): delivered on the next leg, the last PROGRESS_KEPT of it.
+    progress_held: deque[dict[str, msgspec.Raw]] = field(default_factory=lambda: deque(maxlen=PROGRESS_KEPT))
+    finished: bool = False
+    opened_at: float = field(default_factory=time.monotonic)
+    expires_at: float = math.inf
+
+
+class HeldCalls:
+    """Upstream calls held open across a modern client's MRTR retries."""
+
+    def __init__(
+        self,
+        upstream: UpstreamBase,
+        task_group: anyio.abc.TaskGroup,
+        sealer: RequestStateSealer | None = None,
+        hold_seconds: float = DEFAULT_HOLD_SECONDS,
+    ) -> None:
+        self._upstream = upstream
+        self._tg = task_group
+        self._sealer = sealer or RequestStateSealer()
+        self._hold_seconds = hold_seconds
+        self._calls: dict[str, HeldCall] = {}
+        self._keys = itertools.count(1)
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    async def call(
+        self,
+        method: str,
+        params: dict[str, msgspec.Raw],
+        capabilities: dict[str, Any],
+        on_progress: ProgressHandler | None,
+    ) -> Frame:
+        """One leg of a modern client's call: the first, or a retry carrying inputResponses."""
+        state = jsonrpc.decode_any(params["requestState"]) if "requestState" in params else None
+        if state is None:
+            held = self._open(method, params, capabilities)
+        else:
+            held = await self._resume(state, params)
+        held.on_progress = on_progress
+        held.scope.deadline = math.inf
+        held.expires_at = math.inf
+        while held.progress_held and on_progress is not None:
+            await on_progress(held.progress_held.popleft())
+        try:
+            return await self._next_event(held)
+        except anyio.get_cancelled_exc_class():
+            # The client cancelled this leg: the whole call is abandoned.
+            self._finish(held)
+            held.scope.cancel()
+            raise
+        finally:
+            held.on_progress = None  # this leg's stream is answered; what comes next waits for the retry
+
+    def _open(self, method: str, params: dict[str, msgspec.Raw], capabilities: dict[str, Any]) -> HeldCall:
+        self._sweep()
+        send, receive = anyio.create_memory_object_stream[Frame | _Final](math.inf)
+        held = HeldCall(secrets.token_urlsafe(12), method, capabilities, send, receive)
+        self._calls[held.hold_id] = held
+
+        async def progress(progress_params: dict[str, msgspec.Raw]) -> None:
+            if held.on_progress is not None:
+                await held.on_progress(progress_params)
+            else:
+                held.progress_held.append(progress_params)
+
+        async def run() -> None:
+            final = _Final(None, None)
+            with held.scope:
+                try:
+                    final.reply = await self._upstream.request(method, params, on_progress=progress)
+                except Exception as exc:
+                    final.failure = exc
+            abandoned = final.reply is None and final.failure is None
+            if abandoned:
+                final.failure = BridgeError(
+                    f"the call was abandoned: the client did not retry it within {self._hold_seconds:.0f} s",
+                    jsonrpc.INTERNAL_ERROR,
+                )
+            try:
+                held.send.send_nowait(final)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass  # nobody will collect it: the call was abandoned or cancelled
+            if abandoned:
+                self._finish(held)
+
+        self._tg.start_soon(run)
+        return held
+
+    async def _resume(self, state: object, params: dict[str, msgspec.Raw]) -> HeldCall:
+        try:
+            if not isinstance(state, str):
+                raise InvalidRequestState("requestState must be a string")
+            claims = self._sealer.open(state)
+        except InvalidRequestState as exc:
+            raise BridgeError(
+                f"{exc}; retry the original request without requestState", jsonrpc.INVALID_PARAMS
+            ) from None
+        held = self._calls.get(claims.hold_id)
+        if held is None or held.finished:
+            raise BridgeError(
+                "the call this requestState belongs to has ended; retry the original request without requestState",
+                jsonrpc.INVALID_PARAMS,
+            )
+        answers = jsonrpc.sub_object(params, "inputResponses")
+        for key in claims.keys:
+            upstream_id = held.waiting_for.pop(key, None)
+            if upstream_id is None:
+                continue
+            if key in answers:
+                await self._upstream.send_reply(jsonrpc.result(upstream_id, answers[key]))
+            else:
+                await self._upstream.send_reply(
+                    jsonrpc.error(upstream_id, jsonrpc.INTERNAL_ERROR, "the client gave no answer")
+                )
+        return held
+
+    async def _next_event(self, held: HeldCall) -> Frame:
+        event = await held.receive.receive()
+        if isinstance(event, _Final):
+            self._finish(held)
+            if event.failure is not None:
+                raise event.failure
+            assert event.reply is not None
+            return event.reply
+        requests = [event]
+        while True:
+            try:
+                more = held.receive.receive_nowait()
+            except anyio.WouldBlock:
+                break
+            if isinstance(more, _Final):
+                held.send.send_nowait(more)  # keep it for the next leg, after these answers
+                break
+            requests.append(more)
+        input_requests: dict[str, Any] = {}
+        for frame in requests:
+            method = jsonrpc.method_of(frame) or ""
+            key = f"{method.rsplit('/', 1)[-1]}-{next(self._keys)}"
+            held.waiting_for[key] = jsonrpc.id_of(frame) or 0
+            body: dict[str, msgspec.Raw] = {"method": jsonrpc.raw(method)}
+            if "params" in frame:
+                body["params"] = frame["params"]
+            input_requests[key] = body
+        claims = StateClaims(held.hold_id, tuple(input_requests), time.time() + self._hold_seconds)
+        held.scope.deadline = anyio.current_time() + self._hold_seconds
+        held.expires_at = time.monotonic() + self._hold_seconds
+        result = {
+            "resultType": "input_required",
+            "inputRequests": input_requests,
+            "requestState": self._sealer.seal(claims),
+        }
+        return jsonrpc.result(None, result)
+
+    def _sweep(self) -> None:
+        """Forget held calls whose client never came back (their upstream part has ended)."""
+        now = time.monotonic()
+        for held in [h for h in self._calls.values() if h.expires_at < now]:
+            self._finish(held)
+            held.scope.cancel()
+
+    def _finish(self, held: HeldCall) -> None:
+        held.finished = True
+        self._calls.pop(held.hold_id, None)
+        held.send.close()
+        held.receive.close()
+
+    async def attach(self, frame: Frame) -> None:
+        """Route a server-to-client request of the upstream to the call it belongs to."""
+        method = jsonrpc.method_of(frame) or ""
+        ident = jsonrpc.id_of(frame)
+        open_calls = [held for held in self._calls.values() if not held.finished]
+        if not open_calls:
+            await self._upstream.send_reply(
+                jsonrpc.error(
+                    ident,
+                    jsonrpc.METHOD_NOT_FOUND,
+                    f"frugal-proxy: {method} can only be bridged to a 2026-07-28 client during a "
+                    "tools/call, prompts/get or resources/read",
+                )
+            )
+            return
+        # stdio carries no link from a server request to the call that caused it; the most
+        # recent open call is the best guess, and any open call is a correct carrier: the
+        # answer goes back to the upstream whichever call's retry brings it.
+        held = max(open_calls, key=lambda call: call.opened_at)
+        needed = eras.SERVER_REQUEST_CAPABILITY.get(method)
+        if needed is not None and needed not in held.capabilities:
+            log.warning(
+                "upstream asked for a capability the client did not declare",
+                extra={"method": method, "capability": needed},
+            )
+            await self._upstream.send_reply(
+                jsonrpc.error(
+                    ident,
+                    jsonrpc.METHOD_NOT_FOUND,
+                    f"the client did not declare the {needed!r} capability, so {method} cannot be answered",
+                )
+            )
+            return
+        held.send.send_nowait(frame)
+
+
+Ask = Callable[[str, Any], Awaitable[Frame]]
+Retry = Callable[[dict[str, msgspec.Raw]], Awaitable[Frame]]
+
+
+async def fulfil_input_required(
+    reply: Frame,
+    params: dict[str, msgspec.Raw],
+    *,
+    capabilities: dict[str, Any],
+    ask: Ask,
+    retry: Retry,
+) -> Frame:
+    """Drive a modern upstream's `input_required` answers to completion for a session-era client.
+
+    Each embedded request is asked of the client as a server-to-client request; the call is
+    retried upstream with the answers and the echoed requestState. Raises BridgeError when the
+    client lacks a needed capability, refuses a request, or the rounds run out.
+    """
+    backoff = 0.05
+    for _ in range(MAX_INPUT_ROUNDS):
+        if "result" not in reply:
+            return reply
+        body = jsonrpc.decode_any(reply["result"])
+        if not isinstance(body, dict) or body.get("resultType") != "input_required":
+            return reply
+        requests = body.get("inputRequests") or {}
+        answers: dict[str, Any] = {}
+        if requests:
+            answers = await _ask_all(requests, capabilities, ask)
+            backoff = 0.05
+        else:
+            await anyio.sleep(backoff)
+            backoff = min(backoff * 2, 0.25)
+        next_params = {k: v for k, v in params.items() if k not in ("inputResponses", "requestState")}
+        if answers:
+            next_params["inputResponses"] = jsonrpc.raw(answers)
+        if body.get("requestState") is not None:
+            next_params["requestState"] = jsonrpc.raw(body["requestState"])
+        reply = await retry(next_params)
+    raise BridgeError(
+        f"the upstream asked for input more than {MAX_INPUT_ROUNDS} times; giving up",
+        jsonrpc.INTERNAL_ERROR,
+    )
+
+
+async def _ask_all(requests: dict[str, Any], capabilities: dict[str, Any], ask: Ask) -> dict[str, Any]:
+    for request in requests.values():
+        method = request.get("method") if isinstance(request, dict) else None
+        needed = eras.SERVER_REQUEST_CAPABILITY.get(method or "")
+        if needed is None:
+            raise BridgeError(f"the upstream asked for {method!r}, which MCP does not define", -32603)
+        if needed not in capabilities:
+            raise BridgeError(
+                f"the upstream needs the client's {needed!r} capability ({method}), and this client "
+                "did not declare it in initialize",
+                jsonrpc.MISSING_CLIENT_CAPABILITY,
+            )
+    answers: dict[str, Any] = {}
+    refusal: list[str] = []
+
+    async def one(key: str, request: dict[str, Any]) -> None:
+        reply = await ask(request["method"], request.get("params"))
+        problem = jsonrpc.error_of(reply)
+        if problem is not None:
+            refusal.append(f"{request['method']}: {problem[1]} ({problem[0]})")
+            tg.cancel_scope.cancel()
+            return
+        answers[key] = jsonrpc.decode_any(reply["result"])
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for key, request in requests.items():
+                tg.start_soon(one, key, request)
+    except BaseExceptionGroup as group:
+        # The questions are asked together, but one that fails fails the round: raise its own
+        # exception (ClientGone above all) so the caller's handlers see it, not a task group's.
+        raise group.exceptions[0] from None
+    if refusal:
+        raise BridgeError(f"the client refused the upstream's request: {refusal[0]}", jsonrpc.INTERNAL_ERROR)
+    return answers

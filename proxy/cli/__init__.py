@@ -1,0 +1,1 @@
+"""The `frugal-proxy` commands."""

@@ -1,0 +1,142 @@
+"""The `--http ADDR` options shared by the wrap form and `serve`, and starting the endpoint.
+
+Light on purpose (argparse only): the stdio wrap imports it at start-up; starlette and uvicorn
+are imported only when `--http` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import anyio
+
+if TYPE_CHECKING:
+    from frugal_proxy.config import Auth
+    from frugal_proxy.server.sessions import UpstreamSet
+    from frugal_proxy.upstream.base import UpstreamBase
+
+log = logging.getLogger("frugal_proxy.http_command")
+
+TOKEN_ENV = "FRUGAL_AUTH_TOKEN"
+
+
+def add_http_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Streamable HTTP (instead of stdio)")
+    group.add_argument("--http", metavar="ADDR", help="serve MCP over Streamable HTTP on HOST:PORT (port 0: any free)")
+    group.add_argument("--http-path", default="/mcp", metavar="PATH", help="the MCP endpoint's path (default: /mcp)")
+    group.add_argument("--stateless", action="store_true", help="no sessions: every request stands alone")
+    group.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help=f"listen on a non-loopback address without {TOKEN_ENV} (anyone who can reach the port may call)",
+    )
+    group.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host name to accept besides the loopback names, e.g. a compose service (repeatable)",
+    )
+    group.add_argument(
+        "--allowed-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="a browser Origin to accept besides loopback ones, e.g. https://app.example.com (repeatable)",
+    )
+    group.add_argument(
+        "--rate-limit",
+        default="100/1000",
+        metavar="RPS/BURST",
+        help="per-client-IP token bucket (default: 100/1000)",
+    )
+    group.add_argument(
+        "--max-body-bytes", type=int, default=4 * 1024 * 1024, metavar="N", help="request body cap (default: 4 MiB)"
+    )
+    group.add_argument(
+        "--session-idle-timeout",
+        type=float,
+        default=1800.0,
+        metavar="SECONDS",
+        help="end a session-era session unused this long (default: 1800)",
+    )
+    group.add_argument(
+        "--max-sessions", type=int, default=100, metavar="N", help="most session-era sessions at once (default: 100)"
+    )
+    group.add_argument(
+        "--request-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="answer a request (then cancel it upstream) after this long; the shorter of it and a "
+        "configured call_timeout wins; subscriptions/listen streams are exempt (default: 30)",
+    )
+
+
+def run_http(
+    options: argparse.Namespace,
+    upstreams: UpstreamSet,
+    ready: Callable[[list[UpstreamBase]], Awaitable[str | None]] | None = None,
+    auth: Auth | None = None,
+) -> int:
+    """Check the options, refuse an unsafe bind before binding anything, then serve. `auth` is
+    the config's `[auth]` table (the wrap form has none: FRUGAL_AUTH_TOKEN only)."""
+    from frugal_proxy.config import Auth
+    from frugal_proxy.server.app import HttpSettings, listen_socket, parse_address, serve_http
+    from frugal_proxy.server.governor_routes import PATHS
+    from frugal_proxy.server.guard import HEALTH_PATH, bind_refusal, guard_settings, is_loopback
+    from frugal_proxy.server.legacy_sse import MESSAGES_PATH, SSE_PATH
+    from frugal_proxy.server.metrics import METRICS_PATH
+    from frugal_proxy.server.operators import Operators
+
+    try:
+        host, port = parse_address(options.http)
+        operators = Operators.from_config(auth or Auth(), os.environ)
+        guard = guard_settings(options, operators)
+    except ValueError as exc:
+        print(f"frugal-proxy: error: {exc}", file=sys.stderr)
+        return 2
+    refusal = bind_refusal(host, operators, options.allow_unauthenticated)
+    if refusal is not None:
+        print(f"frugal-proxy: error: {refusal}", file=sys.stderr)
+        return 2
+    if options.http_path in (*PATHS, HEALTH_PATH, METRICS_PATH, SSE_PATH, MESSAGES_PATH):
+        taken = f"--http-path {options.http_path} is taken by another of the proxy's endpoints; pick another path"
+        print(f"frugal-proxy: error: {taken}", file=sys.stderr)
+        return 2
+    if not operators.required and not is_loopback(host):
+        log.warning("listening on a non-loopback address without authentication (--allow-unauthenticated)")
+    if host not in ("0.0.0.0", "::"):
+        guard.allowed_hosts = guard.allowed_hosts | {host}
+    if not options.request_timeout > 0:
+        print("frugal-proxy: error: --request-timeout must be a positive number of seconds", file=sys.stderr)
+        return 2
+    if not options.http_path.startswith("/"):
+        print("frugal-proxy: error: --http-path must start with /", file=sys.stderr)
+        return 2
+    settings = HttpSettings(
+        host=host,
+        port=port,
+        path=options.http_path,
+        stateless=options.stateless,
+        idle_timeout=options.session_idle_timeout,
+        max_sessions=options.max_sessions,
+        request_timeout=options.request_timeout,
+        guard=guard,
+    )
+    try:
+        sock = listen_socket(host, port)
+    except OSError as exc:
+        print(f"frugal-proxy: error: cannot listen on {options.http}: {exc.strerror}", file=sys.stderr)
+        return 2
+    try:
+        return anyio.run(lambda: serve_http(upstreams, settings, sock, ready=ready))
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        sock.close()

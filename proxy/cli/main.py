@@ -1,0 +1,347 @@
+"""The `frugal-proxy` command.
+
+frugal-proxy [options] -- <upstream command> [args...]
+frugal-proxy [options] -- <https://remote.example/mcp>
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import anyio
+import anyio.lowlevel
+
+from frugal_proxy import __version__, logs
+from frugal_proxy.bridge.downstream import DownstreamPeer
+from frugal_proxy.cli.http_options import add_http_options
+from frugal_proxy.cli.signals import stop_on_signal
+from frugal_proxy.errors import UpstreamDown
+from frugal_proxy.transports.framing import DEFAULT_MAX_LINE_BYTES
+from frugal_proxy.transports.lines import FrameReader, FrameWriter
+from frugal_proxy.transports.stdio import FdSink, FdSource
+from frugal_proxy.upstream.base import UpstreamBase
+from frugal_proxy.upstream.stdio import UpstreamConnection
+
+if TYPE_CHECKING:
+    from frugal_proxy.pipeline.assembly import Assembly
+
+log = logging.getLogger("frugal_proxy.cli")
+
+DRAIN_SECONDS = 5.0
+USAGE = "frugal-proxy [options] -- <upstream command> [args...] | <http(s) url>"
+EPILOG = """examples:
+  frugal-proxy -- npx -y @modelcontextprotocol/server-everything
+  frugal-proxy --env API_KEY=x -- python my_server.py --flag
+  frugal-proxy --header "Authorization: Bearer $TOKEN" -- https://mcp.example.com/mcp
+  frugal-proxy --http 127.0.0.1:8765 -- npx -y @modelcontextprotocol/server-everything
+
+The MCP client launches frugal-proxy where it used to launch the server; tools keep their
+names, and both protocol eras (2026-07-28 and 2024-11-05 ... 2025-11-25) work on either side.
+Logs go to stderr (FRUGAL_LOG_LEVEL or --log-level).
+
+commands (each has its own --help):
+  serve [--config F] [--http ADDR]   many upstreams from a config file, as one MCP server
+  config check | init                validate a config and print its catalog; write a starter
+  status                             each running serve's upstreams
+  mcp install | uninstall            add frugal-proxy to (or remove it from) your MCP clients
+  keys list | rotate                 the receipt signing keys
+  receipts verify FILE|-             check omission receipts offline"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="frugal-proxy",
+        usage=USAGE,
+        description="A transparent MCP proxy: every tool call routed by policy, every result governed.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"frugal-proxy {__version__}")
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a variable in the upstream's environment (repeatable); it inherits ours otherwise",
+    )
+    parser.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="send a header to a remote (URL) upstream with every request (repeatable)",
+    )
+    parser.add_argument("--name", help="the upstream's name in logs and errors (default: from the command)")
+    parser.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=DEFAULT_MAX_LINE_BYTES,
+        metavar="N",
+        help="largest JSON-RPC message accepted from either side (default: 64 MiB)",
+    )
+    parser.add_argument(
+        "--probe-timeout",
+        type=float,
+        default=3.0,
+        metavar="SECONDS",
+        help="how long to wait for server/discover before treating the upstream as session-era",
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        help="stderr log level (default: warning)",
+    )
+    parser.add_argument("--no-govern", action="store_true", help="pass every result through ungoverned")
+    for flag, default in (("--max-bytes", 32_768), ("--max-records", 50), ("--max-tokens", 8_192)):
+        parser.add_argument(
+            flag, type=int, metavar="N", help=f"the size governor's default budget (default: {default})"
+        )
+    add_http_options(parser)
+    return parser
+
+
+Command = Callable[[list[str]], int]
+
+
+def _command(module: str, function: str) -> Command:
+    """A subcommand whose module is imported only when it runs (start-up time matters here)."""
+
+    def run(argv: list[str]) -> int:
+        return int(getattr(importlib.import_module(f"frugal_proxy.{module}"), function)(argv))
+
+    return run
+
+
+# Subcommands (`frugal-proxy NAME ...`); anything else is the wrap form `[options] -- <cmd>`.
+COMMANDS: dict[str, Command] = {
+    "serve": _command("cli.serve", "serve_command"),
+    "config": _command("cli.serve", "config_command"),
+    "status": _command("cli.serve", "status_command"),
+    "keys": _command("cli.keys", "keys_command"),
+    "receipts": _command("cli.keys", "receipts_command"),
+    "mcp": _command("install.mcp_install", "mcp_command"),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if args_in and args_in[0] in COMMANDS:
+        return COMMANDS[args_in[0]](args_in[1:])
+    if "--" in args_in:
+        split = args_in.index("--")
+        own, command = args_in[:split], args_in[split + 1 :]
+    else:
+        own, command = args_in, []
+    parser = build_parser()
+    options = parser.parse_args(own)
+    if not command:
+        parser.print_usage(sys.stderr)
+        print("frugal-proxy: error: give the upstream command after --", file=sys.stderr)
+        return 2
+    env: dict[str, str] = {}
+    for item in options.env:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            print(f"frugal-proxy: error: --env wants KEY=VALUE, got {item!r}", file=sys.stderr)
+            return 2
+        env[key] = value
+    headers: dict[str, str] = {}
+    for item in options.header:
+        key, sep, value = item.partition(":")
+        if not sep or not key.strip():
+            print(f"frugal-proxy: error: --header wants 'NAME: VALUE', got {key!r}", file=sys.stderr)
+            return 2
+        headers[key.strip()] = value.strip()
+    limits = {"max_bytes": options.max_bytes, "max_records": options.max_records, "max_tokens": options.max_tokens}
+    governor = {"enabled": not options.no_govern, **{key: value for key, value in limits.items() if value is not None}}
+    logs.configure(options.log_level)
+    name = options.name or upstream_name(command)
+    if options.http:
+        return wrap_http(options, command, name, env, headers, governor)
+    try:
+        return anyio.run(
+            wrap_stdio,
+            command,
+            name,
+            env,
+            options.max_message_bytes,
+            options.probe_timeout,
+            governor,
+            headers,
+        )
+    except KeyboardInterrupt:
+        return 130
+
+
+_LAUNCHERS = frozenset({"node", "npx", "uvx", "uv", "bun", "bunx", "deno", "pipx", "docker", "run", "exec"})
+_GENERIC = frozenset({"index", "main", "server", "cli", "__main__", "app"})
+_BUILD_DIRS = frozenset({"dist", "build", "lib", "bin", "src", "out"})
+
+
+def remote_url(command: Sequence[str]) -> str | None:
+    """The URL of the wrap form `frugal-proxy -- https://…`, if that is what was given."""
+    if len(command) == 1 and command[0].startswith(("http://", "https://")):
+        return command[0]
+    return None
+
+
+def upstream_name(command: Sequence[str]) -> str:
+    """A short name for the upstream: the package or script it runs, not the interpreter."""
+    url = remote_url(command)
+    if url is not None:
+        return urlsplit(url).hostname or "remote"
+    for word in command:
+        if word.startswith("-"):
+            continue
+        parts = [part for part in word.replace("\\", "/").split("/") if part]
+        if "node_modules" in parts:
+            rest = parts[parts.index("node_modules") + 1 :]
+            if rest:
+                return rest[1] if rest[0].startswith("@") and len(rest) > 1 else rest[0]
+        if word.startswith("@") and len(parts) > 1:
+            return parts[1].split("@")[0]
+        stem = os.path.splitext(parts[-1] if parts else word)[0].split("@")[0]
+        if stem in _LAUNCHERS or stem.startswith("python"):
+            continue
+        if stem in _GENERIC:
+            parents = [part for part in parts[:-1] if part not in _BUILD_DIRS]
+            if parents:
+                return parents[-1]
+        return stem or "upstream"
+    return "upstream"
+
+
+async def wrap_stdio(
+    command: list[str],
+    name: str,
+    env: dict[str, str],
+    max_line_bytes: int,
+    probe_timeout: float,
+    governor: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+) -> int:
+    """Serve one stdio client in front of one upstream (a stdio command or a remote URL) until
+    the client goes away. `governor` holds the size governor's settings (GovernorSettings keys)."""
+    source, sink = FdSource(sys.stdin.fileno()), FdSink(sys.stdout.fileno())
+    writer = FrameWriter(sink)
+    downstream = DownstreamPeer(writer)
+    url = remote_url(command)
+    connection: UpstreamBase
+    if url is not None:
+        # Imported here: the HTTP client costs ~70 ms of start-up that a stdio wrap does not need.
+        from frugal_proxy.upstream.http import HttpUpstreamConnection
+
+        connection = HttpUpstreamConnection(
+            url, name=name, headers=headers, probe_timeout=probe_timeout, max_message_bytes=max_line_bytes
+        )
+    else:
+        connection = UpstreamConnection(
+            command, name=name, env=env, probe_timeout=probe_timeout, max_line_bytes=max_line_bytes
+        )
+    try:
+        async with anyio.create_task_group() as tg, connection as upstream:
+            started = anyio.Event()
+            failed: list[UpstreamDown] = []
+
+            async def start() -> None:
+                try:
+                    await upstream.ensure_ready()
+                except UpstreamDown as exc:
+                    failed.append(exc)
+                finally:
+                    started.set()
+
+            # The upstream boots in its own process while this one imports the rest of the proxy.
+            tg.start_soon(start)
+            await anyio.lowlevel.checkpoint()
+            try:
+                assembly = _assembly(governor or {})
+            except ValueError as exc:
+                print(f"frugal-proxy: error: {exc}", file=sys.stderr)
+                tg.cancel_scope.cancel()
+                return 2
+            from frugal_proxy.router.router import Session
+
+            await started.wait()
+            if failed:
+                print(f"frugal-proxy: the upstream did not start: {failed[0]}", file=sys.stderr)
+                tg.cancel_scope.cancel()
+                return 2
+            session = Session(upstream, downstream, tg, assembly=assembly)
+            tg.start_soon(stop_on_signal, tg.cancel_scope)
+            await session.serve(FrameReader(source, max_line_bytes))
+            log.info("client closed stdin; shutting down")
+            with anyio.move_on_after(DRAIN_SECONDS):
+                await session.drain()
+            downstream.close()
+            await upstream.shutdown()
+            tg.cancel_scope.cancel()
+    finally:
+        source.restore()
+        sink.restore()
+    return 0
+
+
+def _connection(
+    command: list[str], name: str, env: dict[str, str], headers: dict[str, str], options: argparse.Namespace
+) -> UpstreamBase:
+    url = remote_url(command)
+    if url is not None:
+        from frugal_proxy.upstream.http import HttpUpstreamConnection
+
+        return HttpUpstreamConnection(
+            url,
+            name=name,
+            headers=headers,
+            probe_timeout=options.probe_timeout,
+            max_message_bytes=options.max_message_bytes,
+        )
+    return UpstreamConnection(
+        command, name=name, env=env, probe_timeout=options.probe_timeout, max_line_bytes=options.max_message_bytes
+    )
+
+
+def wrap_http(
+    options: argparse.Namespace,
+    command: list[str],
+    name: str,
+    env: dict[str, str],
+    headers: dict[str, str],
+    governor: dict[str, Any],
+) -> int:
+    """Serve one upstream over Streamable HTTP (`--http ADDR`); session-era sessions get their own."""
+    from frugal_proxy.cli.http_options import run_http
+    from frugal_proxy.server.sessions import UpstreamSet
+
+    try:
+        assembly = _assembly(governor)
+    except ValueError as exc:
+        print(f"frugal-proxy: error: {exc}", file=sys.stderr)
+        return 2
+
+    async def ready(connections: list[UpstreamBase]) -> str | None:
+        try:
+            await connections[0].ensure_ready()
+        except UpstreamDown as exc:
+            return f"the upstream did not start: {exc}"
+        return None
+
+    upstreams = UpstreamSet(
+        lambda: [_connection(command, name, env, headers, options)], {"assembly": assembly}, frozenset({name})
+    )
+    return run_http(options, upstreams, ready)
+
+
+def _assembly(governor: dict[str, Any]) -> Assembly:
+    """The pipeline's policies and own tools; raises ValueError for a bad governor budget."""
+    from frugal_proxy.pipeline.assembly import assemble
+    from frugal_proxy.policies.governor import GovernorSettings
+
+    return assemble(GovernorSettings(**governor))

@@ -1,0 +1,336 @@
+"""`frugal-proxy serve`, `config check|init` and `status`: many upstreams under one endpoint.
+
+Upstreams start concurrently (or on first use, `lazy = true`); one that fails to start or dies
+does not take the others down: its tools stay listed and answer a clear error until it is back.
+While it runs, `serve` keeps a status file under `$FRUGAL_HOME/run/` that `frugal-proxy status`
+reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+import msgspec
+
+from frugal_proxy import config as config_module
+from frugal_proxy import logs
+from frugal_proxy.bridge.downstream import DownstreamPeer
+from frugal_proxy.bridge.link import Client
+from frugal_proxy.cli.http_options import add_http_options
+from frugal_proxy.cli.signals import stop_on_signal
+from frugal_proxy.config import Config, ConfigError
+from frugal_proxy.errors import UpstreamDown
+from frugal_proxy.protocol import eras, jsonrpc
+from frugal_proxy.router.router import Session
+from frugal_proxy.transports.lines import FrameReader, FrameWriter
+from frugal_proxy.transports.stdio import FdSink, FdSource
+from frugal_proxy.upstream.base import UpstreamBase
+from frugal_proxy.upstream.stdio import UpstreamConnection
+
+log = logging.getLogger("frugal_proxy.serve")
+
+STATUS_INTERVAL = 2.0
+DRAIN_SECONDS = 5.0
+
+
+def _load(path_option: str | None) -> tuple[Path, Config] | int:
+    path = config_module.config_path(path_option)
+    try:
+        return path, config_module.load(path)
+    except ConfigError as exc:
+        print(f"frugal-proxy: config error: {exc}", file=sys.stderr)
+        return 2
+
+
+def connections(config: Config, max_line_bytes: int) -> list[UpstreamBase]:
+    """One connection per configured upstream: a child process, or a remote server for a `url`."""
+    built: list[UpstreamBase] = []
+    for name, upstream in config.upstreams.items():
+        if upstream.url is not None:
+            from frugal_proxy.upstream.http import HttpUpstreamConnection  # only when a url needs it
+
+            built.append(
+                HttpUpstreamConnection(
+                    upstream.url,
+                    name=name,
+                    headers=dict(upstream.headers),
+                    connect_timeout=upstream.connect_timeout_seconds,
+                    read_timeout=upstream.read_timeout_seconds or config.limits.call_timeout_seconds,
+                    max_message_bytes=max_line_bytes,
+                )
+            )
+        else:
+            built.append(
+                UpstreamConnection(
+                    upstream.command or [],
+                    name=name,
+                    env=dict(upstream.env),
+                    cwd=upstream.cwd,
+                    max_line_bytes=max_line_bytes,
+                )
+            )
+    return built
+
+
+def session_options(config: Config) -> dict[str, Any]:
+    """What the session needs of the config: names, filters, prices and deadlines per upstream,
+    and the pipeline's policies (the size governor from `[governor]`)."""
+    from frugal_proxy.pipeline.assembly import assemble
+    from frugal_proxy.policies.governor import GovernorSettings
+
+    call_timeout = config.limits.call_timeout_seconds
+    return {
+        "assembly": assemble(msgspec.convert(config.governor, GovernorSettings)),
+        "page_size": config.limits.page_size,
+        "prefixes": {name: up.prefix for name, up in config.upstreams.items()},
+        "filters": {name: up.tools for name, up in config.upstreams.items()},
+        "costs": {name: up.cost_per_call for name, up in config.upstreams.items()},
+        "timeouts": {
+            name: min(up.timeout_seconds or call_timeout, call_timeout) for name, up in config.upstreams.items()
+        },
+    }
+
+
+# -- serve -------------------------------------------------------------------------------------------
+
+
+def serve_command(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="frugal-proxy serve",
+        description="Serve every configured upstream as one MCP server over stdio (or Streamable HTTP).",
+    )
+    parser.add_argument("--config", help="config file (default: $FRUGAL_CONFIG or ~/.frugal/config/frugal.toml)")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    add_http_options(parser)
+    options = parser.parse_args(argv)
+    logs.configure(options.log_level)
+    loaded = _load(options.config)
+    if isinstance(loaded, int):
+        return loaded
+    path, config = loaded
+    if not config.upstreams:
+        print(f"frugal-proxy: config error: {path}: no [upstreams.NAME] tables", file=sys.stderr)
+        return 2
+    if options.http:
+        from frugal_proxy.cli.http_options import run_http
+        from frugal_proxy.server.sessions import UpstreamSet
+
+        lazy = frozenset(name for name, upstream in config.upstreams.items() if upstream.lazy)
+        max_bytes = config.limits.max_message_bytes
+        upstreams = UpstreamSet(lambda: connections(config, max_bytes), session_options(config), lazy)
+        return run_http(options, upstreams, auth=config.auth)
+    try:
+        return anyio.run(serve_stdio, config)
+    except KeyboardInterrupt:
+        return 130
+
+
+async def serve_stdio(config: Config) -> int:
+    source, sink = FdSource(sys.stdin.fileno()), FdSink(sys.stdout.fileno())
+    downstream = DownstreamPeer(FrameWriter(sink))
+    upstreams = connections(config, config.limits.max_message_bytes)
+    status = StatusFile(upstreams)
+    try:
+        async with anyio.create_task_group() as tg:
+            for upstream in upstreams:
+                await tg.start(_run_upstream, upstream, config.upstreams[upstream.name].lazy)
+            session = Session(upstreams, downstream, tg, **session_options(config))
+            tg.start_soon(stop_on_signal, tg.cancel_scope)
+            tg.start_soon(status.keep_written)
+            await session.serve(FrameReader(source, config.limits.max_message_bytes))
+            with anyio.move_on_after(DRAIN_SECONDS):
+                await session.drain()
+            downstream.close()
+            for upstream in upstreams:
+                await upstream.shutdown()
+            tg.cancel_scope.cancel()
+    finally:
+        source.restore()
+        sink.restore()
+        status.remove()
+    return 0
+
+
+async def _run_upstream(
+    upstream: UpstreamBase,
+    lazy: bool,
+    *,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Own one upstream's lifetime; start it now (in the background) unless it is lazy."""
+    async with upstream:
+        task_status.started()
+        if not lazy:
+            try:
+                await upstream.ensure_ready()
+            except UpstreamDown as exc:
+                log.warning(
+                    "upstream did not start; its tools answer errors until it does",
+                    extra={"reason": str(exc)},
+                )
+        await anyio.sleep_forever()
+
+
+class StatusFile:
+    """`$FRUGAL_HOME/run/serve-<pid>.json`: each upstream's state, rewritten every few seconds."""
+
+    def __init__(self, upstreams: list[UpstreamBase]) -> None:
+        self.upstreams = upstreams
+        self.path = config_module.default_home() / "run" / f"serve-{os.getpid()}.json"
+        self.started = time.time()
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "started_at": self.started,
+            "updated_at": time.time(),
+            "upstreams": {up.name: up.state() for up in self.upstreams},
+        }
+
+    async def keep_written(self) -> None:
+        while True:
+            data = json.dumps(self.snapshot(), indent=1).encode()
+            try:
+                await anyio.to_thread.run_sync(_write_atomically, self.path, data)
+            except OSError as exc:
+                log.warning("cannot write the status file", extra={"path": str(self.path), "reason": exc.strerror})
+                return
+            await anyio.sleep(STATUS_INTERVAL)
+
+    def remove(self) -> None:
+        try:
+            self.path.unlink()
+        except OSError:
+            pass
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
+
+
+# -- status ------------------------------------------------------------------------------------------
+
+
+def status_command(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="frugal-proxy status", description="Show each running serve's upstreams.")
+    parser.add_argument("--json", action="store_true", help="print the raw status records")
+    options = parser.parse_args(argv)
+    run = config_module.default_home() / "run"
+    records = []
+    for path in sorted(run.glob("serve-*.json")) if run.is_dir() else []:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if _alive(int(record.get("pid", 0))):
+            records.append(record)
+    if options.json:
+        print(json.dumps(records, indent=1))
+        return 0
+    if not records:
+        print("no frugal-proxy serve is running")
+        return 1
+    for record in records:
+        as_of = time.strftime("%H:%M:%S", time.localtime(record["updated_at"]))
+        print(f"serve pid {record['pid']} (status as of {as_of})")
+        for name, state in record["upstreams"].items():
+            detail = ", ".join(f"{key}={value}" for key, value in state.items() if key != "state")
+            print(f"  {name:20} {state['state']:12} {detail}")
+    return 0
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# -- config check / init -----------------------------------------------------------------------------
+
+
+def config_command(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="frugal-proxy config", description="Check or create the config file.")
+    commands = parser.add_subparsers(dest="action", required=True)
+    check = commands.add_parser("check", help="validate the config and print the effective catalog")
+    check.add_argument("--config")
+    init = commands.add_parser("init", help="write a commented starter config")
+    init.add_argument("--config")
+    init.add_argument("--force", action="store_true", help="overwrite an existing file")
+    options = parser.parse_args(argv)
+    if options.action == "init":
+        path = config_module.config_path(options.config)
+        if path.exists() and not options.force:
+            print(f"frugal-proxy: {path} exists; use --force to overwrite it", file=sys.stderr)
+            return 1
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(config_module.STARTER, encoding="utf-8")
+        print(f"wrote {path}")
+        return 0
+    logs.configure("error")
+    loaded = _load(options.config)
+    if isinstance(loaded, int):
+        return loaded
+    path, config = loaded
+    print(f"{path}: valid; {len(config.upstreams)} upstream(s)")
+    return anyio.run(print_catalog, config)
+
+
+async def print_catalog(config: Config) -> int:
+    """Start every upstream, list what each offers under its exposed name, report collisions."""
+    upstreams = connections(config, config.limits.max_message_bytes)
+    problems: list[str] = []
+    async with anyio.create_task_group() as tg:
+        for upstream in upstreams:
+            await tg.start(_run_upstream, upstream, False)
+        session = Session(upstreams, DownstreamPeer(FrameWriter(_Discard())), tg, **session_options(config))
+        client = Client("modern", {})
+        params = {"_meta": jsonrpc.raw({eras.META_VERSION: eras.LATEST_MODERN, eras.META_CAPABILITIES: {}})}
+        listed = []
+        for method, label in (("tools/list", "tools"), ("prompts/list", "prompts"), ("resources/list", "resources")):
+            merged = await session.catalog.merged(method, params, client)
+            listed.append((label, merged))
+            problems.extend(merged.collisions)
+        print("upstreams:")
+        for upstream in upstreams:
+            state = upstream.state()
+            era = "speaks 2026-07-28" if state.get("era") == "modern" else "session era"
+            detail = era if state["state"] == "up" else str(state.get("reason", ""))
+            print(f"  {upstream.name:20} {state['state']:12} {detail}")
+        for label, merged in listed:
+            print(f"{label} ({len(merged.items)}):")
+            for exposed, owner in merged.owners.items():
+                renamed = "" if exposed == owner.original else f"  <- {owner.original}"
+                print(f"  {exposed:40} {owner.link.name}{renamed}")
+        for upstream in upstreams:
+            await upstream.shutdown()
+        tg.cancel_scope.cancel()
+    for problem in problems:
+        print(f"config error: {problem}; set a prefix on one of the upstreams", file=sys.stderr)
+    return 1 if problems else 0
+
+
+class _Discard:
+    async def write(self, data: bytes) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None

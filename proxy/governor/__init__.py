@@ -1,0 +1,1 @@
+"""The size governor's engine: measuring, shaping, spilling and signing results."""

@@ -1,0 +1,141 @@
+"""Each operator's own governor budgets: tighter than the configured ones, never looser.
+
+The configured budgets (`[governor]` and `[governor.routes."TOOL"]`) are a ceiling set by whoever
+runs the proxy. An operator (over HTTP: `POST /budgets`) may lower them for itself, as a default
+and per route, and may pick a shaping mode; a value above the configured one is refused. The
+overrides live in this process's memory.
+
+    OperatorBudgets     the overrides, and the budget they make for (operator, route)
+    OperatorGovernor    the size governor with them applied
+    BudgetError         a request to change them that cannot be used (code, message)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from frugal_proxy.governor.shaping import Budget
+from frugal_proxy.policies.governor import Governor, GovernorSettings, RouteBudget
+from frugal_proxy.records import Exchange
+
+LIMITS = ("max_bytes", "max_records", "max_tokens")
+MAX_ROUTES = 1000
+MAX_ROUTE_CHARS = 256
+
+
+class BudgetError(ValueError):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _Own(msgspec.Struct):
+    default: RouteBudget = msgspec.field(default_factory=RouteBudget)
+    routes: dict[str, RouteBudget] = msgspec.field(default_factory=dict)
+
+
+class OperatorBudgets:
+    def __init__(self, settings: GovernorSettings) -> None:
+        self.settings = settings
+        self._own: dict[str, _Own] = {}
+
+    def budget(self, operator: str, route: str) -> Budget:
+        """The budget of one route for one operator: its own values, capped by the configured ones."""
+        ceiling = self.settings.budget(route)
+        own = self._own.get(operator)
+        if own is None:
+            return ceiling
+        layers = (own.routes.get(route, RouteBudget()), own.default)
+        values: dict[str, Any] = {}
+        for name in LIMITS:
+            chosen = next((getattr(layer, name) for layer in layers if getattr(layer, name) is not None), None)
+            values[name] = min(chosen, getattr(ceiling, name)) if chosen is not None else getattr(ceiling, name)
+        mode = next((layer.mode for layer in layers if layer.mode is not None), ceiling.mode)
+        return Budget(mode=mode, **values)
+
+    def report(self, operator: str) -> dict[str, Any]:
+        """What `GET /budgets` shows: the effective default and per-route budgets, and the
+        operator's own overrides."""
+        own = self._own.get(operator, _Own())
+        routes = sorted(set(self.settings.routes) | set(own.routes))
+        return {
+            "operator": operator,
+            "default": _budget_dict(self.budget(operator, "")),
+            "routes": {route: _budget_dict(self.budget(operator, route)) for route in routes},
+            "overrides": msgspec.to_builtins(own),
+            "configured": {
+                "default": _budget_dict(self.settings.budget("")),
+                "routes": {route: _budget_dict(self.settings.budget(route)) for route in sorted(self.settings.routes)},
+            },
+        }
+
+    def update(self, operator: str, body: Any) -> None:
+        """Apply `POST /budgets`: `{"default": {...} | null, "routes": {"TOOL": {...} | null}}`.
+        A table replaces the override it names, null removes it. All or nothing."""
+        if not isinstance(body, dict) or not body or set(body) - {"default", "routes"}:
+            raise BudgetError(
+                "invalid_budgets",
+                'send {"default": {"max_bytes": 16384}, "routes": {"TOOL": {"max_records": 20}}} '
+                "(either key may be left out; null removes an override)",
+            )
+        own = self._own.get(operator, _Own())
+        default, routes = own.default, dict(own.routes)
+        if "default" in body:
+            default = self._checked(body["default"], "default", "")
+        changes = body.get("routes", {})
+        if not isinstance(changes, dict):
+            raise BudgetError("invalid_budgets", "routes must be an object of route name → budget (or null)")
+        for route, value in changes.items():
+            if not route or len(route) > MAX_ROUTE_CHARS:
+                raise BudgetError("invalid_budgets", f"a route name has 1 to {MAX_ROUTE_CHARS} characters")
+            if value is None:
+                routes.pop(route, None)
+            else:
+                routes[route] = self._checked(value, f"routes.{route}", route)
+        if len(routes) > MAX_ROUTES:
+            raise BudgetError("invalid_budgets", f"at most {MAX_ROUTES} per-route budgets per operator")
+        if routes or default != RouteBudget():
+            self._own[operator] = _Own(default, routes)
+        else:
+            self._own.pop(operator, None)
+
+    def _checked(self, value: Any, where: str, route: str) -> RouteBudget:
+        if value is None:
+            return RouteBudget()
+        try:
+            budget = msgspec.convert(value, RouteBudget)
+        except msgspec.ValidationError as exc:
+            raise BudgetError("invalid_budgets", f"at {where}: {exc}") from None
+        ceiling = self.settings.budget(route)
+        for name in LIMITS:
+            given, limit = getattr(budget, name), getattr(ceiling, name)
+            if given is not None and given > limit:
+                raise BudgetError(
+                    "budget_above_limit",
+                    f"at {where}.{name}: {given} is above the configured {limit}; an operator can only lower budgets",
+                )
+        return budget
+
+
+def _budget_dict(budget: Budget) -> dict[str, Any]:
+    return {name: getattr(budget, name) for name in (*LIMITS, "mode")}
+
+
+class OperatorGovernor(Governor):
+    """The size governor with each operator's own budgets applied."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.budgets = OperatorBudgets(self.settings)
+
+    def budget(self, exchange: Exchange) -> Budget:
+        return self.budgets.budget(exchange.operator, exchange.route.name)
+
+
+def route_budget(governor: Governor, operator: str, route: str) -> Budget:
+    """One route's budget for one operator, with any governor."""
+    if isinstance(governor, OperatorGovernor):
+        return governor.budgets.budget(operator, route)
+    return governor.settings.budget(route)

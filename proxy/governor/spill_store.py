@@ -1,0 +1,162 @@
+"""Where the full payloads of shaped results wait to be fetched in slices.
+
+Artifacts belong to an operator (the local user on stdio; over HTTP, the identity behind the
+bearer token): an id is looked up only among its operator's artifacts, so another operator's id
+is as unknown as a made-up one. Each operator has a byte quota, kept by evicting the least
+recently used artifacts; each artifact lives at most its TTL (at most an hour). An expired id is
+remembered for as long again as its TTL, so a late fetch hears "expired" and not "unknown".
+
+The store also remembers which call produced which spill, for the governor's repeat denial: a
+denial lives exactly as long as the artifacts it points at.
+
+    SpillStore          the interface (async, so a shared store can stand behind it)
+    MemorySpillStore    the embedded default
+    SpillError          UnknownArtifact | ArtifactExpired
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import anyio
+
+from frugal_proxy.governor.receipts import OmissionReceipt
+
+MAX_TTL = 3600.0
+DEFAULT_QUOTA_BYTES = 256 * 1024 * 1024
+
+
+class SpillError(LookupError):
+    """An artifact id that cannot be served; `code` is what the tools report."""
+
+    code = "spill_error"
+
+
+class UnknownArtifact(SpillError):
+    code = "unknown_artifact"
+
+
+class ArtifactExpired(SpillError):
+    code = "artifact_expired"
+
+
+@dataclass
+class Artifact:
+    artifact_id: str
+    operator: str
+    payload: bytes
+    sha256: str
+    expires_at: float
+    ttl: float
+    receipt: OmissionReceipt | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.payload)
+
+
+class SpillStore(Protocol):
+    async def put(self, operator: str, payload: bytes, sha256: str, ttl: float) -> Artifact | None:
+        """Keep a payload; None when it is larger than the operator's whole quota."""
+
+    async def attach(self, artifact: Artifact, receipt: OmissionReceipt) -> None:
+        """Keep the receipt issued for an artifact beside it (for denials)."""
+
+    async def get(self, operator: str, artifact_id: str) -> Artifact:
+        """The operator's artifact; raises UnknownArtifact or ArtifactExpired."""
+
+    async def remember(self, operator: str, call_key: str, artifact_ids: Sequence[str]) -> None:
+        """Note that a call's result was spilled into these artifacts."""
+
+    async def recall(self, operator: str, call_key: str) -> list[Artifact]:
+        """The live artifacts of an earlier identical call; [] (and forgotten) once any is gone."""
+
+
+@dataclass
+class _Operator:
+    artifacts: OrderedDict[str, Artifact] = field(default_factory=OrderedDict)
+    used: int = 0
+    expired: dict[str, float] = field(default_factory=dict)
+    calls: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+class MemorySpillStore:
+    """The embedded default: artifacts in this process's memory, per-operator LRU under a quota."""
+
+    def __init__(self, quota_bytes: int = DEFAULT_QUOTA_BYTES, clock: Callable[[], float] = time.time) -> None:
+        self.quota_bytes = quota_bytes
+        self.clock = clock
+        self._operators: dict[str, _Operator] = {}
+
+    def _operator(self, operator: str) -> _Operator:
+        state = self._operators.get(operator)
+        if state is None:  # not setdefault: that would build a throw-away _Operator on every call
+            state = self._operators[operator] = _Operator()
+        self._expire(state)
+        return state
+
+    def _expire(self, state: _Operator) -> None:
+        now = self.clock()
+        for artifact_id, artifact in list(state.artifacts.items()):
+            if artifact.expires_at <= now:
+                self._drop(state, artifact_id)
+                state.expired[artifact_id] = artifact.expires_at + artifact.ttl
+        for artifact_id, forget_at in list(state.expired.items()):
+            if forget_at <= now:
+                del state.expired[artifact_id]
+        for call_key, ids in list(state.calls.items()):
+            if any(i not in state.artifacts for i in ids):
+                del state.calls[call_key]
+
+    def _drop(self, state: _Operator, artifact_id: str) -> None:
+        artifact = state.artifacts.pop(artifact_id)
+        state.used -= artifact.size
+
+    async def put(self, operator: str, payload: bytes, sha256: str, ttl: float) -> Artifact | None:
+        if len(payload) > self.quota_bytes:
+            return None
+        state = self._operator(operator)
+        while state.artifacts and state.used + len(payload) > self.quota_bytes:
+            self._drop(state, next(iter(state.artifacts)))
+        artifact = Artifact(
+            artifact_id="art_" + secrets.token_urlsafe(24),
+            operator=operator,
+            payload=payload,
+            sha256=sha256,
+            expires_at=self.clock() + min(ttl, MAX_TTL),
+            ttl=min(ttl, MAX_TTL),
+        )
+        state.artifacts[artifact.artifact_id] = artifact
+        state.used += artifact.size
+        await anyio.lowlevel.checkpoint()
+        return artifact
+
+    async def attach(self, artifact: Artifact, receipt: OmissionReceipt) -> None:
+        artifact.receipt = receipt
+
+    async def get(self, operator: str, artifact_id: str) -> Artifact:
+        state = self._operator(operator)
+        artifact = state.artifacts.get(artifact_id)
+        if artifact is not None:
+            state.artifacts.move_to_end(artifact_id)
+            return artifact
+        if artifact_id in state.expired:
+            raise ArtifactExpired(f"artifact {artifact_id} has expired; call the tool again for a new one")
+        raise UnknownArtifact(f"no artifact {artifact_id} is kept for you (never made, or evicted)")
+
+    async def remember(self, operator: str, call_key: str, artifact_ids: Sequence[str]) -> None:
+        self._operator(operator).calls[call_key] = tuple(artifact_ids)
+
+    async def recall(self, operator: str, call_key: str) -> list[Artifact]:
+        state = self._operator(operator)
+        ids = state.calls.get(call_key, ())
+        found = [state.artifacts[i] for i in ids if i in state.artifacts]
+        if len(found) != len(ids) or not ids:
+            state.calls.pop(call_key, None)
+            return []
+        return found

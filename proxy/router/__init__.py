@@ -1,0 +1,1 @@
+"""One client's router: handshakes, the merged catalog, routes, the request dispatch."""

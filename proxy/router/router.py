@@ -1,0 +1,548 @@
+"""One client in front of one or more upstreams: reading the client, and the router.
+
+Requests the proxy answers itself (`initialize`, `server/discover`, `ping`, merged lists when
+there are several upstreams), requests it forwards to the upstream that owns a name or URI
+(prompts, resources, completions), and `tools/call`, which always goes through the pipeline.
+The era translation towards each upstream is its `UpstreamLink`'s business. With a single
+upstream nothing is renamed or re-paged: the proxy is transparent.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextvars import ContextVar
+from typing import Any
+
+import anyio
+import anyio.abc
+import msgspec
+
+from frugal_proxy import __version__
+from frugal_proxy.bridge.downstream import ClientGone, ClientUnreachable, DownstreamPeer
+from frugal_proxy.bridge.link import Client, UpstreamLink
+from frugal_proxy.config import ToolFilter
+from frugal_proxy.errors import BridgeError, ProxyError, UpstreamDown
+from frugal_proxy.pipeline.assembly import Assembly, assemble
+from frugal_proxy.pipeline.pipeline import Pipeline, build_pipeline
+from frugal_proxy.protocol import eras, jsonrpc
+from frugal_proxy.protocol.jsonrpc import Frame, RequestId
+from frugal_proxy.protocol.subscriptions import acknowledgement, listen_result, merge_filters
+from frugal_proxy.providers import Provider
+from frugal_proxy.providers.mcp_tool import McpToolProvider
+from frugal_proxy.providers.own_tools import LISTING_SCOPE, LISTING_TTL_MS, OwnToolProvider
+from frugal_proxy.records import Call, Exchange, ProgressSink, Route
+from frugal_proxy.router.catalog import KINDS, Catalog, CatalogError
+from frugal_proxy.server.operators import CURRENT_OPERATOR
+from frugal_proxy.transports.lines import BadLine, FrameReader, Frames
+from frugal_proxy.upstream.base import UpstreamBase
+
+log = logging.getLogger("frugal_proxy.session")
+
+SUBSCRIBE_METHODS = frozenset({"resources/subscribe", "resources/unsubscribe"})
+URI_METHODS = frozenset({"resources/read", "resources/subscribe", "resources/unsubscribe"})
+
+# Where a request's own notifications (its progress) go when it is not the downstream at large:
+# an HTTP handler sets it to the request's response stream before asking for the reply.
+REQUEST_STREAM: ContextVar[ProgressSink | None] = ContextVar("frugal_request_stream", default=None)
+
+
+class Session:
+    def __init__(
+        self,
+        upstreams: UpstreamBase | list[UpstreamBase],
+        downstream: DownstreamPeer,
+        task_group: anyio.abc.TaskGroup,
+        *,
+        assembly: Assembly | None = None,
+        operator: str = "local",
+        prefixes: dict[str, str | None] | None = None,
+        filters: dict[str, ToolFilter] | None = None,
+        costs: dict[str, float] | None = None,
+        timeouts: dict[str, float | None] | None = None,
+        page_size: int = 500,
+    ) -> None:
+        connections = upstreams if isinstance(upstreams, list) else [upstreams]
+        self.downstream = downstream
+        self._tg = task_group
+        self.client = Client()
+        self.links = [
+            UpstreamLink(up, self.client, downstream, task_group, on_change=self._changed) for up in connections
+        ]
+        self._link_by_name = {link.name: link for link in self.links}
+        self.catalog = Catalog(self.links, prefixes, filters, page_size)
+        self.single = len(self.links) == 1
+        self._inflight: dict[RequestId, anyio.CancelScope] = {}
+        self._streams: set[RequestId] = set()
+        self._idle = anyio.Event()
+        assembly = assembly or assemble()
+        self.own_tools = OwnToolProvider(assembly.own_tools)
+        self.operator = operator
+        providers: dict[str, Provider] = {
+            link.name: McpToolProvider(
+                link.name,
+                link.forward,
+                cost_per_call=(costs or {}).get(link.name, 0.0),
+                timeout=(timeouts or {}).get(link.name),
+            )
+            for link in self.links
+        }
+        providers[self.own_tools.name] = self.own_tools
+        self.pipeline: Pipeline = build_pipeline(providers, assembly.policies)
+
+    # -- reading the client --------------------------------------------------------------------------
+
+    async def serve(self, reader: FrameReader) -> None:
+        """Handle the client's messages until it closes its side."""
+        async for event in reader:
+            if isinstance(event, BadLine):
+                await self._bad_line(event)
+            elif event.batch:
+                self._tg.start_soon(self._serve_batch, event)
+            else:
+                await self._on_frame(event.frames[0])
+
+    async def drain(self) -> None:
+        """End the client's listen streams, then wait until no request is in flight (bound it
+        with a cancel scope)."""
+        for stream in list(self._streams):
+            scope = self._inflight.get(stream)
+            if scope is not None:
+                scope.cancel()
+        for link in self.links:
+            link.stop_listening()
+        while self._inflight:
+            self._idle = anyio.Event()
+            await self._idle.wait()
+
+    async def reply_to(self, frame: Frame) -> Frame | None:
+        """The reply to one request from a client that is not on stdio (None if it was cancelled)."""
+        return await self._reply_to(frame)
+
+    async def take_in(self, frame: Frame) -> None:
+        """A notification or a reply (to a server-to-client request) from a client that is not on stdio."""
+        await self._on_frame(frame)
+
+    async def _bad_line(self, event: BadLine) -> None:
+        log.warning(
+            "client sent a bad message",
+            extra={"code": event.error.code, "reason": str(event.error)[:200], "bytes": event.size},
+        )
+        await self.downstream.send(jsonrpc.error(event.error.request_id, event.error.code, str(event.error)))
+
+    async def _on_frame(self, frame: Frame) -> None:
+        if jsonrpc.is_reply(frame):
+            if not self.downstream.take_reply(frame):
+                log.warning(
+                    "client answered a request nobody sent; dropped",
+                    extra={"id": str(jsonrpc.id_of(frame))[:40]},
+                )
+        elif jsonrpc.is_notification(frame):
+            await self._on_notification(frame)
+        else:
+            self._tg.start_soon(self._answer, frame)
+
+    async def _serve_batch(self, event: Frames) -> None:
+        replies: list[Frame] = []
+
+        async def one(frame: Frame) -> None:
+            reply = await self._reply_to(frame)
+            if reply is not None:
+                replies.append(reply)
+
+        async with anyio.create_task_group() as tg:
+            for frame in event.frames:
+                if jsonrpc.is_request(frame):
+                    tg.start_soon(one, frame)
+                else:
+                    await self._on_frame(frame)
+        if replies:
+            await self.downstream.send(replies)
+
+    async def _answer(self, frame: Frame) -> None:
+        reply = await self._reply_to(frame)
+        if reply is not None:
+            await self.downstream.send(reply)
+
+    async def _reply_to(self, frame: Frame) -> Frame | None:
+        """The reply to one client request, or None if the client cancelled it."""
+        client_id = jsonrpc.id_of(frame)
+        assert client_id is not None
+        with anyio.CancelScope() as scope:
+            self._inflight[client_id] = scope
+            try:
+                reply = await self._serve_request(client_id, frame)
+            except jsonrpc.MessageError as exc:
+                reply = jsonrpc.error(client_id, exc.code, str(exc), _error_data(exc))
+            except BridgeError as exc:
+                log.warning("bridging failed", extra={"reason": str(exc)[:200]})
+                reply = jsonrpc.error(client_id, exc.code, str(exc))
+            except CatalogError as exc:
+                reply = jsonrpc.error(client_id, jsonrpc.INVALID_PARAMS, str(exc))
+            except ClientUnreachable as exc:
+                reply = jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR, str(exc))
+            except ClientGone:
+                return None
+            except (UpstreamDown, ProxyError) as exc:
+                reply = jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR, str(exc))
+            except Exception as exc:
+                log.exception("internal error while serving a request")
+                reply = jsonrpc.error(
+                    client_id, jsonrpc.INTERNAL_ERROR, f"internal error in frugal-proxy: {type(exc).__name__}"
+                )
+            finally:
+                self._inflight.pop(client_id, None)
+                if not self._inflight:
+                    self._idle.set()
+        if scope.cancelled_caught:
+            return None
+        return jsonrpc.with_id(reply, client_id)
+
+    # -- routing ---------------------------------------------------------------------------------
+
+    async def _serve_request(self, client_id: RequestId, frame: Frame) -> Frame:
+        method = jsonrpc.method_of(frame) or ""
+        params = jsonrpc.params_of(frame)
+        if method == "initialize":
+            return await self._initialize(params)
+        client = self._client_of(client_id, method, params)
+        if client is None:
+            return jsonrpc.result(None, {})  # a ping before initialize
+        if method == "server/discover":
+            return await self._discover()
+        if not client.modern:
+            if method == "ping":
+                return jsonrpc.result(None, {})
+            if method == "logging/setLevel":
+                return await self._set_level(params)
+        if method == "subscriptions/listen" and client.modern:
+            return await self._listen(client_id, params)
+        progress = self._progress_sink(params)
+        if method == "tools/call":
+            return await self._tools_call(client_id, params, client, progress)
+        if method in KINDS and not self.single:
+            page = jsonrpc.result(None, await self.catalog.page(method, params, client))
+            return self._with_own_tools(page) if method == "tools/list" and self.own_tools.tools else page
+        link, params = await self._route(method, params, client)
+        if not client.modern and method in SUBSCRIBE_METHODS and link.upstream.era == "modern":
+            return await link.legacy_subscribe(method, jsonrpc.decode_any(params["uri"]))
+        reply = await link.forward(method, params, client, progress)
+        if method == "tools/list":
+            self.catalog.note_listed(reply)  # the governor keeps shaped results valid against them
+        if method == "tools/list" and self.own_tools.tools:
+            reply = self._with_own_tools(reply)
+        return reply
+
+    def _client_of(self, client_id: RequestId, method: str, params: dict[str, msgspec.Raw]) -> Client | None:
+        meta = eras.modern_meta(params)
+        if meta is not None:
+            context = eras.validate_modern(client_id, meta)
+            if self.client.era is None:
+                self.client.era = "modern"
+            client = Client("modern", context.capabilities, context.client_info, context.version)
+            client.log_level = context.log_level
+            return client
+        if self.client.era == "legacy":
+            return self.client
+        if method == "ping":
+            return None
+        raise jsonrpc.MessageError(
+            jsonrpc.INVALID_PARAMS,
+            f"missing _meta[{eras.META_VERSION!r}]: a 2026-07-28 request carries its protocol "
+            "version and clientCapabilities in params._meta; a session-era client sends "
+            "initialize first",
+            client_id,
+        )
+
+    async def _route(
+        self, method: str, params: dict[str, msgspec.Raw], client: Client
+    ) -> tuple[UpstreamLink, dict[str, msgspec.Raw]]:
+        """The link that owns the request's name or URI, and the params as that upstream knows them."""
+        if self.single:
+            return self.links[0], params
+        if method == "prompts/get":
+            name = _string(params, "name", method)
+            owner = await self.catalog.owner_of(method, name, params, client)
+            return owner.link, {**params, "name": jsonrpc.raw(owner.original)}
+        if method in URI_METHODS:
+            uri = _string(params, "uri", method)
+            owner = await self.catalog.owner_of_uri(uri, params, client)
+            return owner.link, {**params, "uri": jsonrpc.raw(owner.original)}
+        if method == "completion/complete":
+            ref = jsonrpc.decode_any(params["ref"]) if "ref" in params else None
+            if isinstance(ref, dict) and ref.get("type") == "ref/prompt" and isinstance(ref.get("name"), str):
+                owner = await self.catalog.owner_of("prompts/get", ref["name"], params, client)
+                return owner.link, {**params, "ref": jsonrpc.raw({**ref, "name": owner.original})}
+            if isinstance(ref, dict) and isinstance(ref.get("uri"), str):
+                owner = await self.catalog.owner_of_uri(ref["uri"], params, client)
+                return owner.link, {**params, "ref": jsonrpc.raw({**ref, "uri": owner.original})}
+            raise jsonrpc.MessageError(jsonrpc.INVALID_PARAMS, "completion/complete needs a ref/prompt or ref/resource")
+        raise jsonrpc.MessageError(
+            jsonrpc.METHOD_NOT_FOUND,
+            f"{method} is not routed when frugal-proxy serves several upstreams",
+        )
+
+    async def _tools_call(
+        self,
+        client_id: RequestId,
+        params: dict[str, msgspec.Raw],
+        client: Client,
+        progress: ProgressSink | None,
+    ) -> Frame:
+        name = _string(params, "name", "tools/call")
+        if name in self.own_tools:
+            provider, upstream_params = self.own_tools.name, params
+        elif self.single:
+            provider, upstream_params = self.links[0].name, params
+        else:
+            try:
+                owner = await self.catalog.owner_of("tools/call", name, params, client)
+            except CatalogError:
+                down = self._down_upstream_named_by(name)
+                if down is None:
+                    raise
+                message = f"{name} is unavailable: {down}"
+                log.warning("call to a tool of an upstream that is down", extra={"tool": name})
+                return jsonrpc.result(None, jsonrpc.tool_error_result(message))
+            provider, upstream_params = owner.link.name, {**params, "name": jsonrpc.raw(owner.original)}
+        exchange = Exchange(
+            call=Call(request_id=client_id, tool=name, params=upstream_params),
+            route=Route(name=name, providers=(provider,), output_schema=self.catalog.output_schema(name)),
+            client=client,
+            on_progress=progress,
+            operator=CURRENT_OPERATOR.get() or self.operator,  # over HTTP: the request token's operator
+        )
+        return await self.pipeline.run(exchange)
+
+    def _down_upstream_named_by(self, name: str) -> str | None:
+        """The down-state of the upstream whose prefix a tool name carries, if it is not running."""
+        for link in self.links:
+            prefix = self.catalog.prefixes.get(link.name)
+            if prefix and name.startswith(f"{prefix}__") and not link.upstream.running:
+                state = link.upstream.state()
+                return str(state.get("reason") or f"upstream {link.name!r} has not started")
+        return None
+
+    def _with_own_tools(self, reply: Frame) -> Frame:
+        """The upstream's tools/list with the proxy's own tools added to its last page."""
+        if "result" not in reply:
+            return reply
+        body = jsonrpc.sub_object(reply, "result")
+        if "nextCursor" in body and jsonrpc.decode_any(body["nextCursor"]) is not None:
+            return reply
+        tools = jsonrpc.decode_any(body["tools"]) if "tools" in body else []
+        if not isinstance(tools, list):
+            return reply
+        taken = {tool.get("name") for tool in tools if isinstance(tool, dict)}
+        tools.extend(tool for tool in self.own_tools.listings() if tool["name"] not in taken)
+        body["tools"] = jsonrpc.raw(tools)
+        if "ttlMs" in body:  # a modern client's page: its hints cover the own tools' part too
+            ttl = jsonrpc.decode_any(body["ttlMs"])
+            ttl = ttl if isinstance(ttl, int) and ttl >= 0 else 0
+            body["ttlMs"] = jsonrpc.raw(min(ttl, LISTING_TTL_MS))
+        return jsonrpc.result(None, body)
+
+    # -- handshakes --------------------------------------------------------------------------------
+
+    async def _initialize(self, params: dict[str, msgspec.Raw]) -> Frame:
+        decoded = {key: jsonrpc.decode_any(value) for key, value in params.items()}
+        self.client.era = "legacy"
+        capabilities = decoded.get("capabilities")
+        self.client.capabilities = capabilities if isinstance(capabilities, dict) else {}
+        info = decoded.get("clientInfo")
+        self.client.client_info = info if isinstance(info, dict) else None
+        if self.single:
+            reply = await self.links[0].initialize_for_client(decoded, passthrough=True)
+            self.client.protocol_version = _reply_version(reply)
+            return reply
+        answers = await self._each_link(lambda link: link.initialize_for_client(decoded, passthrough=True))
+        version = eras.negotiate_handshake(decoded.get("protocolVersion"))
+        self.client.protocol_version = version
+        capabilities_seen: list[dict[str, Any]] = []
+        instructions: list[str] = []
+        for link, reply in answers:
+            body = jsonrpc.decode_any(reply["result"]) if "result" in reply else {}
+            if isinstance(body, dict):
+                capabilities_seen.append(body.get("capabilities") or {})
+                if body.get("instructions"):
+                    instructions.append(f"[{link.name}] {body['instructions']}")
+        result: dict[str, Any] = {
+            "protocolVersion": version,
+            "capabilities": merge_capabilities(capabilities_seen, self.own_tools.tools != {}),
+            "serverInfo": {"name": "frugal-proxy", "version": __version__},
+        }
+        if instructions:
+            result["instructions"] = "\n".join(instructions)
+        return jsonrpc.result(None, result)
+
+    async def _discover(self) -> Frame:
+        own = bool(self.own_tools.tools)
+        if self.single:
+            body = await self.links[0].describe_for_modern()
+            if own:
+                ttl = body.get("ttlMs")
+                body["ttlMs"] = min(ttl if isinstance(ttl, int) and ttl >= 0 else 0, LISTING_TTL_MS)
+            return jsonrpc.result(None, body)
+        answers = await self._each_link(self._describe)
+        capabilities_seen: list[dict[str, Any]] = []
+        instructions: list[str] = []
+        ttls: list[int] = [LISTING_TTL_MS] if own else []
+        public = LISTING_SCOPE == "public"
+        if len(answers) < len(self.links):  # an upstream could not be described: do not cache the rest
+            ttls.append(0)
+            public = False
+        for link, body in answers:
+            capabilities_seen.append(body.get("capabilities") or {})
+            if body.get("instructions"):
+                instructions.append(f"[{link.name}] {body['instructions']}")
+            ttls.append(body.get("ttlMs") if isinstance(body.get("ttlMs"), int) else 0)
+            public = public and body.get("cacheScope") == "public"
+        result: dict[str, Any] = {
+            "resultType": "complete",
+            "supportedVersions": list(eras.MODERN_VERSIONS),
+            "capabilities": merge_capabilities(capabilities_seen, self.own_tools.tools != {}),
+            "_meta": {eras.META_SERVER_INFO: {"name": "frugal-proxy", "version": __version__}},
+            "ttlMs": min(ttls) if ttls else 0,
+            "cacheScope": "public" if public and ttls else "private",
+        }
+        if instructions:
+            result["instructions"] = "\n".join(instructions)
+        return jsonrpc.result(None, result)
+
+    async def _describe(self, link: UpstreamLink) -> dict[str, Any]:
+        return await link.describe_for_modern()
+
+    async def _each_link(self, action: Any) -> list[tuple[UpstreamLink, Any]]:
+        """Run an action on every link at once; an upstream that is down is left out, logged."""
+        answers: dict[str, Any] = {}
+
+        async def one(link: UpstreamLink) -> None:
+            try:
+                answers[link.name] = await action(link)
+            except (UpstreamDown, ProxyError) as exc:
+                log.warning("upstream left out", extra={"upstream": link.name, "reason": str(exc)[:200]})
+
+        async with anyio.create_task_group() as tg:
+            for link in self.links:
+                tg.start_soon(one, link)
+        return [(link, answers[link.name]) for link in self.links if link.name in answers]
+
+    async def _set_level(self, params: dict[str, msgspec.Raw]) -> Frame:
+        level = jsonrpc.decode_any(params.get("level", msgspec.Raw(b"null")))
+        self.client.log_level = level if isinstance(level, str) else None
+        for link in self.links:
+            if link.upstream.running and link.upstream.era == "legacy":
+                await link.forward("logging/setLevel", params, self.client, None)
+        return jsonrpc.result(None, {})
+
+    # -- change notifications ----------------------------------------------------------------------
+
+    async def _listen(self, client_id: RequestId, params: dict[str, msgspec.Raw]) -> Frame:
+        """A modern client's subscriptions/listen stream, over every upstream; it ends when the
+        client cancels it."""
+        requested = jsonrpc.decode_any(params["notifications"]) if "notifications" in params else {}
+        requested = requested if isinstance(requested, dict) else {}
+        meta = jsonrpc.sub_object(params, "_meta")
+        self._streams.add(client_id)
+        own_stream = REQUEST_STREAM.get()
+        if own_stream is not None:  # over HTTP: the stream is the listen request's own response
+            self.downstream.listeners[client_id] = own_stream
+        try:
+            async with anyio.create_task_group() as tg:
+                accepted: list[dict[str, Any]] = []
+                for link in self.links:
+                    try:
+                        accepted.append(await tg.start(link.listen, client_id, requested, meta))
+                    except (UpstreamDown, ProxyError) as exc:
+                        log.warning(
+                            "upstream left out of a listen stream",
+                            extra={"upstream": link.name, "reason": str(exc)[:200]},
+                        )
+                await self.downstream.send(acknowledgement(client_id, merge_filters(accepted)))
+            return jsonrpc.result(None, listen_result(client_id))
+        finally:
+            self._streams.discard(client_id)
+            self.downstream.listeners.pop(client_id, None)
+
+    async def _changed(self, link: UpstreamLink, frame: Frame) -> None:
+        self.catalog.invalidate(link, jsonrpc.method_of(frame) or "")
+
+    # -- notifications -----------------------------------------------------------------------------
+
+    def _progress_sink(self, params: dict[str, msgspec.Raw]) -> ProgressSink | None:
+        meta = jsonrpc.sub_object(params, "_meta")
+        token = meta.get("progressToken")
+        if token is None:
+            return None
+        downstream = self.downstream
+        stream = REQUEST_STREAM.get()
+
+        async def sink(progress: dict[str, msgspec.Raw]) -> None:
+            restored = dict(progress)
+            restored["progressToken"] = token
+            notification = jsonrpc.notification("notifications/progress", restored)
+            if stream is not None:
+                await stream(notification)
+            else:
+                await downstream.send(notification)
+
+        return sink
+
+    async def _on_notification(self, frame: Frame) -> None:
+        method = jsonrpc.method_of(frame)
+        if method == "notifications/cancelled":
+            params = jsonrpc.params_of(frame)
+            target = jsonrpc.decode_any(params["requestId"]) if "requestId" in params else None
+            scope = self._inflight.get(target) if isinstance(target, int | str) else None
+            if scope is not None:
+                scope.cancel()
+            return
+        if method == "notifications/initialized":
+            return  # the proxy sent its own when it initialized each upstream
+        for link in self.links:
+            upstream = link.upstream
+            if not upstream.running:
+                continue
+            if upstream.era == "modern" and method == "notifications/roots/list_changed":
+                continue  # 2026-07-28 servers ask for roots inside each call; nothing to tell them
+            try:
+                await upstream.notify(method or "", frame.get("params"))
+            except UpstreamDown:
+                log.warning("client notification dropped: upstream is down", extra={"method": method})
+
+
+def merge_capabilities(parts: list[dict[str, Any]], own_tools: bool) -> dict[str, Any]:
+    """What several upstreams offer together: each capability any of them has, with its flags."""
+    merged: dict[str, Any] = {}
+    for capabilities in parts:
+        for key, value in capabilities.items():
+            if isinstance(value, dict):
+                section = merged.setdefault(key, {})
+                if isinstance(section, dict):
+                    for flag, setting in value.items():
+                        if setting or flag not in section:
+                            section[flag] = setting
+            else:
+                merged.setdefault(key, value)
+    if own_tools:
+        merged.setdefault("tools", {})
+    return merged
+
+
+def _string(params: dict[str, msgspec.Raw], key: str, method: str) -> str:
+    value = jsonrpc.decode_any(params[key]) if key in params else None
+    if not isinstance(value, str):
+        raise jsonrpc.MessageError(jsonrpc.INVALID_PARAMS, f"{method} needs a string {key!r}")
+    return value
+
+
+def _error_data(exc: jsonrpc.MessageError) -> Any:
+    data = getattr(exc, "data", None)
+    return data() if callable(data) else None
+
+
+def _reply_version(reply: Frame) -> str | None:
+    if "result" not in reply:
+        return None
+    body = jsonrpc.decode_any(reply["result"])
+    version = body.get("protocolVersion") if isinstance(body, dict) else None
+    return version if isinstance(version, str) else None

@@ -1,0 +1,1 @@
+"""The HTTP face: the Streamable HTTP endpoint, sessions, guard, operators, metrics."""

@@ -1,0 +1,233 @@
+"""What stands in front of the HTTP endpoint: the bind check, bearer auth, DNS-rebinding
+protection (Host and Origin), a per-client-IP token bucket and the request body cap.
+
+`Guard` is plain ASGI middleware; `read_body` enforces the cap while the body arrives. Bearer
+auth maps a request's token to its operator (proxy.operators) and sets `CURRENT_OPERATOR` for
+the rest of the request. Refusals are JSON: `{"error": CODE, "message": …}`. Nothing here logs
+a token, a header value or a payload.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import math
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from frugal_proxy.protocol import jsonrpc
+from frugal_proxy.protocol.jsonrpc import Frame
+from frugal_proxy.server.operators import CURRENT_OPERATOR, LOCAL, TOKEN_ENV, Operators
+
+log = logging.getLogger("frugal_proxy.http_guard")
+
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+DEFAULT_BODY_CAP = 4 * 1024 * 1024
+HEALTH_PATH = "/healthz"
+REGISTER_PATH = "/register"
+OPEN_PATHS = frozenset({HEALTH_PATH, REGISTER_PATH})  # reached without a token
+MAX_BUCKETS = 10_000
+
+
+class BodyTooLarge(Exception):
+    """The request body is over the cap."""
+
+
+def is_loopback(host: str) -> bool:
+    name = host.strip("[]").lower()
+    if name in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def bind_refusal(host: str, operators: Operators | None, allow_unauthenticated: bool) -> str | None:
+    """Why binding `host` must not happen, or None when it may."""
+    if is_loopback(host) or allow_unauthenticated:
+        return None
+    why = operators.bind_refusal() if operators is not None else f"no token is configured (set {TOKEN_ENV})"
+    if why is None:
+        return None
+    return (
+        f"refusing to listen on {host} without authentication: {why}. Set {TOKEN_ENV} or "
+        "[auth.operators] (clients then send 'Authorization: Bearer <token>'), bind 127.0.0.1, "
+        "or pass --allow-unauthenticated to accept anyone who can reach the port"
+    )
+
+
+def parse_rate(text: str) -> tuple[float, int]:
+    """`RPS/BURST` (for example `100/1000`) as numbers; ValueError when it is not that."""
+    rate, sep, burst = text.partition("/")
+    try:
+        rps, size = float(rate), int(burst) if sep else max(1, math.ceil(float(rate)))
+    except ValueError:
+        raise ValueError(f"--rate-limit wants RPS/BURST (for example 100/1000), got {text!r}") from None
+    if rps <= 0 or size < 1:
+        raise ValueError(f"--rate-limit wants a positive rate and a burst of at least 1, got {text!r}")
+    return rps, size
+
+
+@dataclass
+class GuardSettings:
+    operators: Operators | None = None  # None: no bearer auth; every client is the operator `local`
+    allowed_hosts: frozenset[str] = frozenset()
+    allowed_origins: frozenset[str] = frozenset()
+    rate: float = 100.0
+    burst: int = 1000
+    body_cap: int = DEFAULT_BODY_CAP
+
+
+@dataclass
+class TokenBuckets:
+    """One token bucket per client address."""
+
+    rate: float
+    burst: int
+    _buckets: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def take(self, client: str, now: float | None = None) -> float:
+        """0 when the client may go ahead, else the seconds until it may."""
+        now = time.monotonic() if now is None else now
+        tokens, last = self._buckets.get(client, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - last) * self.rate)
+        if tokens < 1.0:
+            self._buckets[client] = (tokens, now)
+            return (1.0 - tokens) / self.rate
+        if len(self._buckets) >= MAX_BUCKETS and client not in self._buckets:
+            self._forget_full(now)
+        self._buckets[client] = (tokens - 1.0, now)
+        return 0.0
+
+    def _forget_full(self, now: float) -> None:
+        full_after = self.burst / self.rate
+        self._buckets = {key: value for key, value in self._buckets.items() if now - value[1] < full_after}
+
+
+class Guard:
+    """ASGI middleware: rate limit, Host, Origin, then bearer auth (every path but /healthz and
+    /register), which names the request's operator."""
+
+    def __init__(self, app: ASGIApp, settings: GuardSettings) -> None:
+        self.app = app
+        self.settings = settings
+        self.hosts = LOOPBACK_NAMES | {host.lower() for host in settings.allowed_hosts}
+        self.origins = {origin.lower().rstrip("/") for origin in settings.allowed_origins}
+        self.buckets = TokenBuckets(settings.rate, settings.burst)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope["headers"]}
+        client = scope.get("client")
+        wait = self.buckets.take(client[0] if client else "?")
+        if wait > 0:
+            retry = str(max(1, math.ceil(wait)))
+            await _refuse(send, 429, "rate_limited", "too many requests; slow down", {"Retry-After": retry})
+            return
+        host = _host_name(headers.get("host", ""))
+        if host not in self.hosts:
+            log.warning("request with a Host that is not allowed refused", extra={"status": 403})
+            await _refuse(send, 403, "host_not_allowed", "Host not allowed (add it with --allowed-host)")
+            return
+        origin = headers.get("origin")
+        if origin is not None and not self._origin_allowed(origin):
+            log.warning("request from a browser Origin that is not allowed refused", extra={"status": 403})
+            await _refuse(send, 403, "origin_not_allowed", "Origin not allowed (add it with --allowed-origin)")
+            return
+        operator = LOCAL
+        operators = self.settings.operators
+        if operators is not None and operators.required and scope["path"] not in OPEN_PATHS:
+            found = await operators.identify(headers.get("authorization", ""))
+            if found is None:
+                log.warning("request without a valid bearer token refused", extra={"status": 401})
+                message = "missing or wrong bearer token: send 'Authorization: Bearer <token>'"
+                await _refuse(send, 401, "unauthorized", message, {"WWW-Authenticate": "Bearer"})
+                return
+            operator = found
+        reset = CURRENT_OPERATOR.set(operator)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            CURRENT_OPERATOR.reset(reset)
+
+    def _origin_allowed(self, origin: str) -> bool:
+        if origin.lower().rstrip("/") in self.origins:
+            return True
+        parts = urlsplit(origin)
+        return parts.scheme in ("http", "https") and is_loopback(parts.hostname or "")
+
+
+def _host_name(host: str) -> str:
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+async def _refuse(send: Send, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
+    body = json.dumps({"error": code, "message": message}).encode()
+    raw: list[tuple[bytes, bytes]] = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    raw.extend((key.lower().encode(), value.encode()) for key, value in (headers or {}).items())
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def read_body(chunks: AsyncIterator[bytes], declared: str | None, cap: int) -> bytes:
+    """The whole body, refused (BodyTooLarge) as soon as it is known to be over the cap."""
+    if declared is not None and declared.isdigit() and int(declared) > cap:
+        raise BodyTooLarge
+    body = bytearray()
+    async for chunk in chunks:
+        body += chunk
+        if len(body) > cap:
+            raise BodyTooLarge
+    return bytes(body)
+
+
+async def read_messages(request: Request, cap: int) -> tuple[list[Frame], bool] | Response:
+    """A POST's JSON-RPC messages (and whether they came as a batch), each checked for shape;
+    or the answer to give instead: 413 over the body cap, 400 for what is not JSON-RPC."""
+    try:
+        body = await read_body(request.stream(), request.headers.get("content-length"), cap)
+    except BodyTooLarge:
+        message = f"request body over the {cap}-byte limit"
+        refusal = jsonrpc.error(None, jsonrpc.INVALID_REQUEST, message)
+        return Response(jsonrpc.encode(refusal), 413, media_type="application/json")
+    except ClientDisconnect:
+        return Response(status_code=400)
+    try:
+        frames, batch = jsonrpc.decode_frames(body)
+        for frame in frames:
+            jsonrpc.check_frame(frame)
+    except jsonrpc.MessageError as exc:
+        refusal = jsonrpc.error(exc.request_id, exc.code, str(exc))
+        return Response(jsonrpc.encode(refusal), 400, media_type="application/json")
+    return frames, batch
+
+
+def guard_settings(options: Any, operators: Operators | None) -> GuardSettings:
+    """GuardSettings from the parsed `--allowed-host`, `--allowed-origin`, `--rate-limit` and
+    `--max-body-bytes` options."""
+    rate, burst = parse_rate(options.rate_limit)
+    return GuardSettings(
+        operators=operators,
+        allowed_hosts=frozenset(options.allowed_host),
+        allowed_origins=frozenset(options.allowed_origin),
+        rate=rate,
+        burst=burst,
+        body_cap=options.max_body_bytes,
+    )

@@ -1,0 +1,163 @@
+"""Session-era clients over Streamable HTTP: one `Mcp-Session-Id`, one `Session`, one set of
+upstream connections each.
+
+A Session owns its upstream connections' handlers (server requests and notifications reach the
+one client it serves), so a session-era client cannot share the upstreams of the endpoint's
+stateless Session: `initialize` starts a new set (new child processes for stdio upstreams, from
+the same config). What the proxy sends to the client unasked (server requests, notifications)
+waits in a bounded outbox until the client's standalone GET stream carries it (http_events).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from frugal_proxy.bridge.downstream import DownstreamPeer
+from frugal_proxy.cli.serve import _run_upstream
+from frugal_proxy.protocol import jsonrpc
+from frugal_proxy.protocol.jsonrpc import Frame
+from frugal_proxy.router.router import Session
+from frugal_proxy.server.events import EventLogs
+from frugal_proxy.upstream.base import UpstreamBase
+
+log = logging.getLogger("frugal_proxy.http_sessions")
+
+DRAIN_SECONDS = 5.0
+
+
+@dataclass
+class UpstreamSet:
+    """How to build the upstream connections a Session serves, as often as needed."""
+
+    make: Callable[[], list[UpstreamBase]]
+    options: dict[str, Any] = field(default_factory=dict)  # Session keyword arguments
+    lazy: frozenset[str] = frozenset()
+
+
+class Outbox:
+    """Messages for a session-era client that are not replies (server requests, notifications):
+    numbered into the session's standalone event log, where they wait (bounded) until its GET
+    stream takes them, and stay a while for `Last-Event-ID` resumption."""
+
+    def __init__(self) -> None:
+        self.events = EventLogs()
+
+    async def send(self, frame: Frame | list[Frame]) -> None:
+        self.events.standalone.append(jsonrpc.encode(frame))
+
+    def close(self) -> None:
+        """No more messages; a GET stream still open delivers what is held, then ends."""
+        self.events.close()
+
+
+@dataclass(eq=False)
+class HttpSession:
+    id: str
+    session: Session
+    peer: DownstreamPeer
+    outbox: Outbox
+    ended: anyio.Event = field(default_factory=anyio.Event)
+    last_used: float = field(default_factory=time.monotonic)
+    busy: int = 0  # requests in flight plus open GET streams
+
+    def touch(self) -> None:
+        self.last_used = time.monotonic()
+
+
+class HttpSessions:
+    """Every live session-era session, by id; idle ones expire."""
+
+    def __init__(
+        self, task_group: anyio.abc.TaskGroup, upstreams: UpstreamSet, *, idle_timeout: float, max_sessions: int
+    ) -> None:
+        self._tg = task_group
+        self._upstreams = upstreams
+        self.idle_timeout = idle_timeout
+        self.max_sessions = max_sessions
+        self._sessions: dict[str, HttpSession] = {}
+        self._opening = 0
+        self._running = 0
+        self._all_done = anyio.Event()
+
+    def __len__(self) -> int:
+        """Live sessions plus those being opened (so that a burst cannot pass the bound)."""
+        return len(self._sessions) + self._opening
+
+    def get(self, session_id: str) -> HttpSession | None:
+        return self._sessions.get(session_id)
+
+    async def open(self) -> HttpSession:
+        """A new session with its own upstream connections (started, not necessarily ready)."""
+        self._opening += 1  # before any await: the caller's bound check and this count are one step
+        try:
+            started: HttpSession = await self._tg.start(self._run, secrets.token_urlsafe(32))
+        finally:
+            self._opening -= 1
+        return started
+
+    def end(self, session_id: str) -> bool:
+        entry = self._sessions.pop(session_id, None)
+        if entry is None:
+            return False
+        entry.ended.set()
+        return True
+
+    def close_streams(self) -> None:
+        """End every standalone GET stream (at shutdown); sessions keep serving their requests."""
+        for entry in self._sessions.values():
+            entry.outbox.events.standalone.close()
+
+    async def end_all(self) -> None:
+        """End every session and wait until each has drained and shut its upstreams down."""
+        for session_id in list(self._sessions):
+            self.end(session_id)
+        while self._running:
+            self._all_done = anyio.Event()
+            await self._all_done.wait()
+
+    async def expire_idle(self) -> None:
+        """End sessions nobody has used for `idle_timeout` seconds (and that have no stream open)."""
+        while True:
+            await anyio.sleep(min(30.0, max(0.1, self.idle_timeout / 4)))
+            cutoff = time.monotonic() - self.idle_timeout
+            for entry in list(self._sessions.values()):
+                if entry.busy == 0 and entry.last_used < cutoff:
+                    log.info("session expired after being idle")
+                    self.end(entry.id)
+
+    async def _run(self, session_id: str, *, task_status: anyio.abc.TaskStatus[HttpSession]) -> None:
+        self._running += 1
+        try:
+            await self._serve(session_id, task_status)
+        finally:
+            self._running -= 1
+            self._all_done.set()
+
+    async def _serve(self, session_id: str, task_status: anyio.abc.TaskStatus[HttpSession]) -> None:
+        upstreams = self._upstreams.make()
+        outbox = Outbox()
+        peer = DownstreamPeer(outbox)
+        async with anyio.create_task_group() as tg:
+            for upstream in upstreams:
+                await tg.start(_run_upstream, upstream, upstream.name in self._upstreams.lazy)
+            session = Session(upstreams, peer, tg, **self._upstreams.options)
+            entry = HttpSession(session_id, session, peer, outbox)
+            self._sessions[session_id] = entry
+            task_status.started(entry)
+            await entry.ended.wait()
+            with anyio.move_on_after(DRAIN_SECONDS):
+                await session.drain()
+            peer.close()
+            outbox.close()
+            with anyio.CancelScope(shield=True):
+                for upstream in upstreams:
+                    await upstream.shutdown()
+            tg.cancel_scope.cancel()

@@ -1,0 +1,1 @@
+"""The upstream side: MCP servers run as child processes or reached over HTTP."""

@@ -1,0 +1,369 @@
+"""What every upstream connection shares, whatever carries its messages.
+
+    UpstreamBase                 request ids, progress tokens, related streams, era negotiation,
+    │                            the initialize replay, routing of what the server sends unasked,
+    │                            restart backoff
+    ├── UpstreamConnection       (upstream.py) a child process over stdio
+    └── HttpUpstreamConnection   (http_upstream.py) a remote server over HTTP
+
+Links and the session see only this surface: `name`, `era`, `modern`, `running`,
+`discover_result`, `initialize_result`, `initialize_params`, `generation`, `ensure_ready()`,
+`initialize()`, `request()`, `notify()`, `send_reply()`, `state()`, `shutdown()`, the
+`on_server_request` / `on_notification` callbacks and `async with`. A connection that cannot be
+reached raises `UpstreamDown`.
+"""
+
+from __future__ import annotations
+
+import abc
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import anyio
+import anyio.abc
+import msgspec
+
+from frugal_proxy.errors import UpstreamDown
+from frugal_proxy.protocol import eras, jsonrpc
+from frugal_proxy.protocol.jsonrpc import Frame
+
+log = logging.getLogger("frugal_proxy.upstream")
+
+Era = Literal["modern", "legacy"]
+ProgressHandler = Callable[[dict[str, msgspec.Raw]], Awaitable[None]]
+ServerRequestHandler = Callable[["UpstreamBase", Frame], Awaitable[None]]
+NotificationHandler = Callable[["UpstreamBase", Frame], Awaitable[None]]
+RelatedHandler = Callable[[Frame], Awaitable[None]]
+
+LATE_PROBE_WAIT = 10.0
+BACKOFF_FIRST = 0.5
+BACKOFF_MAX = 30.0
+HEALTHY_AFTER = 60.0
+MAX_WAIT_FOR_RESTART = 1.0  # a request waits out a backoff this short; a longer one fails at once
+PROXY_CLIENT_INFO = {"name": "frugal-proxy", "version": "0.1.0"}
+
+
+@dataclass(eq=False)
+class Pending:
+    """A request waiting for its reply."""
+
+    method: str
+    done: anyio.Event = field(default_factory=anyio.Event)
+    reply: Frame | None = None
+    failure: Exception | None = None
+    progress_token: int | None = None
+
+
+class UpstreamBase(abc.ABC):
+    """One upstream MCP server, however it is reached."""
+
+    # How an UpstreamDown message says the connection comes back ("it restarts on the next request").
+    RETRY_VERB: ClassVar[str] = "restarts"
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        probe_timeout: float,
+        on_server_request: ServerRequestHandler | None = None,
+        on_notification: NotificationHandler | None = None,
+    ) -> None:
+        self.name = name
+        self.probe_timeout = probe_timeout
+        self.on_server_request = on_server_request
+        self.on_notification = on_notification
+        self.era: Era | None = None
+        self.discover_result: dict[str, Any] | None = None
+        self.initialize_result: dict[str, Any] | None = None
+        self.initialize_params: Any = None
+        self.generation = 0
+        self._ids = itertools.count(1)
+        self._progress: dict[int, ProgressHandler] = {}
+        self._related: dict[int, RelatedHandler] = {}
+        self._abandoned: set[int] = set()
+        # A discover probe still waiting for its answer (see UpstreamConnection._probe_discover),
+        # and whether this run of the upstream has accepted an initialize (then a late discover
+        # answer must not switch it to the modern era: its session is established).
+        self._probe_settled = anyio.Event()
+        self._probe_settled.set()
+        self._session_open = False
+        self._start_lock = anyio.Lock()
+        self._failures = 0
+        self._next_start = 0.0
+        self._last_down: UpstreamDown | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    # -- what each transport provides ------------------------------------------------------------
+
+    @property
+    @abc.abstractmethod
+    def running(self) -> bool:
+        """Whether it is connected, so that a request can be sent now; the era may still be under
+        negotiation (`ensure_ready` waits for that)."""
+
+    @abc.abstractmethod
+    async def _start(self) -> None:
+        """Connect (or spawn), then negotiate the era; raise UpstreamDown on failure."""
+
+    @abc.abstractmethod
+    async def request(
+        self,
+        method: str,
+        params: Any = None,
+        *,
+        on_progress: ProgressHandler | None = None,
+        on_related: RelatedHandler | None = None,
+    ) -> Frame:
+        """Send a request and wait for its reply frame (a result or an error)."""
+
+    @abc.abstractmethod
+    async def notify(self, method: str, params: Any = None) -> None:
+        """Send a notification."""
+
+    @abc.abstractmethod
+    async def send_reply(self, frame: Frame) -> None:
+        """Answer a server-to-client request (its id unchanged)."""
+
+    @abc.abstractmethod
+    async def shutdown(self) -> None:
+        """End the connection."""
+
+    @abc.abstractmethod
+    def state(self) -> dict[str, object]:
+        """What `frugal-proxy status` shows of this upstream."""
+
+    # -- lifetime --------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> UpstreamBase:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> bool | None:
+        await self.shutdown()
+        assert self._tg is not None
+        return await self._tg.__aexit__(*exc_info)  # type: ignore[arg-type]
+
+    @property
+    def modern(self) -> bool:
+        """Whether it speaks 2026-07-28 (this can change once, when a late discover answer arrives)."""
+        return self.era == "modern"
+
+    async def ensure_ready(self) -> None:
+        """Start (or restart) and negotiate, unless it is already running; while another task
+        is starting it, wait until the era is negotiated (a connection is `running` as soon as
+        it can carry the discover probe, before the era is known)."""
+        if self.running and not self._start_lock.locked():
+            return
+        async with self._start_lock:
+            if self.running:
+                return
+            wait = self._next_start - time.monotonic()
+            if wait > MAX_WAIT_FOR_RESTART:
+                raise self._down_error()  # fail fast; the backoff says when to try again
+            if wait > 0:
+                await anyio.sleep(wait)
+            await self._start()
+
+    def _record_down(self, reason: str, tail: list[str], *, healthy: bool = False, at_least: float = 0.0) -> None:
+        """Remember why it is down and when to try again (0.5 s doubling to 30 s; a healthy run
+        resets the count; `at_least` honours a server's Retry-After)."""
+        self._failures = 0 if healthy else self._failures + 1
+        backoff = min(BACKOFF_FIRST * 2 ** max(self._failures - 1, 0), BACKOFF_MAX) if self._failures else 0.0
+        self._next_start = time.monotonic() + max(backoff, at_least)
+        self._last_down = UpstreamDown(self.name, reason, tail, verb=self.RETRY_VERB)
+
+    def _down_error(self) -> UpstreamDown:
+        if self._last_down is not None:
+            retry_in = max(0.0, self._next_start - time.monotonic())
+            last = self._last_down
+            return UpstreamDown(self.name, last.reason, last.stderr_tail, retry_in, verb=self.RETRY_VERB)
+        return UpstreamDown(self.name, "not started", [], verb=self.RETRY_VERB)
+
+    def _down_state(self) -> dict[str, object]:
+        if self._last_down is not None:
+            retry_in = max(0.0, self._next_start - time.monotonic())
+            return {"state": "down", "reason": str(self._last_down), "retry_in_s": round(retry_in, 1)}
+        return {"state": "not started"}
+
+    # -- negotiation -----------------------------------------------------------------------------
+
+    @staticmethod
+    def discover_params() -> dict[str, Any]:
+        """The params of the proxy's own `server/discover` probe."""
+        return {
+            "_meta": {
+                eras.META_VERSION: eras.LATEST_MODERN,
+                eras.META_CAPABILITIES: eras.BRIDGED_CLIENT_CAPABILITIES,
+                eras.META_CLIENT_INFO: PROXY_CLIENT_INFO,
+            }
+        }
+
+    async def _settle(self, discovered: dict[str, Any] | None) -> None:
+        """Adopt what the probe found: modern with its discover result, else the session era
+        (replaying the last initialize, so a restart is invisible to the client)."""
+        if discovered is not None:
+            self._become_modern(discovered)
+            return
+        self.era = "legacy"
+        log.info("upstream speaks the session era", extra={"upstream": self.name})
+        if self.initialize_params is not None:
+            reply = await self._initialize(self.initialize_params)
+            if "error" in reply and self.era == "legacy":
+                log.warning("upstream refused re-initialize", extra={"upstream": self.name})
+
+    def _become_modern(self, discovered: dict[str, Any]) -> None:
+        self.era = "modern"
+        self.discover_result = discovered
+        log.info("upstream speaks 2026-07-28", extra={"upstream": self.name})
+
+    @property
+    def session_open(self) -> bool:
+        """Whether a session-era upstream has accepted initialize since it (re)started."""
+        return self._session_open
+
+    async def initialize(self, params: Any) -> Frame:
+        """Initialize a session-era upstream; the params are kept and replayed after a restart."""
+        await self.ensure_ready()
+        self.initialize_params = params
+        return await self._initialize(params)
+
+    async def _initialize(self, params: Any) -> Frame:
+        if not self._probe_settled.is_set():
+            # The discover probe timed out but may still be answered; a dual-era server that
+            # answers it after accepting initialize would refuse the session's requests. Sending
+            # initialize only once the probe has settled (or after a bounded wait) closes that race.
+            with anyio.move_on_after(LATE_PROBE_WAIT):
+                await self._probe_settled.wait()
+            if self.era == "modern":
+                message = "the upstream answered server/discover: it is served statelessly"
+                return jsonrpc.error(None, jsonrpc.INVALID_REQUEST, message)
+        reply = await self.request("initialize", params)
+        if "result" not in reply and not self._probe_settled.is_set():
+            # A dual-era server refuses initialize once it has answered the discover probe; its
+            # answer may still be on its way. Let it land, so the caller sees the modern era.
+            with anyio.move_on_after(LATE_PROBE_WAIT):
+                await self._probe_settled.wait()
+        if "result" in reply:
+            self._session_open = True
+            self.era = "legacy"
+            body = jsonrpc.decode_any(reply["result"])
+            self.initialize_result = body if isinstance(body, dict) else {}
+            await self._initialized(self.initialize_result)
+            await self.notify("notifications/initialized")
+        return reply
+
+    async def _initialized(self, result: dict[str, Any]) -> None:  # noqa: B027 - a no-op default hook
+        """A hook for what a transport does once a session is established (before `initialized`)."""
+
+    # -- request bookkeeping ---------------------------------------------------------------------
+
+    def _open(
+        self,
+        params: Any,
+        on_progress: ProgressHandler | None,
+        on_related: RelatedHandler | None,
+        method: str,
+    ) -> tuple[int, Any, Pending]:
+        """A fresh upstream id for a request, its params with the progress token mapped, and the
+        Pending that collects its reply; `_close` undoes the registrations."""
+        upstream_id = next(self._ids)
+        pending = Pending(method)
+        if on_progress is not None and isinstance(params, dict):
+            params, pending.progress_token = self._map_progress(params, upstream_id)
+            if pending.progress_token is not None:
+                self._progress[pending.progress_token] = on_progress
+        if on_related is not None:
+            self._related[upstream_id] = on_related
+        return upstream_id, params, pending
+
+    def _close(self, upstream_id: int, pending: Pending) -> None:
+        self._related.pop(upstream_id, None)
+        if pending.progress_token is not None:
+            self._progress.pop(pending.progress_token, None)
+
+    @staticmethod
+    def _map_progress(params: dict[str, Any], upstream_id: int) -> tuple[dict[str, Any], int | None]:
+        meta = params.get("_meta")
+        if isinstance(meta, msgspec.Raw):
+            meta = jsonrpc.decode_any(meta)
+        if not isinstance(meta, dict) or "progressToken" not in meta:
+            return params, None
+        mapped = dict(params)
+        mapped["_meta"] = {**meta, "progressToken": upstream_id}
+        return mapped, upstream_id
+
+    # -- what the server sends -------------------------------------------------------------------
+
+    async def _deliver(self, frame: Frame, pending: dict[int, Pending]) -> None:
+        """Route one message from the server: a reply to its waiting request, a server request
+        to the link, progress and related notifications to the request they belong to, any other
+        notification to the link."""
+        if jsonrpc.is_reply(frame):
+            ident = jsonrpc.id_of(frame)
+            waiting = pending.pop(ident, None) if isinstance(ident, int) else None
+            if waiting is None:
+                if isinstance(ident, int) and ident in self._abandoned:
+                    self._abandoned.discard(ident)
+                    return
+                log.warning(
+                    "upstream answered a request nobody sent; dropped",
+                    extra={"upstream": self.name, "id": str(ident)[:40]},
+                )
+                return
+            waiting.reply = frame
+            waiting.done.set()
+            return
+        method = jsonrpc.method_of(frame)
+        if jsonrpc.is_request(frame):
+            if self.on_server_request is not None:
+                await self.on_server_request(self, frame)
+            else:
+                await self.send_reply(
+                    jsonrpc.error(jsonrpc.id_of(frame), jsonrpc.METHOD_NOT_FOUND, f"{method} not supported")
+                )
+            return
+        if method == "notifications/progress" and await self._route_progress(frame):
+            return
+        if method == "notifications/cancelled":
+            return  # the upstream cancelling its own server-to-client request: nothing pending here
+        if self._related and await self._route_related(frame):
+            return
+        if self.on_notification is not None:
+            await self.on_notification(self, frame)
+
+    async def _route_progress(self, frame: Frame) -> bool:
+        params = jsonrpc.params_of(frame)
+        token = jsonrpc.decode_any(params["progressToken"]) if "progressToken" in params else None
+        handler = self._progress.get(token) if isinstance(token, int) else None
+        if handler is None:
+            return False
+        await handler(params)
+        return True
+
+    async def _route_related(self, frame: Frame) -> bool:
+        params = frame.get("params")
+        if params is None or b"subscriptionId" not in bytes(params):
+            return False
+        meta = jsonrpc.sub_object(jsonrpc.params_of(frame), "_meta")
+        value = meta.get(eras.META_SUBSCRIPTION_ID)
+        ident = jsonrpc.decode_any(value) if value is not None else None
+        handler = self._related.get(ident) if isinstance(ident, int) else None
+        if handler is None:
+            return False
+        await handler(frame)
+        return True
+
+
+def discovered(reply: Frame | None) -> dict[str, Any] | None:
+    """The DiscoverResult in a reply, if it is one that names the modern version."""
+    if reply is None or "result" not in reply:
+        return None
+    body = jsonrpc.decode_any(reply["result"])
+    if not isinstance(body, dict) or not isinstance(body.get("supportedVersions"), list):
+        return None
+    return body if eras.LATEST_MODERN in body["supportedVersions"] else None

@@ -1,0 +1,233 @@
+"""Measuring and shaping results, sans-IO: exact counts on the fixture server's shapes, safe cuts,
+copies shaped consistently, the budget held for the result as a whole."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonschema
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from frugal_proxy.governor import cuts
+from frugal_proxy.governor.shaping import MARKER_RESERVE, META_KEY, Budget, plan
+
+BUDGET = Budget()
+
+
+def render(result: dict[str, Any], budget: Budget = BUDGET) -> tuple[Any, dict[str, Any]]:
+    shaped = plan(msgspec.json.encode(result), budget)
+    assert shaped is not None
+    ids = [f"art_{i}" for i in range(len(shaped.cuts))]
+    out = json.loads(bytes(shaped.render(ids, [{"n": i} for i in range(len(ids))])))
+    return shaped, out
+
+
+def measured(result: dict[str, Any]) -> int:
+    texts = sum(len(b["text"].encode()) for b in result.get("content", []) if b.get("type") == "text")
+    structured = result.get("structuredContent")
+    return texts + (len(msgspec.json.encode(structured)) if structured is not None else 0)
+
+
+def sdk_string(text: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "structuredContent": {"result": text}, "isError": False}
+
+
+def papers(count: int) -> list[dict[str, Any]]:
+    return [{"id": i, "title": f"Paper {i}", "abstract": "We study tides. " * 5} for i in range(count)]
+
+
+def test_a_result_within_budget_is_not_touched() -> None:
+    assert plan(msgspec.json.encode(sdk_string("hello")), BUDGET) is None
+    assert plan(msgspec.json.encode({"content": [], "structuredContent": {"result": papers(50)}}), BUDGET) is None
+
+
+def test_input_required_and_non_objects_are_left_alone() -> None:
+    waiting = {"resultType": "input_required", "content": [{"type": "text", "text": "x" * 100_000}]}
+    assert plan(msgspec.json.encode(waiting), BUDGET) is None
+    assert plan(b"[1, 2]", BUDGET) is None
+
+
+def test_sdk_list_result_keeps_the_first_records_in_both_copies() -> None:
+    items = papers(1000)
+    result = {
+        "content": [{"type": "text", "text": json.dumps(item, indent=2)} for item in items],
+        "structuredContent": {"result": items},
+    }
+    shaped, out = render(result)
+    (cut,) = shaped.cuts
+    assert (cut.field, cut.mode, cut.total_records, cut.returned_records) == ("structuredContent", "records", 1000, 50)
+    assert out["structuredContent"]["result"] == items[:50]
+    assert [json.loads(block["text"]) for block in out["content"][:50]] == items[:50]
+    assert "50 of 1000 records" in out["content"][-1]["text"]
+    assert cut.payload == msgspec.json.encode({"result": items})
+    assert measured(out) <= BUDGET.max_bytes
+
+
+def test_json_text_copy_is_regenerated_from_the_shaped_structure() -> None:
+    items = papers(400)
+    result = {
+        "content": [{"type": "text", "text": json.dumps({"papers": items, "count": 400}, indent=2)}],
+        "structuredContent": {"papers": items, "count": 400},
+    }
+    _, out = render(result, Budget(max_bytes=8192))
+    kept = out["structuredContent"]["papers"]
+    assert 0 < len(kept) < 50 and kept == items[: len(kept)]
+    assert json.loads(out["content"][0]["text"]) == out["structuredContent"]
+    assert measured(out) <= 8192
+
+
+def test_a_text_array_stays_valid_json() -> None:
+    result = {"content": [{"type": "text", "text": json.dumps(list(range(5000)))}]}
+    shaped, out = render(result)
+    assert json.loads(out["content"][0]["text"]) == list(range(50))
+    assert shaped.cuts[0].field == "content[0].text"
+
+
+def test_log_text_keeps_whole_lines() -> None:
+    log = "".join(f"2026-01-01 INFO job={i} done\n" for i in range(500))
+    shaped, out = render(sdk_string(log))
+    (cut,) = shaped.cuts
+    assert (cut.mode, cut.total_records, cut.returned_records) == ("lines", 500, 50)
+    text = out["content"][0]["text"]
+    assert text.startswith("".join(f"2026-01-01 INFO job={i} done\n" for i in range(50)))
+    assert "50 of 500 lines" in text.splitlines()[-1]
+    assert out["structuredContent"]["result"] == text
+
+
+def test_prose_is_cut_on_a_word_and_both_copies_share_the_budget() -> None:
+    prose = "\n\n".join(("Ωmega café 東京 🌊 " * 40).strip() for _ in range(400))
+    shaped, out = render(sdk_string(prose))
+    (cut,) = shaped.cuts
+    assert cut.mode == "text" and cut.returned_records is None
+    kept = cut.payload[: cut.returned_bytes]
+    assert kept.decode() == prose.encode()[: cut.returned_bytes].decode()
+    assert kept[-1:] in (b" ", b"\n")
+    assert out["content"][0]["text"] == out["structuredContent"]["result"]
+    assert measured(out) <= BUDGET.max_bytes
+    meta = out["_meta"][META_KEY]
+    assert meta["truncated"] is True and meta["est_tokens"] == -(-meta["chars_returned"] // 4)
+
+
+def test_html_is_left_out_before_markdown() -> None:
+    page = {"url": "https://example.org", "markdown": "# Title\n\nword " * 2000, "html": "<p>word</p>" * 5000}
+    result = {"content": [{"type": "text", "text": json.dumps(page)}], "structuredContent": page}
+    shaped, out = render(result)
+    fields = {cut.field: cut for cut in shaped.cuts}
+    assert fields["structuredContent.html"].returned_bytes < 100
+    assert fields["structuredContent.markdown"].returned_bytes > 10_000
+    assert out["structuredContent"]["url"] == "https://example.org"
+    assert json.loads(out["content"][0]["text"]) == out["structuredContent"]
+    assert measured(out) <= BUDGET.max_bytes
+
+
+def test_records_budget_applies_to_small_results_too() -> None:
+    shaped, _ = render({"content": [], "structuredContent": {"result": papers(51)}})
+    assert shaped.cuts[0].returned_records == 50
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    text=st.text(alphabet=st.sampled_from(list("ab é東🌊\n")), min_size=1, max_size=3000),
+    max_bytes=st.integers(min_value=0, max_value=3000),
+    max_chars=st.integers(min_value=0, max_value=3000),
+)
+def test_cut_text_is_rune_safe_and_within_budget(text: str, max_bytes: int, max_chars: int) -> None:
+    payload = text.encode()
+    offset = cuts.cut_text(payload, max_bytes, max_chars)
+    kept = payload[:offset].decode()  # never splits a character
+    payload[offset:].decode()
+    assert offset <= max(max_bytes, 0) or (offset == len(payload) and len(payload) <= max_bytes)
+    assert len(kept) <= max_chars or offset == len(payload)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    lines=st.lists(st.text(alphabet=st.sampled_from(list("xé東 ")), max_size=40), min_size=1, max_size=200),
+    max_lines=st.integers(min_value=1, max_value=60),
+)
+def test_cut_lines_keeps_whole_lines(lines: list[str], max_lines: int) -> None:
+    payload = "".join(line + "\n" for line in lines).encode()
+    offset, kept = cuts.cut_lines(payload, 2000, 2000, max_lines)
+    if len(lines[0].encode()) < 2000:
+        assert payload[:offset].decode().count("\n") == kept <= max_lines
+        assert offset == len(payload) or payload[offset - 1 : offset] == b"\n"
+
+
+@pytest.mark.parametrize("size", [1, 10])
+def test_marker_room_is_reserved(size: int) -> None:
+    shaped, out = render(sdk_string("word " * (size * 20_000)))
+    assert measured(out) <= BUDGET.max_bytes
+    assert shaped.cuts[0].returned_bytes <= (BUDGET.max_bytes - 2 * MARKER_RESERVE) // 2
+
+
+SHELF_SCHEMA: dict[str, Any] = {
+    "$defs": {"Paper": {"type": "object", "required": ["id", "title"], "properties": {"id": {"type": "integer"}}}},
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "papers": {"type": "array", "items": {"$ref": "#/$defs/Paper"}, "minItems": 60},
+    },
+    "required": ["name", "papers"],
+}
+
+
+def shelf(count: int) -> dict[str, Any]:
+    structured = {"name": "tides", "papers": papers(count)}
+    return {"content": [{"type": "text", "text": json.dumps(structured, indent=2)}], "structuredContent": structured}
+
+
+def render_with(result: dict[str, Any], schema: dict[str, Any], budget: Budget = BUDGET) -> tuple[Any, dict[str, Any]]:
+    shaped = plan(msgspec.json.encode(result), budget, schema=schema)
+    assert shaped is not None
+    out = json.loads(bytes(shaped.render([f"art_{i}" for i in range(len(shaped.cuts))], [{}] * len(shaped.cuts))))
+    return shaped, out
+
+
+def test_records_keep_the_output_schemas_min_items_even_over_budget() -> None:
+    shaped, out = render_with(shelf(1000), SHELF_SCHEMA)
+    (cut,) = shaped.cuts
+    assert (cut.total_records, cut.returned_records, cut.schema_floor) == (1000, 60, 60)
+    assert out["structuredContent"]["papers"] == papers(60)
+    jsonschema.validate(out["structuredContent"], SHELF_SCHEMA)
+    assert json.loads(out["content"][0]["text"]) == out["structuredContent"]
+    meta = out["_meta"][META_KEY]
+    assert meta["over_budget"] is True and "minItems" in meta["notes"][0]
+    assert cut.returned_records > BUDGET.max_records  # the schema wins over the budget, and says so
+    _, tight = render_with(shelf(1000), SHELF_SCHEMA, Budget(max_bytes=4096))
+    assert len(tight["structuredContent"]["papers"]) == 60 and measured(tight) > 4096
+    # Without the schema the budget alone decides, and the result breaks the schema.
+    _, plain = render(shelf(1000))
+    assert len(plain["structuredContent"]["papers"]) < 60
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(plain["structuredContent"], SHELF_SCHEMA)
+
+
+def test_a_floor_within_the_budget_changes_nothing() -> None:
+    schema = {**SHELF_SCHEMA, "properties": {"papers": {"type": "array", "minItems": 5}}}
+    shaped, out = render_with(shelf(1000), schema, Budget(max_bytes=65_536))
+    assert shaped.cuts[0].schema_floor is None and shaped.cuts[0].returned_records == 50
+    assert "over_budget" not in out["_meta"][META_KEY]
+    assert measured(out) <= 65_536
+
+
+def test_a_structured_cut_that_would_break_the_schema_leaves_it_whole() -> None:
+    body = "word " * 4_000 + "END"  # fits alone, not twice
+    schema = {"type": "object", "properties": {"body": {"type": "string", "pattern": "END$"}}, "required": ["body"]}
+    result = {"content": [{"type": "text", "text": body}], "structuredContent": {"body": body}}
+    shaped, out = render_with(result, schema)
+    assert out["structuredContent"] == {"body": body}
+    jsonschema.validate(out["structuredContent"], schema)
+    (cut,) = shaped.cuts
+    assert cut.field == "content[0].text" and out["content"][0]["text"].startswith("word word")
+    assert "[frugal: output truncated" in out["content"][0]["text"]
+    meta = out["_meta"][META_KEY]
+    assert "left whole" in meta["notes"][0] and "/body: pattern" in meta["notes"][0]
+    assert "over_budget" not in meta and measured(out) <= BUDGET.max_bytes
+    # A schema the cut keeps to changes nothing about the usual shaping.
+    loose = {"type": "object", "properties": {"body": {"type": "string"}}}
+    _, kept = render_with(result, loose)
+    assert kept["structuredContent"]["body"] == kept["content"][0]["text"] != body

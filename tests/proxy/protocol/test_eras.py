@@ -1,0 +1,55 @@
+"""Era helpers: modern _meta validation and what crosses between the eras."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from frugal_proxy.protocol import eras, jsonrpc
+
+
+def raw_params(value: dict[str, object]) -> dict[str, msgspec.Raw]:
+    return {key: jsonrpc.raw(item) for key, item in value.items()}
+
+
+def test_validate_modern_accepts_the_required_keys() -> None:
+    meta = eras.modern_meta(
+        raw_params({"_meta": {eras.META_VERSION: "2026-07-28", eras.META_CAPABILITIES: {"sampling": {}}}})
+    )
+    assert meta is not None
+    context = eras.validate_modern(1, meta)
+    assert context.capabilities == {"sampling": {}}
+
+
+def test_unsupported_version_names_the_supported_ones() -> None:
+    meta = raw_params({eras.META_VERSION: "2030-01-01", eras.META_CAPABILITIES: {}})
+    with pytest.raises(eras.UnsupportedVersion) as caught:
+        eras.validate_modern(1, meta)
+    assert caught.value.code == -32022
+    assert "2026-07-28" in caught.value.data()["supported"]
+
+
+def test_strip_and_add_modern_meta_keep_other_keys() -> None:
+    params = raw_params({"name": "x", "_meta": {eras.META_VERSION: "2026-07-28", "progressToken": 5}})
+    stripped = eras.strip_modern_meta(params)
+    assert jsonrpc.decode_any(stripped["_meta"]) == {"progressToken": 5}
+    stamped = eras.add_modern_meta(stripped, {eras.META_VERSION: "2026-07-28", eras.META_CAPABILITIES: {}})
+    assert jsonrpc.decode_any(stamped["_meta"]) == {
+        "progressToken": 5,
+        eras.META_VERSION: "2026-07-28",
+        eras.META_CAPABILITIES: {},
+    }
+
+
+def test_complete_for_modern_never_widens_a_cache_scope() -> None:
+    body = raw_params({"tools": [], "cacheScope": "private"})
+    completed = eras.complete_for_modern("tools/list", body)
+    assert completed is not None
+    assert jsonrpc.decode_any(completed["ttlMs"]) == 0
+    assert jsonrpc.decode_any(completed["cacheScope"]) == "private"
+    assert eras.complete_for_modern("tools/call", raw_params({"resultType": "complete"})) is None
+
+
+def test_negotiate_handshake() -> None:
+    assert eras.negotiate_handshake("2025-03-26") == "2025-03-26"
+    assert eras.negotiate_handshake("2099-01-01") == eras.LATEST_HANDSHAKE

@@ -1,0 +1,77 @@
+"""The HTTP guard's pieces without a socket: bind check, rate parsing, token buckets, Host names,
+the body cap."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from frugal_proxy.server.guard import (
+    BodyTooLarge,
+    TokenBuckets,
+    _host_name,
+    bind_refusal,
+    is_loopback,
+    parse_rate,
+    read_body,
+)
+from frugal_proxy.server.operators import Operators, token_hash
+
+pytestmark = pytest.mark.anyio
+
+
+def test_only_a_loopback_bind_goes_without_a_token() -> None:
+    configured = Operators({"default": token_hash("token")})
+    open_only = Operators(open_registration=True)
+    for host in ("127.0.0.1", "localhost", "::1", "127.0.0.2"):
+        assert is_loopback(host)
+        assert bind_refusal(host, None, False) is None
+        assert bind_refusal(host, open_only, False) is None
+    for host in ("0.0.0.0", "::", "192.168.1.4", "example.com"):
+        refusal = bind_refusal(host, None, False)
+        assert refusal is not None and "FRUGAL_AUTH_TOKEN" in refusal
+        assert bind_refusal(host, configured, False) is None
+        assert bind_refusal(host, None, True) is None
+        # Open registration alone lets anyone mint a token: not protection enough.
+        refusal = bind_refusal(host, open_only, False)
+        assert refusal is not None and "open registration" in refusal
+        assert bind_refusal(host, Operators({"default": token_hash("t")}, open_registration=True), False) is None
+
+
+def test_rate_limits_parse() -> None:
+    assert parse_rate("100/1000") == (100.0, 1000)
+    assert parse_rate("0.5/3") == (0.5, 3)
+    assert parse_rate("20") == (20.0, 20)
+    for bad in ("fast", "10/x", "0/10", "10/0", "-1/5"):
+        with pytest.raises(ValueError, match="rate-limit"):
+            parse_rate(bad)
+
+
+def test_token_bucket_refills_at_its_rate() -> None:
+    buckets = TokenBuckets(rate=2.0, burst=3)
+    assert [buckets.take("a", now=0.0) for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert buckets.take("a", now=0.0) == pytest.approx(0.5)
+    assert buckets.take("b", now=0.0) == 0.0  # another client has its own bucket
+    assert buckets.take("a", now=0.5) == 0.0
+    assert buckets.take("a", now=0.5) > 0
+
+
+def test_host_names_lose_their_port() -> None:
+    assert _host_name("localhost:8765") == "localhost"
+    assert _host_name("[::1]:8765") == "::1"
+    assert _host_name("Sidecar") == "sidecar"
+    assert _host_name("127.0.0.1") == "127.0.0.1"
+
+
+async def _chunks(*parts: bytes) -> AsyncIterator[bytes]:
+    for part in parts:
+        yield part
+
+
+async def test_the_body_cap_is_checked_as_chunks_arrive() -> None:
+    assert await read_body(_chunks(b"ab", b"cd"), None, 4) == b"abcd"
+    with pytest.raises(BodyTooLarge):
+        await read_body(_chunks(b"ab", b"cde"), None, 4)
+    with pytest.raises(BodyTooLarge):
+        await read_body(_chunks(), "5", 4)  # refused on the declared length, before reading
