@@ -18,6 +18,9 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from frugal_proxy import home
+from frugal_proxy.identities import configured_tokens
+
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 T = TypeVar("T")
@@ -108,16 +111,12 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     governor: dict[str, Any] = {}
 
 
-def default_home() -> Path:
-    return Path(os.environ.get("FRUGAL_HOME") or Path.home() / ".frugal")
-
-
 def config_path(explicit: str | None = None) -> Path:
     if explicit:
         return Path(explicit)
     if os.environ.get("FRUGAL_CONFIG"):
         return Path(os.environ["FRUGAL_CONFIG"])
-    return default_home() / "config" / "frugal.toml"
+    return home.config_file()
 
 
 def load(path: Path, environ: dict[str, str] | None = None) -> Config:
@@ -174,8 +173,6 @@ def _check_governor(table: Any, source: str) -> dict[str, Any]:
 
 def _load_auth(table: Any, source: str, env: dict[str, str]) -> Auth:
     """`[auth]`, each `[auth.operators.NAME]` converted on its own so that errors name it."""
-    from frugal_proxy.server.operators import configured_tokens
-
     if not isinstance(table, dict):
         raise ConfigError(f"{source}: at auth: expected a table")
     rest = dict(table)

@@ -23,7 +23,7 @@ import anyio.to_thread
 import msgspec
 
 from frugal_proxy import config as config_module
-from frugal_proxy import logs
+from frugal_proxy import home, logs
 from frugal_proxy.bridge.downstream import DownstreamPeer
 from frugal_proxy.bridge.link import Client
 from frugal_proxy.cli.http_options import add_http_options
@@ -186,7 +186,7 @@ class StatusFile:
 
     def __init__(self, upstreams: list[UpstreamBase]) -> None:
         self.upstreams = upstreams
-        self.path = config_module.default_home() / "run" / f"serve-{os.getpid()}.json"
+        self.path = home.run_dir() / f"serve-{os.getpid()}.json"
         self.started = time.time()
 
     def snapshot(self) -> dict[str, Any]:
@@ -201,7 +201,7 @@ class StatusFile:
         while True:
             data = json.dumps(self.snapshot(), indent=1).encode()
             try:
-                await anyio.to_thread.run_sync(_write_atomically, self.path, data)
+                await anyio.to_thread.run_sync(home.write_private, self.path, data)
             except OSError as exc:
                 log.warning("cannot write the status file", extra={"path": str(self.path), "reason": exc.strerror})
                 return
@@ -214,13 +214,6 @@ class StatusFile:
             pass
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
-    temporary.write_bytes(data)
-    os.replace(temporary, path)
-
-
 # -- status ------------------------------------------------------------------------------------------
 
 
@@ -228,7 +221,7 @@ def status_command(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="frugal-proxy status", description="Show each running serve's upstreams.")
     parser.add_argument("--json", action="store_true", help="print the raw status records")
     options = parser.parse_args(argv)
-    run = config_module.default_home() / "run"
+    run = home.run_dir()
     records = []
     for path in sorted(run.glob("serve-*.json")) if run.is_dir() else []:
         try:

@@ -18,12 +18,13 @@ import blake3
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
+from frugal_proxy import home
+
 CURRENT = "current.key"
 
 
 def keys_dir() -> Path:
-    home = os.environ.get("FRUGAL_HOME")
-    return (Path(home) if home else Path.home() / ".frugal") / "keys"
+    return home.keys_dir()
 
 
 def fingerprint(public: Ed25519PublicKey) -> str:
@@ -43,11 +44,7 @@ class SigningKey:
 
 def _write_private(path: Path, key: Ed25519PrivateKey, *, exclusive: bool) -> None:
     data = key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption()).hex().encode()
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else os.O_TRUNC)
-    fd = os.open(path, flags, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data + b"\n")
-    os.chmod(path, 0o600)
+    home.write_private(path, data + b"\n", exclusive=exclusive)
 
 
 def _write_public(directory: Path, key: Ed25519PrivateKey) -> str:
@@ -85,9 +82,7 @@ def rotate(directory: Path | None = None) -> SigningKey:
     load_or_create(directory)
     key = Ed25519PrivateKey.generate()
     key_id = _write_public(directory, key)
-    staged = directory / (CURRENT + ".new")
-    _write_private(staged, key, exclusive=False)
-    os.replace(staged, directory / CURRENT)
+    _write_private(directory / CURRENT, key, exclusive=False)
     return SigningKey(key_id, key)
 
 

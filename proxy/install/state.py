@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from frugal_proxy.config import default_home
-from frugal_proxy.install.config_files import read_text, write_atomic
+from frugal_proxy import home
+from frugal_proxy.install.config_files import read_text
 
 State = dict[str, dict[str, dict[str, Any]]]
 
@@ -26,7 +26,7 @@ class StateUnreadable(Exception):
 
 
 def state_path() -> Path:
-    return default_home() / "install" / "wrapped.json"
+    return home.install_state()
 
 
 def load(path: Path) -> State:
@@ -53,4 +53,4 @@ def save(path: Path, state: State) -> None:
     if existing == text:
         return
     # Owner-only: the recorded entries hold the clients' env and headers, tokens included.
-    write_atomic(path, text, new_mode=0o600)
+    home.write_private(path, text.encode())

@@ -33,13 +33,13 @@ from starlette.routing import Route
 
 from frugal_proxy.governor import keys
 from frugal_proxy.governor.operator_budgets import BudgetError, OperatorGovernor
+from frugal_proxy.identities import InvalidOperator
 from frugal_proxy.policies.governor import Governor
 from frugal_proxy.providers import governor_tools
 from frugal_proxy.router.router import Session
 from frugal_proxy.server.guard import REGISTER_PATH, BodyTooLarge, GuardSettings, read_body
 from frugal_proxy.server.operators import (
     REGISTRATION_CLOSED,
-    InvalidOperator,
     Operators,
     RegistrationRefused,
     current_operator,

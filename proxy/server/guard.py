@@ -23,9 +23,10 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from frugal_proxy.identities import LOCAL, TOKEN_ENV
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
-from frugal_proxy.server.operators import CURRENT_OPERATOR, LOCAL, TOKEN_ENV, Operators
+from frugal_proxy.server.operators import CURRENT_OPERATOR, Operators
 
 log = logging.getLogger("frugal_proxy.http_guard")
 

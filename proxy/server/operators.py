@@ -20,7 +20,7 @@ can say something about a hash but nothing about a token; the found entry is com
 `hmac.compare_digest` all the same.
 
     Operators              who a token belongs to; registration
-    InvalidOperator        a name that is not usable (empty, too long, control characters)
+    InvalidOperator        (identities) a name that is not usable (empty, too long, control characters)
     RegistrationRefused    registration_closed | operator_exists | registration_full |
                            registry_unavailable
     RegistryUnreadable     the registry file cannot be read or clashes with the configuration
@@ -29,15 +29,12 @@ can say something about a hash but nothing about a token; the found entry is com
 from __future__ import annotations
 
 import datetime
-import hashlib
 import hmac
 import logging
 import os
-import re
 import secrets
 import sys
 import time
-import unicodedata
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -48,22 +45,26 @@ import anyio
 import anyio.to_thread
 import msgspec
 
+from frugal_proxy import home
+from frugal_proxy.identities import (
+    LOCAL,
+    RESERVED,
+    TOKEN_ENV,
+    canonical,
+    configured_tokens,
+    token_hash,
+)
+
 if TYPE_CHECKING:
     from frugal_proxy.config import Auth
 
 log = logging.getLogger("frugal_proxy.operators")
 
-LOCAL = "local"  # stdio, and HTTP when no token is configured
-DEFAULT = "default"  # the holder of FRUGAL_AUTH_TOKEN
-RESERVED = frozenset({LOCAL, DEFAULT})
-TOKEN_ENV = "FRUGAL_AUTH_TOKEN"
-MAX_NAME_CHARS = 64
 DEFAULT_MAX_REGISTERED = 1000
 RECHECK_SECONDS = 1.0
 REGISTRATION_CLOSED = (
     "registration is closed on this proxy; ask whoever runs it for a token (or set auth.open_registration = true)"
 )
-_REFUSED_CATEGORIES = frozenset({"Cc", "Cs", "Co", "Cn"})
 
 # The operator of the HTTP request being served; the guard sets it, the session reads it where it
 # builds a call's Exchange. None outside an HTTP request (stdio: the session's own operator).
@@ -74,10 +75,6 @@ def current_operator() -> str:
     return CURRENT_OPERATOR.get() or LOCAL
 
 
-class InvalidOperator(ValueError):
-    """A name that cannot be an operator; the message says why."""
-
-
 class RegistrationRefused(Exception):
     """A registration that did not happen; `code` names why, `operator` is the canonical name."""
 
@@ -85,32 +82,6 @@ class RegistrationRefused(Exception):
         super().__init__(message)
         self.code = code
         self.operator = operator
-
-
-def canonical(name: str) -> str:
-    """The one spelling of an operator name: format characters (Unicode Cf) stripped, NFKC,
-    casefolded, whitespace collapsed and trimmed. Raises InvalidOperator when nothing usable is left."""
-    if len(name) > 4 * MAX_NAME_CHARS:  # before the per-character work: the name comes from anyone
-        raise InvalidOperator(f"an operator name has at most {MAX_NAME_CHARS} characters")
-    text = _strip_format(unicodedata.normalize("NFKC", _strip_format(name)))
-    text = _strip_format(unicodedata.normalize("NFKC", text.casefold()))
-    text = " ".join(text.split())
-    if not text:
-        raise InvalidOperator("an operator name needs at least one visible character")
-    if len(text) > MAX_NAME_CHARS:
-        raise InvalidOperator(f"an operator name has at most {MAX_NAME_CHARS} characters")
-    if any(unicodedata.category(char) in _REFUSED_CATEGORIES for char in text):
-        raise InvalidOperator("an operator name may not hold control, private-use or unassigned characters")
-    return text
-
-
-def _strip_format(text: str) -> str:
-    return "".join(char for char in text if unicodedata.category(char) != "Cf")
-
-
-def token_hash(token: str) -> str:
-    """What is kept of a token: its sha256, hex."""
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def bearer_token(header: str) -> str | None:
@@ -130,8 +101,7 @@ class RegistryFile(msgspec.Struct, forbid_unknown_fields=True):
 
 
 def registry_path() -> Path:
-    home = os.environ.get("FRUGAL_HOME")
-    return (Path(home) if home else Path.home() / ".frugal") / "auth" / "operators.json"
+    return home.operator_registry()
 
 
 class RegistryUnreadable(ValueError):
@@ -256,7 +226,7 @@ class Operators:
                 )
             stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
             registered = {**self._registered, operator: Registered(digest, stamp)}
-            _write_private(self.path, msgspec.json.format(msgspec.json.encode(RegistryFile(registered))))
+            home.write_private(self.path, msgspec.json.format(msgspec.json.encode(RegistryFile(registered))) + b"\n")
             self._use(registered)
 
     def _reload_if_changed(self) -> None:
@@ -297,41 +267,6 @@ class Operators:
         self._required = self._required or bool(by_hash)
 
 
-def configured_tokens(tokens: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
-    """Operator name (canonical) → token hash, for `[auth.operators]` (`tokens`: name as written →
-    the environment variable holding its token) plus FRUGAL_AUTH_TOKEN as `default`. Raises
-    ValueError starting with the key path when they cannot be used."""
-    configured: dict[str, str] = {}
-    owners: dict[str, str] = {}
-    single = environ.get(TOKEN_ENV)
-    if single:
-        configured[DEFAULT] = token_hash(single)
-        owners[configured[DEFAULT]] = TOKEN_ENV
-    where_of: dict[str, str] = {}
-    for name, variable in tokens.items():
-        where = f"auth.operators.{name}"
-        try:
-            operator = canonical(name)
-        except InvalidOperator as exc:
-            raise ValueError(f"at {where}: {exc}") from None
-        if operator in RESERVED:
-            raise ValueError(f"at {where}: {operator!r} is reserved ({LOCAL}: no token; {DEFAULT}: {TOKEN_ENV})")
-        if operator in where_of:
-            raise ValueError(f"at {where}: the same operator as {where_of[operator]} (both are {operator!r})")
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", variable):
-            raise ValueError(f"at {where}.token_env: {variable!r} is not an environment variable name")
-        token = environ.get(variable)
-        if not token:
-            raise ValueError(f"at {where}.token_env: environment variable {variable} is not set")
-        digest = token_hash(token)
-        if digest in owners:
-            raise ValueError(f"at {where}: its token is the same as {owners[digest]}'s; give each its own")
-        configured[operator] = digest
-        owners[digest] = where
-        where_of[operator] = where
-    return configured
-
-
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
     """Hold an exclusive lock beside the registry file (processes sharing $FRUGAL_HOME)."""
@@ -345,14 +280,3 @@ def _locked(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    staged = path.with_suffix(".new")
-    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data + b"\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.chmod(staged, 0o600)
-    os.replace(staged, path)

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from frugal_proxy.identities import token_hash
 from frugal_proxy.server.guard import (
     BodyTooLarge,
     TokenBuckets,
@@ -16,7 +17,7 @@ from frugal_proxy.server.guard import (
     parse_rate,
     read_body,
 )
-from frugal_proxy.server.operators import Operators, token_hash
+from frugal_proxy.server.operators import Operators
 
 pytestmark = pytest.mark.anyio
 
