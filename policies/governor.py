@@ -18,7 +18,6 @@ import logging
 from typing import Any
 
 import anyio.to_thread
-import blake3
 import msgspec
 
 from frugal_proxy.governor import shaping
@@ -26,7 +25,7 @@ from frugal_proxy.governor.receipts import OmissionReceipt, Signer
 from frugal_proxy.governor.shaping import Budget, Cut, Mode
 from frugal_proxy.governor.spill_store import DEFAULT_QUOTA_BYTES, MAX_TTL, Artifact, MemorySpillStore, SpillStore
 from frugal_proxy.policies import Policy
-from frugal_proxy.protocol import jsonrpc
+from frugal_proxy.protocol import canonical, jsonrpc
 from frugal_proxy.providers.own_tools import PROVIDER_NAME
 from frugal_proxy.records import Exchange
 
@@ -35,7 +34,6 @@ log = logging.getLogger("frugal_proxy.governor")
 # Results larger than this are measured and cut in a worker thread, off the event loop.
 THREAD_THRESHOLD = 256 * 1024
 MIN_BYTES = 1024
-_deterministic = msgspec.json.Encoder(order="deterministic")
 
 
 class RouteBudget(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -97,7 +95,7 @@ def iso_time(timestamp: float) -> str:
 
 def call_key(route: str, arguments: Any) -> str:
     """The fingerprint of one call (route and arguments, key order ignored)."""
-    return blake3.blake3(_deterministic.encode([route, arguments])).hexdigest()
+    return canonical.digest([route, arguments])
 
 
 class Governor(Policy):

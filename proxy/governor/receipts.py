@@ -21,8 +21,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from frugal_proxy.governor import keys
-
-_deterministic = msgspec.json.Encoder(order="deterministic")
+from frugal_proxy.protocol import canonical
 
 
 class OmissionReceipt(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -47,7 +46,7 @@ def signed_bytes(receipt: OmissionReceipt) -> bytes:
     """The exact bytes a signature covers."""
     fields = msgspec.structs.asdict(receipt)
     fields.pop("signature")
-    return _deterministic.encode(fields)
+    return canonical.encode(fields)
 
 
 class Signer:

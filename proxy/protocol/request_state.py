@@ -16,6 +16,8 @@ import time
 
 import msgspec
 
+from frugal_proxy.protocol import canonical
+
 PREFIX = "frugal1."
 
 
@@ -29,7 +31,6 @@ class StateClaims(msgspec.Struct, frozen=True, array_like=True):
     expires_at: float
 
 
-_encoder = msgspec.json.Encoder(order="deterministic")
 _decoder = msgspec.json.Decoder(StateClaims)
 
 
@@ -40,7 +41,7 @@ class RequestStateSealer:
         self._key = key or secrets.token_bytes(32)
 
     def seal(self, claims: StateClaims) -> str:
-        payload = _encoder.encode(claims)
+        payload = canonical.encode(claims)
         mac = hmac.new(self._key, payload, hashlib.sha256).digest()
         return PREFIX + _b64(payload) + "." + _b64(mac)
 

@@ -1,0 +1,50 @@
+"""The one encoding of what is hashed or signed: same value, same bytes, whatever the key order."""
+
+from __future__ import annotations
+
+import msgspec
+
+from frugal_proxy.governor import receipts
+from frugal_proxy.protocol import canonical
+
+
+class Claims(msgspec.Struct, frozen=True):
+    b: int
+    a: str
+
+
+def test_key_order_does_not_change_the_bytes() -> None:
+    one = {"b": 1, "a": {"y": [1, 2], "x": None}}
+    two = {"a": {"x": None, "y": [1, 2]}, "b": 1}
+    assert canonical.encode(one) == canonical.encode(two) == b'{"a":{"x":null,"y":[1,2]},"b":1}'
+    assert canonical.digest(one) == canonical.digest(two)
+
+
+def test_a_different_value_has_a_different_digest() -> None:
+    assert canonical.digest(["route", {"path": "/a"}]) != canonical.digest(["route", {"path": "/b"}])
+    assert len(canonical.digest([])) == 64
+
+
+def test_structs_encode_in_their_declared_field_order() -> None:
+    assert canonical.encode(Claims(b=2, a="x")) == b'{"b":2,"a":"x"}'
+
+
+def test_receipts_sign_the_canonical_bytes() -> None:
+    receipt = receipts.OmissionReceipt(
+        kind="omission",
+        route="r",
+        field="content[0].text",
+        mode="text",
+        total_bytes=10,
+        returned_bytes=4,
+        omitted_bytes=6,
+        total_records=None,
+        returned_records=None,
+        omitted_records=None,
+        artifact_id=None,
+        sha256="0" * 64,
+        expires_at=None,
+    )
+    fields = msgspec.structs.asdict(receipt)
+    fields.pop("signature")
+    assert receipts.signed_bytes(receipt) == canonical.encode(fields)
