@@ -6,7 +6,7 @@ structuredContent copy) and text (the same with prose paragraphs, multi-byte cha
 included), it times:
 
     passthrough   the ungoverned path: the reply frame encoded as the proxy would write it
-    governed      Governor.govern on the same frame, then the encode (spill, receipt, markers)
+    governed      GovernorPolicy.govern on the same frame, then the encode (spill, receipt, markers)
     baseline      sha256 over the whole result once, plus the spill write the governor does
                   (MemorySpillStore.put of the very bytes it spilled)
 
@@ -36,8 +36,10 @@ from typing import Any
 import anyio
 import msgspec
 
+from frugal_proxy.config import GovernorSettings
+from frugal_proxy.governor.engine import Governor
 from frugal_proxy.governor.spill_store import MemorySpillStore
-from frugal_proxy.policies.governor import Governor, GovernorSettings
+from frugal_proxy.policies.governor import GovernorPolicy
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.records import Call, Exchange, Route
 
@@ -79,8 +81,8 @@ def exchange(result: bytes) -> Exchange:
     return ex
 
 
-def governor() -> Governor:
-    return Governor.embedded(GovernorSettings(spill_quota_bytes=1024 * MB))
+def governor() -> GovernorPolicy:
+    return GovernorPolicy(Governor.embedded(GovernorSettings(spill_quota_bytes=1024 * MB)))
 
 
 async def timed(action: Callable[[], Awaitable[Any]]) -> tuple[float, float]:
@@ -94,7 +96,7 @@ async def timed(action: Callable[[], Awaitable[Any]]) -> tuple[float, float]:
 async def measure(kind: str, size_mb: int, repeat: int) -> dict[str, Any]:
     result = RESULTS[kind](size_mb * MB)
     policy = governor()
-    await policy.signer.key()
+    await policy.governor.signer.key()
     spilled: list[bytes] = []
 
     async def passthrough() -> None:
@@ -110,7 +112,7 @@ async def measure(kind: str, size_mb: int, repeat: int) -> dict[str, Any]:
     await policy.govern(ex)
     assert ex.answer is not None
     for receipt in jsonrpc.decode_any(ex.answer["result"])["_meta"]["frugal/governor"]["receipts"]:
-        spilled.append((await policy.store.get("local", receipt["artifact_id"])).payload)
+        spilled.append((await policy.governor.store.get("local", receipt["artifact_id"])).payload)
     store = MemorySpillStore(1024 * MB)
 
     async def baseline() -> None:

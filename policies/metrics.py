@@ -18,13 +18,12 @@ flags are read, and the trace for what the governor cut.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
 from frugal_proxy.policies import Policy
 from frugal_proxy.records import Exchange
-from frugal_proxy.server.metrics import Metrics
 
 OUTCOMES = (
     "ok",
@@ -44,6 +43,14 @@ _ANSWERED_AT_ADMIT = "admit: answered by "
 _SHAPED = "govern: shaped "
 
 
+class CallSink(Protocol):
+    """Where the observations go: the HTTP endpoint's `server.metrics.Metrics`."""
+
+    def record_call(self, tool: str, provider: str, outcome: str, seconds: float) -> None: ...
+
+    def record_shaped(self, tool: str, removed_bytes: int) -> None: ...
+
+
 class _Flags(msgspec.Struct):
     """The two fields of a tools/call result that the outcome depends on; the rest is skipped."""
 
@@ -57,7 +64,7 @@ _flags = msgspec.json.Decoder(_Flags)
 class CallMetrics(Policy):
     name = "metrics"
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: CallSink) -> None:
         self.metrics = metrics
 
     async def seal(self, exchange: Exchange) -> None:

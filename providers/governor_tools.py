@@ -24,9 +24,8 @@ import anyio.to_thread
 import msgspec
 
 from frugal_proxy.governor import cuts, keys, receipts, shaping
-from frugal_proxy.governor.operator_budgets import route_budget
+from frugal_proxy.governor.engine import THREAD_THRESHOLD, Governor
 from frugal_proxy.governor.spill_store import SpillError
-from frugal_proxy.policies.governor import THREAD_THRESHOLD, Governor
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers.own_tools import OwnTool, ToolArgumentError
 from frugal_proxy.records import Exchange
@@ -75,7 +74,7 @@ async def fetch_slice(governor: Governor, operator: str, arguments: dict[str, An
     artifact_id = arguments.get("artifact_id")
     if not isinstance(artifact_id, str):
         raise GovernorRequestError("invalid_arguments", 'send {"artifact_id": "art_…", "offset": 0, "limit": 4096}')
-    cap = route_budget(governor, operator, FETCH_SLICE).max_bytes // SLICE_EXPANSION
+    cap = governor.budget(operator, FETCH_SLICE).max_bytes // SLICE_EXPANSION
     max_chars = _int(arguments, "max_chars", None)
     if max_chars is not None:
         cap = min(cap, max(1, max_chars))
@@ -147,7 +146,7 @@ async def shape_result(governor: Governor, operator: str, arguments: dict[str, A
     envelope: dict[str, Any] = (
         {"content": [{"type": "text", "text": text}]} if isinstance(text, str) else dict(result or {})
     )
-    budget = route_budget(governor, operator, route)
+    budget = governor.budget(operator, route)
     max_chars = _int(arguments, "max_chars", None)
     if max_chars is not None:
         budget = msgspec.structs.replace(budget, max_tokens=max(1, math.ceil(max_chars / 4)))

@@ -13,7 +13,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import msgspec
@@ -102,13 +102,84 @@ class Auth(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     operators: dict[str, OperatorEntry] = {}
 
 
+Mode = Literal["records", "lines", "text"]
+MIN_BYTES = 1024
+SPILL_MAX_TTL = 3600.0
+SPILL_DEFAULT_QUOTA_BYTES = 256 * 1024 * 1024
+
+
+class Budget(msgspec.Struct, frozen=True):
+    """One route's limits. `max_tokens` is a planning figure: chars / 4, rounded up."""
+
+    max_bytes: int = 32_768
+    max_records: int = 50
+    max_tokens: int = 8_192
+    mode: Mode | None = None
+
+    @property
+    def max_chars(self) -> int:
+        return self.max_tokens * 4
+
+
+class RouteBudget(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """`[governor.routes."TOOL"]`: one exposed tool's overrides; what is left out comes from the
+    governor's defaults."""
+
+    max_bytes: int | None = None
+    max_records: int | None = None
+    max_tokens: int | None = None
+    mode: Mode | None = None
+
+    def __post_init__(self) -> None:
+        _check_limits(self.max_bytes, self.max_records, self.max_tokens)
+
+
+class GovernorSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`[governor]`: default budgets, per-route overrides and the spill store's bounds.
+    `spill_ttl` is in seconds (at most 3600; the file may write it as a duration, `"30m"`);
+    `spill_quota_bytes` is per operator."""
+
+    enabled: bool = True
+    max_bytes: int = 32_768
+    max_records: int = 50
+    max_tokens: int = 8_192
+    mode: Mode | None = None
+    spill_ttl: float = SPILL_MAX_TTL
+    spill_quota_bytes: int = SPILL_DEFAULT_QUOTA_BYTES
+    routes: dict[str, RouteBudget] = msgspec.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_limits(self.max_bytes, self.max_records, self.max_tokens)
+        if not 0 < self.spill_ttl <= SPILL_MAX_TTL:
+            raise ValueError(f"spill_ttl must be more than 0 and at most {SPILL_MAX_TTL:g} seconds")
+        if self.spill_quota_bytes < 1:
+            raise ValueError("spill_quota_bytes must be positive")
+
+    def budget(self, route: str) -> Budget:
+        """The budget of one exposed tool: its overrides over the defaults."""
+        override = self.routes.get(route, RouteBudget())
+        return Budget(
+            max_bytes=override.max_bytes or self.max_bytes,
+            max_records=override.max_records or self.max_records,
+            max_tokens=override.max_tokens or self.max_tokens,
+            mode=override.mode or self.mode,
+        )
+
+
+def _check_limits(max_bytes: int | None, max_records: int | None, max_tokens: int | None) -> None:
+    if max_bytes is not None and max_bytes < MIN_BYTES:
+        raise ValueError(f"max_bytes must be at least {MIN_BYTES}")
+    if max_records is not None and max_records < 1:
+        raise ValueError("max_records must be at least 1")
+    if max_tokens is not None and max_tokens < MIN_BYTES // 4:
+        raise ValueError(f"max_tokens must be at least {MIN_BYTES // 4}")
+
+
 class Config(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     upstreams: dict[str, Upstream] = {}
     limits: Limits = Limits()
     auth: Auth = Auth()
-    # `[governor]`, checked against GovernorSettings at load time and kept as its plain table
-    # (with `spill_ttl` in seconds), so that reading a config does not import the governor.
-    governor: dict[str, Any] = {}
+    governor: GovernorSettings = GovernorSettings()
 
 
 def config_path(explicit: str | None = None) -> Path:
@@ -141,7 +212,7 @@ def loads(text: str, source: str = "<config>", environ: dict[str, str] | None = 
     governor = data.pop("governor", {})
     auth = data.pop("auth", {})
     config = _convert(data, Config, source, "")
-    config = msgspec.structs.replace(config, governor=_check_governor(governor, source))
+    config = msgspec.structs.replace(config, governor=_load_governor(governor, source))
     upstreams_raw = {name: _convert(table, Upstream, source, f"upstreams.{name}") for name, table in tables.items()}
     config = msgspec.structs.replace(config, upstreams=upstreams_raw)
     env = dict(os.environ if environ is None else environ)
@@ -156,19 +227,28 @@ def loads(text: str, source: str = "<config>", environ: dict[str, str] | None = 
     return msgspec.structs.replace(config, upstreams=upstreams)
 
 
-def _check_governor(table: Any, source: str) -> dict[str, Any]:
-    from frugal_proxy.policies.governor import GovernorSettings
-
+def _load_governor(table: Any, source: str) -> GovernorSettings:
+    """`[governor]`, each `[governor.routes."TOOL"]` converted on its own so that errors name it."""
     if not isinstance(table, dict):
         raise ConfigError(f"{source}: at governor: expected a table")
-    checked: dict[str, Any] = dict(table)
-    if isinstance(checked.get("spill_ttl"), str):
+    rest: dict[str, Any] = dict(table)
+    if isinstance(rest.get("spill_ttl"), str):
         try:
-            checked["spill_ttl"] = parse_duration(checked["spill_ttl"])
+            rest["spill_ttl"] = parse_duration(rest["spill_ttl"])
         except ValueError as exc:
             raise ConfigError(f"{source}: at governor.spill_ttl: {exc}") from None
-    _convert(checked, GovernorSettings, source, "governor")
-    return checked
+    tables = rest.pop("routes", {})
+    if not isinstance(tables, dict):
+        raise ConfigError(f'{source}: at governor.routes: expected a table of [governor.routes."TOOL"] tables')
+    routes = {
+        name: _convert(value, RouteBudget, source, f"governor.routes.{_key(name)}") for name, value in tables.items()
+    }
+    return msgspec.structs.replace(_convert(rest, GovernorSettings, source, "governor"), routes=routes)
+
+
+def _key(name: str) -> str:
+    """A TOML key as the file would spell it: bare when it can be, quoted otherwise."""
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _load_auth(table: Any, source: str, env: dict[str, str]) -> Auth:

@@ -30,6 +30,7 @@ from frugal_proxy.upstream.base import UpstreamBase
 from frugal_proxy.upstream.stdio import UpstreamConnection
 
 if TYPE_CHECKING:
+    from frugal_proxy.config import GovernorSettings
     from frugal_proxy.pipeline.assembly import Assembly
 
 log = logging.getLogger("frugal_proxy.cli")
@@ -321,7 +322,7 @@ def wrap_http(
     from frugal_proxy.server.sessions import UpstreamSet
 
     try:
-        assembly = _assembly(governor)
+        settings = _governor_settings(governor)
     except ValueError as exc:
         print(f"frugal-proxy: error: {exc}", file=sys.stderr)
         return 2
@@ -334,14 +335,20 @@ def wrap_http(
         return None
 
     upstreams = UpstreamSet(
-        lambda: [_connection(command, name, env, headers, options)], {"assembly": assembly}, frozenset({name})
+        lambda: [_connection(command, name, env, headers, options)], {"governor": settings}, frozenset({name})
     )
     return run_http(options, upstreams, ready)
+
+
+def _governor_settings(governor: dict[str, Any]) -> GovernorSettings:
+    """The size governor's settings from the command line; ValueError for a bad budget."""
+    from frugal_proxy.config import GovernorSettings
+
+    return GovernorSettings(**governor)
 
 
 def _assembly(governor: dict[str, Any]) -> Assembly:
     """The pipeline's policies and own tools; raises ValueError for a bad governor budget."""
     from frugal_proxy.pipeline.assembly import assemble
-    from frugal_proxy.policies.governor import GovernorSettings
 
-    return assemble(GovernorSettings(**governor))
+    return assemble(_governor_settings(governor))

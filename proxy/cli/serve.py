@@ -20,7 +20,6 @@ from typing import Any
 import anyio
 import anyio.abc
 import anyio.to_thread
-import msgspec
 
 from frugal_proxy import config as config_module
 from frugal_proxy import home, logs
@@ -84,13 +83,11 @@ def connections(config: Config, max_line_bytes: int) -> list[UpstreamBase]:
 
 def session_options(config: Config) -> dict[str, Any]:
     """What the session needs of the config: names, filters, prices and deadlines per upstream,
-    and the pipeline's policies (the size governor from `[governor]`)."""
-    from frugal_proxy.pipeline.assembly import assemble
-    from frugal_proxy.policies.governor import GovernorSettings
-
+    and the settings its pipeline is assembled from (the size governor's `[governor]`). The
+    HTTP endpoint assembles the pipeline itself (with its metrics); stdio uses `stdio_options`."""
     call_timeout = config.limits.call_timeout_seconds
     return {
-        "assembly": assemble(msgspec.convert(config.governor, GovernorSettings)),
+        "governor": config.governor,
         "page_size": config.limits.page_size,
         "prefixes": {name: up.prefix for name, up in config.upstreams.items()},
         "filters": {name: up.tools for name, up in config.upstreams.items()},
@@ -99,6 +96,15 @@ def session_options(config: Config) -> dict[str, Any]:
             name: min(up.timeout_seconds or call_timeout, call_timeout) for name, up in config.upstreams.items()
         },
     }
+
+
+def stdio_options(config: Config) -> dict[str, Any]:
+    """`session_options` with the pipeline assembled, for a session on stdio."""
+    from frugal_proxy.pipeline.assembly import assemble
+
+    options = session_options(config)
+    options["assembly"] = assemble(options.pop("governor"))
+    return options
 
 
 # -- serve -------------------------------------------------------------------------------------------
@@ -144,7 +150,7 @@ async def serve_stdio(config: Config) -> int:
         async with anyio.create_task_group() as tg:
             for upstream in upstreams:
                 await tg.start(_run_upstream, upstream, config.upstreams[upstream.name].lazy)
-            session = Session(upstreams, downstream, tg, **session_options(config))
+            session = Session(upstreams, downstream, tg, **stdio_options(config))
             tg.start_soon(stop_on_signal, tg.cancel_scope)
             tg.start_soon(status.keep_written)
             await session.serve(FrameReader(source, config.limits.max_message_bytes))
@@ -294,7 +300,7 @@ async def print_catalog(config: Config) -> int:
     async with anyio.create_task_group() as tg:
         for upstream in upstreams:
             await tg.start(_run_upstream, upstream, False)
-        session = Session(upstreams, DownstreamPeer(FrameWriter(_Discard())), tg, **session_options(config))
+        session = Session(upstreams, DownstreamPeer(FrameWriter(_Discard())), tg, **stdio_options(config))
         client = Client("modern", {})
         params = {"_meta": jsonrpc.raw({eras.META_VERSION: eras.LATEST_MODERN, eras.META_CAPABILITIES: {}})}
         listed = []

@@ -6,7 +6,6 @@ and per route, and may pick a shaping mode; a value above the configured one is 
 overrides live in this process's memory.
 
     OperatorBudgets     the overrides, and the budget they make for (operator, route)
-    OperatorGovernor    the size governor with them applied
     BudgetError         a request to change them that cannot be used (code, message)
 """
 
@@ -16,9 +15,7 @@ from typing import Any
 
 import msgspec
 
-from frugal_proxy.governor.shaping import Budget
-from frugal_proxy.policies.governor import Governor, GovernorSettings, RouteBudget
-from frugal_proxy.records import Exchange
+from frugal_proxy.config import Budget, GovernorSettings, RouteBudget
 
 LIMITS = ("max_bytes", "max_records", "max_tokens")
 MAX_ROUTES = 1000
@@ -121,21 +118,3 @@ class OperatorBudgets:
 
 def _budget_dict(budget: Budget) -> dict[str, Any]:
     return {name: getattr(budget, name) for name in (*LIMITS, "mode")}
-
-
-class OperatorGovernor(Governor):
-    """The size governor with each operator's own budgets applied."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.budgets = OperatorBudgets(self.settings)
-
-    def budget(self, exchange: Exchange) -> Budget:
-        return self.budgets.budget(exchange.operator, exchange.route.name)
-
-
-def route_budget(governor: Governor, operator: str, route: str) -> Budget:
-    """One route's budget for one operator, with any governor."""
-    if isinstance(governor, OperatorGovernor):
-        return governor.budgets.budget(operator, route)
-    return governor.settings.budget(route)

@@ -31,9 +31,9 @@ from typing import Any, Literal
 
 import msgspec
 
+from frugal_proxy.config import Budget, Mode
 from frugal_proxy.governor import cuts, lazy_json, schema_check
 
-Mode = Literal["records", "lines", "text"]
 Kind = Literal["markdown", "text", "html"]
 PRIORITY: dict[Kind, int] = {"markdown": 0, "text": 1, "html": 2}
 # Room left in the budget for each cut's marker (the marker is part of the shaped field).
@@ -47,19 +47,6 @@ _object = lazy_json.objects
 _any = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
 _first = lazy_json.first
-
-
-class Budget(msgspec.Struct, frozen=True):
-    """One route's limits. `max_tokens` is a planning figure: chars / 4, rounded up."""
-
-    max_bytes: int = 32_768
-    max_records: int = 50
-    max_tokens: int = 8_192
-    mode: Mode | None = None
-
-    @property
-    def max_chars(self) -> int:
-        return self.max_tokens * 4
 
 
 def est_tokens(chars: int) -> int:

@@ -25,10 +25,11 @@ from typing import Protocol
 
 import anyio
 
+from frugal_proxy.config import SPILL_DEFAULT_QUOTA_BYTES, SPILL_MAX_TTL
 from frugal_proxy.governor.receipts import OmissionReceipt
 
-MAX_TTL = 3600.0
-DEFAULT_QUOTA_BYTES = 256 * 1024 * 1024
+MAX_TTL = SPILL_MAX_TTL
+DEFAULT_QUOTA_BYTES = SPILL_DEFAULT_QUOTA_BYTES
 
 
 class SpillError(LookupError):

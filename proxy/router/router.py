@@ -75,6 +75,7 @@ class Session:
         self._streams: set[RequestId] = set()
         self._idle = anyio.Event()
         assembly = assembly or assemble()
+        self.assembly = assembly
         self.own_tools = OwnToolProvider(assembly.own_tools)
         self.operator = operator
         providers: dict[str, Provider] = {

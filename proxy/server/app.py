@@ -41,7 +41,7 @@ from starlette.types import Receive, Scope, Send
 
 from frugal_proxy.bridge.downstream import ClientUnreachable, DownstreamPeer
 from frugal_proxy.cli.serve import _run_upstream
-from frugal_proxy.pipeline.assembly import with_metrics
+from frugal_proxy.pipeline.assembly import assemble
 from frugal_proxy.protocol import eras, jsonrpc, subscriptions
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.router.router import REQUEST_STREAM, Session
@@ -537,7 +537,7 @@ def build_app(endpoint: Endpoint, settings: HttpSettings, metrics: Metrics) -> H
             Route(settings.path, endpoint.handle, methods=["POST", "GET", "DELETE"]),
             Route(HEALTH_PATH, endpoint.health, methods=["GET"]),
             Route(METRICS_PATH, scrape_handler(metrics), methods=["GET"]),
-            *governor_routes(endpoint.shared, settings.guard),
+            *governor_routes(endpoint.shared.assembly.governor, settings.guard),
             *legacy_routes,
         ],
         exception_handlers={HTTPException: http_error},
@@ -580,8 +580,9 @@ async def serve_http(
     """Serve the endpoint on a bound, listening socket until a signal; then drain and stop.
     `ready` may refuse to go on once the upstreams are started (a message; the exit status is 2)."""
     metrics = Metrics()  # every session's pipeline feeds it, so it goes into their shared assembly
-    assembly = with_metrics(upstreams.options.get("assembly"), metrics)
-    upstreams = replace(upstreams, options={**upstreams.options, "assembly": assembly})
+    options = dict(upstreams.options)
+    assembly = assemble(options.pop("governor", None), metrics=metrics)
+    upstreams = replace(upstreams, options={**options, "assembly": assembly})
     connections: list[UpstreamBase] = upstreams.make()
     metrics.watch(connections)
     async with anyio.create_task_group() as tg:

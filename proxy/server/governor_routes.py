@@ -32,11 +32,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from frugal_proxy.governor import keys
-from frugal_proxy.governor.operator_budgets import BudgetError, OperatorGovernor
+from frugal_proxy.governor.engine import Governor
+from frugal_proxy.governor.operator_budgets import BudgetError
 from frugal_proxy.identities import InvalidOperator
-from frugal_proxy.policies.governor import Governor
 from frugal_proxy.providers import governor_tools
-from frugal_proxy.router.router import Session
 from frugal_proxy.server.guard import REGISTER_PATH, BodyTooLarge, GuardSettings, read_body
 from frugal_proxy.server.operators import (
     REGISTRATION_CLOSED,
@@ -145,8 +144,6 @@ class GovernorHttp:
         return JSONResponse({"signing_key_id": signing, "keys": listed})
 
     async def _budgets(self, request: Request, governor: Governor) -> Response:
-        if not isinstance(governor, OperatorGovernor):
-            return problem("governor_disabled", "this governor has no per-operator budgets")
         operator = current_operator()
         if request.method == "POST":
             try:
@@ -177,7 +174,6 @@ class GovernorHttp:
         return JSONResponse(body, 201, NO_STORE)
 
 
-def governor_routes(session: Session, guard: GuardSettings) -> list[Route]:
-    """The governor's endpoints for the proxy whose shared session is `session`."""
-    governor = next((policy for policy in session.pipeline.policies if isinstance(policy, Governor)), None)
+def governor_routes(governor: Governor | None, guard: GuardSettings) -> list[Route]:
+    """The governor's endpoints (answering `governor_disabled` when there is no governor)."""
     return GovernorHttp(governor, guard.operators, guard.body_cap).routes()

@@ -38,7 +38,9 @@ class UpstreamSet:
     """How to build the upstream connections a Session serves, as often as needed."""
 
     make: Callable[[], list[UpstreamBase]]
-    options: dict[str, Any] = field(default_factory=dict)  # Session keyword arguments
+    # Session keyword arguments; `governor` (GovernorSettings) is what the endpoint assembles
+    # the pipeline from, with its metrics (pipeline.assembly)
+    options: dict[str, Any] = field(default_factory=dict)
     lazy: frozenset[str] = frozenset()
 
 

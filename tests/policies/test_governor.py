@@ -16,10 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from frugal_proxy.config import Budget, GovernorSettings, RouteBudget
 from frugal_proxy.governor import keys, receipts, shaping
+from frugal_proxy.governor.engine import Governor
 from frugal_proxy.governor.receipts import Signer
 from frugal_proxy.governor.spill_store import MemorySpillStore
-from frugal_proxy.policies.governor import Governor, GovernorSettings, RouteBudget
+from frugal_proxy.policies.governor import GovernorPolicy
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers.governor_tools import governor_tools
 from frugal_proxy.providers.own_tools import PROVIDER_NAME, OwnTool, ToolArgumentError
@@ -49,10 +51,10 @@ def sdk_string(text: str) -> dict[str, Any]:
 
 
 async def governed(governor: Governor, ex: Exchange) -> dict[str, Any]:
-    await governor.admit(ex)
+    await GovernorPolicy(governor).admit(ex)
     if ex.answer is not None and "result" in ex.answer and ex.trace:
         return jsonrpc.decode_any(ex.answer["result"])  # type: ignore[no-any-return]
-    await governor.govern(ex)
+    await GovernorPolicy(governor).govern(ex)
     assert ex.answer is not None
     return jsonrpc.decode_any(ex.answer["result"])  # type: ignore[no-any-return]
 
@@ -87,7 +89,7 @@ async def test_within_budget_passes_through_as_the_same_bytes() -> None:
     raw = msgspec.Raw(b'{"content":[{"type":"text","text":"hi"}],  "x-extra":  1}')
     ex = exchange("echo", {"text": "hi"}, raw)
     before = ex.answer
-    await governor.govern(ex)
+    await GovernorPolicy(governor).govern(ex)
     assert ex.answer is before and ex.answer is not None and ex.answer["result"] is raw
 
 
@@ -96,12 +98,12 @@ async def test_errors_and_input_required_are_not_touched() -> None:
     ex = exchange("echo", {})
     ex.answer = jsonrpc.error(7, -32603, "x" * 100_000)
     before = ex.answer
-    await governor.govern(ex)
+    await GovernorPolicy(governor).govern(ex)
     assert ex.answer is before
     waiting = {"resultType": "input_required", "inputRequests": {"a": {"x": "y" * 100_000}}}
     ex = exchange("echo", {}, waiting)
     before = ex.answer
-    await governor.govern(ex)
+    await GovernorPolicy(governor).govern(ex)
     assert ex.answer is before
 
 
@@ -109,7 +111,7 @@ async def test_disabled_governor_does_nothing() -> None:
     governor = make_governor(enabled=False)
     ex = exchange("blob", {}, sdk_string("x" * 100_000))
     before = ex.answer
-    await governor.govern(ex)
+    await GovernorPolicy(governor).govern(ex)
     assert ex.answer is before
 
 
@@ -204,17 +206,17 @@ async def test_the_denial_lives_exactly_as_long_as_its_spill() -> None:
     assert receipts.verify(receipt, keys.public_keys())[0]
     # Other arguments, another operator, the proxy's own tools: served.
     for ex in (exchange("read", {"path": "/b", "n": 1}), exchange("read", {"path": "/a", "n": 1}, operator="b")):
-        await governor.admit(ex)
+        await GovernorPolicy(governor).admit(ex)
         assert ex.answer is None
     # After expiry the identical call is served fresh once, and registered again.
     clock.now += 61
     fresh = exchange("read", {"path": "/a", "n": 1})
-    await governor.admit(fresh)
+    await GovernorPolicy(governor).admit(fresh)
     assert fresh.answer is None
     fresh.answer = jsonrpc.result(7, jsonrpc.raw(big))
-    await governor.govern(fresh)
+    await GovernorPolicy(governor).govern(fresh)
     again = exchange("read", {"path": "/a", "n": 1})
-    await governor.admit(again)
+    await GovernorPolicy(governor).admit(again)
     assert again.answer is not None
 
 
@@ -252,7 +254,7 @@ async def test_own_tool_answers_are_left_alone() -> None:
     answer = await call_tool(governor, "frugal__shape_result", {"route": "x", "text": "word " * 20_000})
     ex = exchange("frugal__shape_result", {}, answer)
     before = ex.answer
-    await governor.govern(ex)
+    await GovernorPolicy(governor).govern(ex)
     assert ex.answer is before
 
 
@@ -263,7 +265,7 @@ def test_200_mb_result_stays_within_two_payloads_of_memory() -> None:
     frame = msgspec.json.encode({"content": [{"type": "text", "text": "a" * size}]})
     tracemalloc.start()
     try:
-        plan = shaping.plan(frame, shaping.Budget())
+        plan = shaping.plan(frame, Budget())
         assert plan is not None
         rendered = plan.render(["art_x"], [])
         _, peak = tracemalloc.get_traced_memory()

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from frugal_proxy.config import GovernorSettings
+from frugal_proxy.governor.engine import Governor
 from frugal_proxy.pipeline.pipeline import build_pipeline
 from frugal_proxy.policies import Policy
-from frugal_proxy.policies.governor import Governor, GovernorSettings
+from frugal_proxy.policies.governor import GovernorPolicy
 from frugal_proxy.policies.metrics import CallMetrics
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers import FakeProvider
@@ -78,7 +80,7 @@ async def test_governor_cuts_and_repeat_denials_are_counted() -> None:
     metrics = Metrics()
     governor = Governor.embedded(GovernorSettings(max_bytes=1024))
     big = {"content": [{"type": "text", "text": "line of text\n" * 2000}]}
-    pipeline = build_pipeline({"up": answering(big)}, [governor, CallMetrics(metrics)])
+    pipeline = build_pipeline({"up": answering(big)}, [GovernorPolicy(governor), CallMetrics(metrics)])
     first = exchange("dump", "up", arguments={"path": "/srv/data"})
     answer = await pipeline.run(first)
     removed = len(jsonrpc.raw(big)) - len(answer["result"])

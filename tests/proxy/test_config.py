@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from frugal_proxy import config
-from frugal_proxy.config import ConfigError
+from frugal_proxy.config import ConfigError, RouteBudget
 
 
 def test_a_full_config_loads_with_defaults_and_expansion() -> None:
@@ -89,13 +89,20 @@ def test_the_governor_table_is_checked_at_load_time() -> None:
         '[governor]\nmax_bytes = 4096\nspill_ttl = "30m"\n[governor.routes."files__read_file"]\nmax_records = 5\n',
         environ={},
     )
-    assert loaded.governor["spill_ttl"] == 1800.0
-    assert loaded.governor["routes"] == {"files__read_file": {"max_records": 5}}
+    assert loaded.governor.spill_ttl == 1800.0
+    assert loaded.governor.routes == {"files__read_file": RouteBudget(max_records=5)}
+    assert loaded.governor.budget("files__read_file").max_records == 5
+    assert loaded.governor.budget("other").max_bytes == 4096
     for text, message in [
-        ("[governor]\nmax_bytes = 10", "at governor"),
-        ('[governor]\nspill_ttl = "2h"', "at governor"),
+        ("[governor]\nmax_bytes = 10", "at governor: max_bytes must be at least 1024"),
+        ('[governor]\nspill_ttl = "2h"', "at governor: spill_ttl must be"),
         ('[governor]\nspill_ttl = "soon"', "at governor.spill_ttl: 'soon' is not a duration"),
         ("[governor]\nmax_byte = 4096", "unknown key `max_byte`"),
+        # Each route's table is checked on its own, so an error names the route as the file does.
+        ('[governor.routes."files__read_file"]\nmax_bytes = 10', "at governor.routes.files__read_file: max_bytes must"),
+        ('[governor.routes."a.b"]\nmax_records = 0', 'at governor.routes."a.b": max_records must be at least 1'),
+        ('[governor.routes."x"]\nmax_recrods = 5', "at governor.routes.x: unknown key `max_recrods`"),
+        ("[governor]\nroutes = 3", "at governor.routes: expected a table"),
     ]:
         with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
             config.loads(text, environ={})

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from frugal_proxy.config import Budget
 from frugal_proxy.governor import cuts
-from frugal_proxy.governor.shaping import MARKER_RESERVE, META_KEY, Budget, plan
+from frugal_proxy.governor.shaping import MARKER_RESERVE, META_KEY, plan
 
 BUDGET = Budget()
 

@@ -13,10 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from frugal_proxy import config
-from frugal_proxy.config import ConfigError
+from frugal_proxy.config import ConfigError, GovernorSettings, RouteBudget
 from frugal_proxy.governor.operator_budgets import BudgetError, OperatorBudgets
 from frugal_proxy.identities import InvalidOperator, canonical, configured_tokens, token_hash
-from frugal_proxy.policies.governor import GovernorSettings, RouteBudget
 from frugal_proxy.server.operators import Operators, RegistrationRefused
 
 pytestmark = pytest.mark.anyio

@@ -1,0 +1,150 @@
+"""The size governor's engine: measure a result against a route's budget, shape it, spill the full
+payloads and sign an omission receipt; remember which call was shaped for the repeat denial.
+
+    Governor   the engine: settings, spill store, signer, each operator's own budgets
+    call_key   the fingerprint of one call (route and arguments, key order ignored)
+
+It knows nothing of the pipeline: the policy that puts it on every tools/call is
+`policies.governor`, and its own tools (`frugal__fetch_slice` …) are `providers.governor_tools`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from typing import Any
+
+import anyio.to_thread
+import msgspec
+
+from frugal_proxy.config import Budget, GovernorSettings
+from frugal_proxy.governor import shaping
+from frugal_proxy.governor.operator_budgets import OperatorBudgets
+from frugal_proxy.governor.receipts import OmissionReceipt, Signer
+from frugal_proxy.governor.shaping import Cut
+from frugal_proxy.governor.spill_store import Artifact, MemorySpillStore, SpillStore
+from frugal_proxy.protocol import canonical, jsonrpc
+
+log = logging.getLogger("frugal_proxy.governor")
+
+# Results larger than this are measured and cut in a worker thread, off the event loop.
+THREAD_THRESHOLD = 256 * 1024
+
+
+def iso_time(timestamp: float) -> str:
+    moment = datetime.datetime.fromtimestamp(timestamp, datetime.UTC)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def call_key(route: str, arguments: Any) -> str:
+    """The fingerprint of one call (route and arguments, key order ignored)."""
+    return canonical.digest([route, arguments])
+
+
+class Governor:
+    """Budgets come from the settings, lowered per operator where it asked (`budgets`)."""
+
+    def __init__(self, settings: GovernorSettings, store: SpillStore, signer: Signer) -> None:
+        self.settings = settings
+        self.store = store
+        self.signer = signer
+        self.budgets = OperatorBudgets(settings)
+
+    @classmethod
+    def embedded(cls, settings: GovernorSettings) -> Governor:
+        """The governor with the in-memory spill store and the keys under $FRUGAL_HOME."""
+        return cls(settings, MemorySpillStore(settings.spill_quota_bytes), Signer())
+
+    def budget(self, operator: str, route: str) -> Budget:
+        """One route's budget for one operator."""
+        return self.budgets.budget(operator, route)
+
+    # -- the repeat denial ---------------------------------------------------------------------------
+
+    async def denial(self, operator: str, route: str, arguments: Any) -> dict[str, Any] | None:
+        """The tool error result that refuses a repeat of a call whose result was shaped while its
+        spill lives, or None when the call may run."""
+        spilled = await self.store.recall(operator, call_key(route, arguments))
+        if not spilled:
+            return None
+        receipts = [await self._denial_receipt(artifact) for artifact in spilled]
+        first = spilled[0]
+        args = jsonrpc.encode({"artifact_id": first.artifact_id, "offset": 0}).decode()
+        text = (
+            f"frugal: denied: this exact call to {route} was answered a moment ago and its "
+            f"result shaped; the full output ({first.size} bytes) is kept until "
+            f"{iso_time(first.expires_at)}. Narrow the arguments, or call frugal__fetch_slice {args} "
+            "for the part you need."
+        )
+        body = {**jsonrpc.tool_error_result(text), "resultType": "complete"}
+        body["_meta"] = {shaping.META_KEY: {"denied": True, "receipts": receipts}}
+        return body
+
+    async def remember(self, operator: str, route: str, arguments: Any, artifact_ids: list[str]) -> None:
+        """Note that this call's result was shaped into these artifacts (for the repeat denial)."""
+        await self.store.remember(operator, call_key(route, arguments), artifact_ids)
+
+    # -- shaping, shared with frugal__shape_result ---------------------------------------------------
+
+    async def shape(
+        self,
+        route: str,
+        operator: str,
+        raw: bytes | msgspec.Raw,
+        budget: Budget,
+        output_schema: dict[str, Any] | None = None,
+    ) -> tuple[msgspec.Raw, list[str]] | None:
+        """The shaped result and the ids of its spilled artifacts, or None when it fits.
+        `output_schema` is the tool's declared one, which a shaped structuredContent keeps to."""
+        large = len(raw) > THREAD_THRESHOLD
+        if large:
+            plan = await anyio.to_thread.run_sync(shaping.plan, raw, budget, output_schema)
+        else:
+            plan = shaping.plan(raw, budget, output_schema)
+        if plan is None:
+            return None
+        for note in plan.notes:
+            log.info("the tool's outputSchema came before the budget", extra={"tool": route, "detail": note[:200]})
+        ids: list[str | None] = []
+        receipts: list[dict[str, Any]] = []
+        for cut in plan.cuts:
+            artifact = await self.store.put(operator, cut.payload, cut.sha256, self.settings.spill_ttl)
+            receipt = await self.signer.sign(self._receipt(route, cut, artifact))
+            if artifact is not None:
+                await self.store.attach(artifact, receipt)
+            else:
+                log.warning("a shaped payload is larger than the spill quota; not kept", extra={"tool": route})
+            ids.append(artifact.artifact_id if artifact else None)
+            receipts.append(msgspec.to_builtins(receipt))
+        if len(raw) - plan.omitted_bytes > THREAD_THRESHOLD:  # what is kept is large too
+            result = await anyio.to_thread.run_sync(plan.render, ids, receipts)
+        else:
+            result = plan.render(ids, receipts)
+        return result, [i for i in ids if i is not None] if all(ids) else []
+
+    @staticmethod
+    def _receipt(route: str, cut: Cut, artifact: Artifact | None) -> OmissionReceipt:
+        total, returned = len(cut.payload), cut.returned_bytes
+        omitted_records = None
+        if cut.total_records is not None and cut.returned_records is not None:
+            omitted_records = cut.total_records - cut.returned_records
+        return OmissionReceipt(
+            kind="omission",
+            route=route,
+            field=cut.field,
+            mode=cut.mode,
+            total_bytes=total,
+            returned_bytes=returned,
+            omitted_bytes=max(0, total - returned),
+            total_records=cut.total_records,
+            returned_records=cut.returned_records,
+            omitted_records=omitted_records,
+            artifact_id=artifact.artifact_id if artifact else None,
+            sha256=cut.sha256,
+            expires_at=iso_time(artifact.expires_at) if artifact else None,
+        )
+
+    async def _denial_receipt(self, artifact: Artifact) -> dict[str, Any]:
+        assert artifact.receipt is not None
+        denial = msgspec.structs.replace(artifact.receipt, kind="denial")
+        return msgspec.to_builtins(await self.signer.sign(denial))  # type: ignore[no-any-return]
