@@ -19,7 +19,7 @@ class Policy:
         """May set `exchange.answer` to answer or refuse the call before any provider runs."""
 
     def route(self, exchange: Exchange) -> None:
-        """May reorder or drop `exchange.candidates`, noting each drop in `exchange.trace`."""
+        """May reorder or drop `exchange.candidates`, noting each drop as a `Decision` in `exchange.trace`."""
 
     async def govern(self, exchange: Exchange) -> None:
         """May reshape `exchange.answer` (the size governor's phase)."""

@@ -20,7 +20,7 @@ import msgspec
 from frugal_proxy.governor.engine import Governor
 from frugal_proxy.policies import Policy
 from frugal_proxy.protocol import jsonrpc
-from frugal_proxy.records import Exchange
+from frugal_proxy.records import Decision, Exchange
 
 OWN_PROVIDER = "frugal"  # providers.own_tools.PROVIDER_NAME; policies never import providers
 
@@ -39,7 +39,7 @@ class GovernorPolicy(Policy):
         if body is None:
             return
         exchange.answer = jsonrpc.result(exchange.call.request_id, body)
-        exchange.trace.append("admit: repeat of a shaped call denied")
+        exchange.trace.append(Decision("admit", self.name, "denied", "repeat of a shaped call denied"))
 
     async def govern(self, exchange: Exchange) -> None:
         answer = exchange.answer
@@ -55,7 +55,9 @@ class GovernorPolicy(Policy):
             return
         result, artifact_ids = shaped
         exchange.answer = {**answer, "result": result}
-        exchange.trace.append(f"govern: shaped {len(raw)} bytes to {len(result)}")
+        exchange.trace.append(
+            Decision("govern", self.name, "shaped", f"shaped {len(raw)} bytes to {len(result)}", len(raw), len(result))
+        )
         if artifact_ids:
             await self.governor.remember(exchange.operator, route.name, _arguments(exchange), artifact_ids)
 

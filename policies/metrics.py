@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import msgspec
 
 from frugal_proxy.policies import Policy
-from frugal_proxy.records import Exchange
+from frugal_proxy.records import Decision, Exchange
 
 OUTCOMES = (
     "ok",
@@ -38,9 +38,6 @@ OUTCOMES = (
     "denied",
 )
 NO_PROVIDER = "none"
-# What the pipeline and the governor write into the trace (proxy/pipeline.py, policies/governor.py).
-_ANSWERED_AT_ADMIT = "admit: answered by "
-_SHAPED = "govern: shaped "
 
 
 class CallSink(Protocol):
@@ -71,17 +68,16 @@ class CallMetrics(Policy):
         tool = exchange.route.name
         seconds = time.monotonic() - exchange.call.started_at
         self.metrics.record_call(tool, provider_of(exchange), outcome_of(exchange), seconds)
-        if exchange.trace:
-            removed = removed_bytes(exchange.trace)
-            if removed is not None:
-                self.metrics.record_shaped(tool, removed)
+        removed = removed_bytes(exchange.trace)
+        if removed is not None:
+            self.metrics.record_shaped(tool, removed)
 
 
 def outcome_of(exchange: Exchange) -> str:
     """The call's outcome label (one of OUTCOMES)."""
     outcome = exchange.outcome
     if outcome is None:
-        answered = any(entry.startswith(_ANSWERED_AT_ADMIT) for entry in exchange.trace)
+        answered = any(d.phase == "admit" and d.verdict == "answered" for d in exchange.trace)
         return "denied" if answered else "no_provider"
     if outcome.kind != "ok":
         return outcome.kind
@@ -110,13 +106,9 @@ def provider_of(exchange: Exchange) -> str:
     return NO_PROVIDER
 
 
-def removed_bytes(trace: list[str]) -> int | None:
+def removed_bytes(trace: list[Decision]) -> int | None:
     """How many bytes the governor cut from the result (None when it did not cut it)."""
-    for entry in trace:
-        if entry.startswith(_SHAPED):
-            words = entry.split()  # "govern: shaped N bytes to M"
-            try:
-                return int(words[2]) - int(words[5])
-            except (IndexError, ValueError):
-                return 0
+    for decision in trace:
+        if decision.verdict == "shaped" and decision.bytes_in is not None and decision.bytes_out is not None:
+            return max(0, decision.bytes_in - decision.bytes_out)
     return None

@@ -1,8 +1,9 @@
 """The records one `tools/call` leaves behind as it moves through the pipeline.
 
-`Call`, `Route`, `Attempt`, `Outcome` and `Receipt` are frozen: once a phase has written one, no
-later phase can quietly change it. `Exchange` is the one mutable record per call; each phase
-fills in its part of it.
+`Call`, `Route`, `Attempt`, `Outcome`, `Decision` and `Receipt` are frozen: once a phase has
+written one, no later phase can quietly change it. `Exchange` is the one mutable record per call;
+each phase fills in its part of it, and every policy that acts on a call says so with a
+`Decision` in `Exchange.trace`. `reason` is the one place that turns the trace into words.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import msgspec
 from frugal_proxy.protocol.jsonrpc import Frame, RequestId
 
 OutcomeKind = Literal["ok", "transient", "rate_limited", "permanent", "empty"]
+Phase = Literal["admit", "route", "dispatch", "govern", "seal"]
 ProgressSink = Callable[[dict[str, msgspec.Raw]], Awaitable[None]]
 
 
@@ -55,6 +57,28 @@ class Outcome(msgspec.Struct, frozen=True):
     retry_after: float | None = None
 
 
+class Decision(msgspec.Struct, frozen=True):
+    """What one policy decided about one call. `verdict` is a word from the policy's own closed
+    set (`answered`, `denied`, `shaped`, `dropped` …) that metrics and the ledger read; `detail`
+    is for people. `bytes_in` / `bytes_out` are the result's size before and after, where the
+    decision changed it."""
+
+    phase: Phase
+    policy: str
+    verdict: str
+    detail: str = ""
+    bytes_in: int | None = None
+    bytes_out: int | None = None
+
+
+def reason(trace: list[Decision], served: bool) -> str:
+    """The trace as the one line a receipt carries: the last decision, or what dispatch did."""
+    if not trace:
+        return "served" if served else "failed"
+    last = trace[-1]
+    return f"{last.phase}: {last.detail or last.verdict}"
+
+
 class Receipt(msgspec.Struct, frozen=True):
     provider_used: str | None
     cost_usd: float
@@ -72,7 +96,7 @@ class Exchange(msgspec.Struct):
     on_progress: ProgressSink | None = None
     operator: str = "local"
     candidates: list[str] = msgspec.field(default_factory=list)
-    trace: list[str] = msgspec.field(default_factory=list)
+    trace: list[Decision] = msgspec.field(default_factory=list)
     attempts: list[Attempt] = msgspec.field(default_factory=list)
     outcome: Outcome | None = None
     answer: Frame | None = None

@@ -14,7 +14,7 @@ from frugal_proxy.policies.call_log import CallLog
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.providers import Provider
-from frugal_proxy.records import Attempt, Exchange, Receipt
+from frugal_proxy.records import Attempt, Decision, Exchange, Receipt, reason
 
 
 class Pipeline:
@@ -27,7 +27,7 @@ class Pipeline:
         for policy in self.policies:
             await policy.admit(exchange)
             if exchange.answer is not None:
-                exchange.trace.append(f"admit: answered by {policy.name}")
+                exchange.trace.append(Decision("admit", policy.name, "answered", f"answered by {policy.name}"))
                 break
         if exchange.answer is None:
             exchange.candidates = list(exchange.route.providers)
@@ -77,13 +77,12 @@ class Pipeline:
     def _receipt(exchange: Exchange) -> Receipt:
         used = next((a for a in reversed(exchange.attempts) if a.outcome == "ok"), None)
         total = sum(a.cost_usd for a in exchange.attempts)
-        reason = exchange.trace[-1] if exchange.trace else ("served" if used else "failed")
         return Receipt(
             provider_used=used.provider if used else None,
             cost_usd=used.cost_usd if used else 0.0,
             attempts=tuple(exchange.attempts),
             total_cost_usd=total,
-            reason=reason,
+            reason=reason(exchange.trace, used is not None),
         )
 
 

@@ -8,7 +8,7 @@ from frugal_proxy.pipeline.pipeline import build_pipeline
 from frugal_proxy.policies import Policy
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers import FakeProvider
-from frugal_proxy.records import Call, Exchange, Outcome, Route
+from frugal_proxy.records import Call, Decision, Exchange, Outcome, Route
 
 pytestmark = pytest.mark.anyio
 
@@ -83,4 +83,4 @@ async def test_admit_can_answer_and_every_phase_runs_in_order() -> None:
     ex = exchange("a")
     await pipeline.run(ex)
     assert seen == ["admit", "govern", "seal"]
-    assert ex.trace == ["admit: answered by recorder"]
+    assert ex.trace == [Decision("admit", "recorder", "answered", "answered by recorder")]
