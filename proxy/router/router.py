@@ -10,7 +10,6 @@ upstream nothing is renamed or re-paged: the proxy is transparent.
 from __future__ import annotations
 
 import logging
-from contextvars import ContextVar
 from typing import Any
 
 import anyio
@@ -32,7 +31,6 @@ from frugal_proxy.providers.mcp_tool import McpToolProvider
 from frugal_proxy.providers.own_tools import LISTING_SCOPE, LISTING_TTL_MS, OwnToolProvider
 from frugal_proxy.records import Call, Exchange, ProgressSink, Route
 from frugal_proxy.router.catalog import KINDS, Catalog, CatalogError
-from frugal_proxy.server.operators import CURRENT_OPERATOR
 from frugal_proxy.transports.lines import BadLine, FrameReader, Frames
 from frugal_proxy.upstream.base import UpstreamBase
 
@@ -40,10 +38,6 @@ log = logging.getLogger("frugal_proxy.session")
 
 SUBSCRIBE_METHODS = frozenset({"resources/subscribe", "resources/unsubscribe"})
 URI_METHODS = frozenset({"resources/read", "resources/subscribe", "resources/unsubscribe"})
-
-# Where a request's own notifications (its progress) go when it is not the downstream at large:
-# an HTTP handler sets it to the request's response stream before asking for the reply.
-REQUEST_STREAM: ContextVar[ProgressSink | None] = ContextVar("frugal_request_stream", default=None)
 
 
 class Session:
@@ -115,9 +109,14 @@ class Session:
             self._idle = anyio.Event()
             await self._idle.wait()
 
-    async def reply_to(self, frame: Frame) -> Frame | None:
-        """The reply to one request from a client that is not on stdio (None if it was cancelled)."""
-        return await self._reply_to(frame)
+    async def reply_to(
+        self, frame: Frame, *, operator: str | None = None, stream: ProgressSink | None = None
+    ) -> Frame | None:
+        """The reply to one request from a client that is not on stdio (None if it was cancelled).
+        `operator` is who the request acts for (over HTTP: its bearer token's operator; else this
+        router's own); `stream` is where the request's own notifications (its progress, a listen
+        stream's changes) go when that is not the downstream at large: its HTTP response stream."""
+        return await self._reply_to(frame, operator, stream)
 
     async def take_in(self, frame: Frame) -> None:
         """A notification or a reply (to a server-to-client request) from a client that is not on stdio."""
@@ -146,7 +145,7 @@ class Session:
         replies: list[Frame] = []
 
         async def one(frame: Frame) -> None:
-            reply = await self._reply_to(frame)
+            reply = await self._reply_to(frame, None, None)
             if reply is not None:
                 replies.append(reply)
 
@@ -160,18 +159,18 @@ class Session:
             await self.downstream.send(replies)
 
     async def _answer(self, frame: Frame) -> None:
-        reply = await self._reply_to(frame)
+        reply = await self._reply_to(frame, None, None)
         if reply is not None:
             await self.downstream.send(reply)
 
-    async def _reply_to(self, frame: Frame) -> Frame | None:
+    async def _reply_to(self, frame: Frame, operator: str | None, stream: ProgressSink | None) -> Frame | None:
         """The reply to one client request, or None if the client cancelled it."""
         client_id = jsonrpc.id_of(frame)
         assert client_id is not None
         with anyio.CancelScope() as scope:
             self._inflight[client_id] = scope
             try:
-                reply = await self._serve_request(client_id, frame)
+                reply = await self._serve_request(client_id, frame, operator, stream)
             except jsonrpc.MessageError as exc:
                 reply = jsonrpc.error(client_id, exc.code, str(exc), _error_data(exc))
             except BridgeError as exc:
@@ -200,7 +199,9 @@ class Session:
 
     # -- routing ---------------------------------------------------------------------------------
 
-    async def _serve_request(self, client_id: RequestId, frame: Frame) -> Frame:
+    async def _serve_request(
+        self, client_id: RequestId, frame: Frame, operator: str | None, stream: ProgressSink | None
+    ) -> Frame:
         method = jsonrpc.method_of(frame) or ""
         params = jsonrpc.params_of(frame)
         if method == "initialize":
@@ -216,10 +217,10 @@ class Session:
             if method == "logging/setLevel":
                 return await self._set_level(params)
         if method == "subscriptions/listen" and client.modern:
-            return await self._listen(client_id, params)
-        progress = self._progress_sink(params)
+            return await self._listen(client_id, params, stream)
+        progress = self._progress_sink(params, stream)
         if method == "tools/call":
-            return await self._tools_call(client_id, params, client, progress)
+            return await self._tools_call(client_id, params, client, progress, operator or self.operator)
         if method in KINDS and not self.single:
             page = jsonrpc.result(None, await self.catalog.page(method, params, client))
             return self._with_own_tools(page) if method == "tools/list" and self.own_tools.tools else page
@@ -288,6 +289,7 @@ class Session:
         params: dict[str, msgspec.Raw],
         client: Client,
         progress: ProgressSink | None,
+        operator: str,
     ) -> Frame:
         name = _string(params, "name", "tools/call")
         if name in self.own_tools:
@@ -310,7 +312,7 @@ class Session:
             route=Route(name=name, providers=(provider,), output_schema=self.catalog.output_schema(name)),
             client=client,
             on_progress=progress,
-            operator=CURRENT_OPERATOR.get() or self.operator,  # over HTTP: the request token's operator
+            operator=operator,
         )
         return await self.pipeline.run(exchange)
 
@@ -437,14 +439,15 @@ class Session:
 
     # -- change notifications ----------------------------------------------------------------------
 
-    async def _listen(self, client_id: RequestId, params: dict[str, msgspec.Raw]) -> Frame:
+    async def _listen(
+        self, client_id: RequestId, params: dict[str, msgspec.Raw], own_stream: ProgressSink | None
+    ) -> Frame:
         """A modern client's subscriptions/listen stream, over every upstream; it ends when the
         client cancels it."""
         requested = jsonrpc.decode_any(params["notifications"]) if "notifications" in params else {}
         requested = requested if isinstance(requested, dict) else {}
         meta = jsonrpc.sub_object(params, "_meta")
         self._streams.add(client_id)
-        own_stream = REQUEST_STREAM.get()
         if own_stream is not None:  # over HTTP: the stream is the listen request's own response
             self.downstream.listeners[client_id] = own_stream
         try:
@@ -469,13 +472,12 @@ class Session:
 
     # -- notifications -----------------------------------------------------------------------------
 
-    def _progress_sink(self, params: dict[str, msgspec.Raw]) -> ProgressSink | None:
+    def _progress_sink(self, params: dict[str, msgspec.Raw], stream: ProgressSink | None) -> ProgressSink | None:
         meta = jsonrpc.sub_object(params, "_meta")
         token = meta.get("progressToken")
         if token is None:
             return None
         downstream = self.downstream
-        stream = REQUEST_STREAM.get()
 
         async def sink(progress: dict[str, msgspec.Raw]) -> None:
             restored = dict(progress)

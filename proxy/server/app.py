@@ -44,13 +44,13 @@ from frugal_proxy.cli.serve import _run_upstream
 from frugal_proxy.pipeline.assembly import assemble
 from frugal_proxy.protocol import eras, jsonrpc, subscriptions
 from frugal_proxy.protocol.jsonrpc import Frame
-from frugal_proxy.router.router import REQUEST_STREAM, Session
+from frugal_proxy.records import ProgressSink
+from frugal_proxy.router.router import Session
 from frugal_proxy.server.events import EventLog
 from frugal_proxy.server.governor_routes import governor_routes, http_error
-from frugal_proxy.server.guard import HEALTH_PATH, Guard, GuardSettings, read_messages
+from frugal_proxy.server.guard import HEALTH_PATH, Guard, GuardSettings, operator_of, read_messages
 from frugal_proxy.server.legacy_sse import LegacySse
 from frugal_proxy.server.metrics import METRICS_PATH, HttpMetrics, Metrics, scrape_handler
-from frugal_proxy.server.operators import current_operator
 from frugal_proxy.server.sessions import HttpSession, HttpSessions, UpstreamSet
 from frugal_proxy.upstream import http_wire as wire
 from frugal_proxy.upstream.base import UpstreamBase
@@ -154,6 +154,7 @@ async def _until_disconnect(receive: Receive) -> None:
 
 class ReplyStream(Response):
     """An SSE response scoped to one request: its notifications (progress), then its reply.
+    `answer` is called with the stream's writer, where the request's own notifications go.
 
     Not resumable (2026-07-28, stateless): closing the stream cancels the call. Resumable
     (a session-era session): the call goes on and its events wait in the session's event log
@@ -161,7 +162,7 @@ class ReplyStream(Response):
 
     def __init__(
         self,
-        answer: Callable[[], Awaitable[Frame | None]],
+        answer: Callable[[ProgressSink], Awaitable[Frame | None]],
         stream: EventLog,
         *,
         resumable: bool,
@@ -186,8 +187,7 @@ class ReplyStream(Response):
 
         async def produce() -> None:
             try:
-                REQUEST_STREAM.set(push)
-                reply = await self.answer()
+                reply = await self.answer(push)
                 if reply is not None:
                     stream.append(jsonrpc.encode(reply))
             finally:
@@ -275,11 +275,11 @@ class Endpoint:
         frame = frames[0]
         method = jsonrpc.method_of(frame)
         if method == "initialize" and not modern:
-            return await self._initialize(frame)
+            return await self._initialize(request, frame)
         if modern or eras.modern_meta(jsonrpc.params_of(frame)) is not None:
             return await self._modern(request, frame, version)
         if self.sessions is None:
-            return await self._take(self.shared, frame, version)
+            return await self._take(self.shared, frame, version, operator=operator_of(request))
         entry = self._session_of(request)
         if isinstance(entry, Response):
             return entry
@@ -333,9 +333,10 @@ class Endpoint:
                 return _rpc_error(400, jsonrpc.HEADER_MISMATCH, problem, ident)
         # Clients number their requests independently; the shared Session sees unique ids.
         inner = jsonrpc.with_id(frame, f"http-{next(self._ids)}")
+        operator = operator_of(request)
         if method == "subscriptions/listen":
-            return self._listen(inner, ident)
-        return await self._request(self.shared, inner, ident, modern=True)
+            return self._listen(inner, ident, operator)
+        return await self._request(self.shared, inner, ident, modern=True, operator=operator)
 
     def _param_problem(self, request: Request, params: dict[str, msgspec.Raw]) -> str | None:
         """Check a tools/call's `Mcp-Param-*` headers against its arguments, for the tools whose
@@ -353,12 +354,12 @@ class Endpoint:
         arguments = jsonrpc.decode_any(params["arguments"]) if "arguments" in params else {}
         return wire.param_header_problem(declared, arguments, sent)
 
-    def _listen(self, frame: Frame, ident: Any) -> Response:
+    def _listen(self, frame: Frame, ident: Any, operator: str) -> Response:
         """A listen stream: acknowledged, then change notifications tagged with the client's own
         request id, until the client closes it (no request timeout applies)."""
 
-        async def answer() -> Frame | None:
-            reply = await self.shared.reply_to(frame)
+        async def answer(stream: ProgressSink) -> Frame | None:
+            reply = await self.shared.reply_to(frame, operator=operator, stream=stream)
             return None if reply is None else jsonrpc.with_id(reply, ident)
 
         return ReplyStream(
@@ -367,14 +368,16 @@ class Endpoint:
 
     # -- the session era -----------------------------------------------------------------------------
 
-    async def _initialize(self, frame: Frame) -> Response:
+    async def _initialize(self, request: Request, frame: Frame) -> Response:
         if self.sessions is None:
-            return await self._request(self.shared, frame, jsonrpc.id_of(frame), modern=False)
+            return await self._request(
+                self.shared, frame, jsonrpc.id_of(frame), modern=False, operator=operator_of(request)
+            )
         if len(self.sessions) >= self.settings.max_sessions:
             message = f"too many sessions ({self.settings.max_sessions}); end one with DELETE or try later"
             return _rpc_error(503, jsonrpc.INTERNAL_ERROR, message, jsonrpc.id_of(frame))
         entry = await self.sessions.open()
-        entry.session.operator = current_operator()  # the session belongs to the token that started it
+        entry.session.operator = operator_of(request)  # the session belongs to the token that started it
         entry.busy += 1
         try:
             reply = await entry.session.reply_to(frame)
@@ -397,7 +400,7 @@ class Endpoint:
         entry = self.sessions.get(session_id)
         if entry is None:
             return _rpc_error(404, jsonrpc.INVALID_REQUEST, "unknown or ended session: initialize again")
-        if entry.session.operator != current_operator():
+        if entry.session.operator != operator_of(request):
             log.warning("request on another operator's session refused", extra={"status": 403})
             message = "this session belongs to another operator: use the token that initialized it"
             return _rpc_error(403, jsonrpc.INVALID_REQUEST, message)
@@ -425,10 +428,19 @@ class Endpoint:
         return EventStream(entry, stream, after)
 
     async def _take(
-        self, session: Session, frame: Frame, version: str | None, entry: HttpSession | None = None
+        self,
+        session: Session,
+        frame: Frame,
+        version: str | None,
+        entry: HttpSession | None = None,
+        *,
+        operator: str | None = None,
     ) -> Response:
         if jsonrpc.is_request(frame):
-            return await self._request(session, frame, jsonrpc.id_of(frame), modern=False, entry=entry, version=version)
+            ident = jsonrpc.id_of(frame)
+            return await self._request(
+                session, frame, ident, modern=False, entry=entry, version=version, operator=operator
+            )
         await session.take_in(frame)
         return Response(status_code=202)
 
@@ -446,17 +458,18 @@ class Endpoint:
             return _rpc_error(400, jsonrpc.INVALID_REQUEST, "2026-07-28 requests cannot be batched")
         entry: HttpSession | None = None
         session = self.shared
+        operator: str | None = operator_of(request)
         if self.sessions is not None:
             found = self._session_of(request)
             if isinstance(found, Response):
                 return found
-            entry, session = found, found.session
+            entry, session, operator = found, found.session, None
             entry.touch()
         replies: list[Frame | None] = [None] * len(frames)
 
         async def one(index: int, frame: Frame) -> None:
             if jsonrpc.is_request(frame):
-                replies[index] = await self.answer(session, frame, jsonrpc.id_of(frame), entry)
+                replies[index] = await self.answer(session, frame, jsonrpc.id_of(frame), entry, operator)
             else:
                 await session.take_in(frame)
 
@@ -470,14 +483,24 @@ class Endpoint:
 
     # -- answering -----------------------------------------------------------------------------------
 
-    async def answer(self, session: Session, frame: Frame, ident: Any, entry: HttpSession | None) -> Frame:
+    async def answer(
+        self,
+        session: Session,
+        frame: Frame,
+        ident: Any,
+        entry: HttpSession | None,
+        operator: str | None = None,
+        stream: ProgressSink | None = None,
+    ) -> Frame:
         """The reply to a request with the client's id, within the request timeout: past it the
-        request is cancelled upstream and answered with an error (a tool error for a tool call)."""
+        request is cancelled upstream and answered with an error (a tool error for a tool call).
+        `operator` is the request's (the shared session's requests), None for a session's own;
+        `stream` is the request's response stream when it has one."""
         if entry is not None:
             entry.busy += 1  # a session with a call in flight never expires
         try:
             with anyio.move_on_after(self.settings.request_timeout) as scope:
-                reply = await session.reply_to(frame)
+                reply = await session.reply_to(frame, operator=operator, stream=stream)
         finally:
             if entry is not None:
                 entry.busy -= 1
@@ -507,16 +530,17 @@ class Endpoint:
         modern: bool,
         entry: HttpSession | None = None,
         version: str | None = None,
+        operator: str | None = None,
     ) -> Response:
-        async def answer() -> Frame | None:
-            return await self.answer(session, frame, ident, entry)
+        async def answer(stream: ProgressSink) -> Frame | None:
+            return await self.answer(session, frame, ident, entry, operator, stream)
 
         if "progressToken" in jsonrpc.sub_object(jsonrpc.params_of(frame), "_meta"):
             if entry is None:  # 2026-07-28, or a stateless session-era client: nothing to resume
                 return ReplyStream(answer, EventLog("request"), resumable=False)
             prime = version is not None and version >= "2025-11-25"
             return ReplyStream(answer, entry.outbox.events.open(), resumable=True, prime=prime)
-        return _reply_response(await self.answer(session, frame, ident, entry), modern=modern)
+        return _reply_response(await self.answer(session, frame, ident, entry, operator), modern=modern)
 
     # -- health ----------------------------------------------------------------------------------------
 

@@ -36,12 +36,11 @@ from frugal_proxy.governor.engine import Governor
 from frugal_proxy.governor.operator_budgets import BudgetError
 from frugal_proxy.identities import InvalidOperator
 from frugal_proxy.providers import governor_tools
-from frugal_proxy.server.guard import REGISTER_PATH, BodyTooLarge, GuardSettings, read_body
+from frugal_proxy.server.guard import REGISTER_PATH, BodyTooLarge, GuardSettings, operator_of, read_body
 from frugal_proxy.server.operators import (
     REGISTRATION_CLOSED,
     Operators,
     RegistrationRefused,
-    current_operator,
 )
 
 log = logging.getLogger("frugal_proxy.governor_http")
@@ -127,11 +126,11 @@ class GovernorHttp:
         return body
 
     async def _shape(self, request: Request, governor: Governor) -> Response:
-        report = await governor_tools.shape_result(governor, current_operator(), await self._body(request))
+        report = await governor_tools.shape_result(governor, operator_of(request), await self._body(request))
         return JSONResponse(report)
 
     async def _fetch_slice(self, request: Request, governor: Governor) -> Response:
-        report = await governor_tools.fetch_slice(governor, current_operator(), await self._body(request))
+        report = await governor_tools.fetch_slice(governor, operator_of(request), await self._body(request))
         return JSONResponse(report)
 
     async def _verify_receipt(self, request: Request, governor: Governor) -> Response:
@@ -144,7 +143,7 @@ class GovernorHttp:
         return JSONResponse({"signing_key_id": signing, "keys": listed})
 
     async def _budgets(self, request: Request, governor: Governor) -> Response:
-        operator = current_operator()
+        operator = operator_of(request)
         if request.method == "POST":
             try:
                 governor.budgets.update(operator, await self._body(request))

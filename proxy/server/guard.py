@@ -2,8 +2,8 @@
 protection (Host and Origin), a per-client-IP token bucket and the request body cap.
 
 `Guard` is plain ASGI middleware; `read_body` enforces the cap while the body arrives. Bearer
-auth maps a request's token to its operator (proxy.operators) and sets `CURRENT_OPERATOR` for
-the rest of the request. Refusals are JSON: `{"error": CODE, "message": …}`. Nothing here logs
+auth maps a request's token to its operator (server.operators) and puts it in the request's ASGI
+scope, where `operator_of` reads it. Refusals are JSON: `{"error": CODE, "message": …}`. Nothing here logs
 a token, a header value or a payload.
 """
 
@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from frugal_proxy.identities import LOCAL, TOKEN_ENV
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
-from frugal_proxy.server.operators import CURRENT_OPERATOR, Operators
+from frugal_proxy.server.operators import Operators
 
 log = logging.getLogger("frugal_proxy.http_guard")
 
@@ -35,6 +35,15 @@ DEFAULT_BODY_CAP = 4 * 1024 * 1024
 HEALTH_PATH = "/healthz"
 REGISTER_PATH = "/register"
 OPEN_PATHS = frozenset({HEALTH_PATH, REGISTER_PATH})  # reached without a token
+OPERATOR_KEY = "frugal.operator"  # the ASGI scope key the guard puts a request's operator under
+
+
+def operator_of(request: Request) -> str:
+    """The operator a request acts for (its bearer token's; `local` without auth)."""
+    operator = request.scope.get(OPERATOR_KEY)
+    return operator if isinstance(operator, str) else LOCAL
+
+
 MAX_BUCKETS = 10_000
 
 
@@ -156,11 +165,8 @@ class Guard:
                 await _refuse(send, 401, "unauthorized", message, {"WWW-Authenticate": "Bearer"})
                 return
             operator = found
-        reset = CURRENT_OPERATOR.set(operator)
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            CURRENT_OPERATOR.reset(reset)
+        # The operator travels with the request, in its scope; handlers read it with operator_of.
+        await self.app({**scope, OPERATOR_KEY: operator}, receive, send)
 
     def _origin_allowed(self, origin: str) -> bool:
         if origin.lower().rstrip("/") in self.origins:

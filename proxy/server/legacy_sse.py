@@ -30,8 +30,7 @@ from starlette.types import Receive, Scope, Send
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.router.router import Session
-from frugal_proxy.server.guard import read_messages
-from frugal_proxy.server.operators import current_operator
+from frugal_proxy.server.guard import operator_of, read_messages
 from frugal_proxy.server.sessions import HttpSession, HttpSessions
 
 log = logging.getLogger("frugal_proxy.http_legacy_sse")
@@ -70,7 +69,7 @@ class LegacySse:
         if len(self.sessions) >= self.max_sessions:
             return _error(503, f"too many sessions ({self.max_sessions}); close one or try later")
         entry = await self.sessions.open()
-        entry.session.operator = current_operator()
+        entry.session.operator = operator_of(request)
         log.info("HTTP+SSE session started", extra={"sessions": len(self.sessions)})
         return _SessionStream(self, entry, f"{MESSAGES_PATH}?session_id={quote(entry.id)}")
 
@@ -82,7 +81,7 @@ class LegacySse:
         inbox = self._inboxes.get(session_id)
         if entry is None or inbox is None:
             return _error(404, "unknown or ended session: open GET /sse again")
-        if entry.session.operator != current_operator():
+        if entry.session.operator != operator_of(request):
             return _error(403, "this session belongs to another operator: use the token that opened it")
         read = await read_messages(request, self.body_cap)
         if isinstance(read, Response):

@@ -37,7 +37,6 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,7 +46,6 @@ import msgspec
 
 from frugal_proxy import home
 from frugal_proxy.identities import (
-    LOCAL,
     RESERVED,
     TOKEN_ENV,
     canonical,
@@ -65,14 +63,6 @@ RECHECK_SECONDS = 1.0
 REGISTRATION_CLOSED = (
     "registration is closed on this proxy; ask whoever runs it for a token (or set auth.open_registration = true)"
 )
-
-# The operator of the HTTP request being served; the guard sets it, the session reads it where it
-# builds a call's Exchange. None outside an HTTP request (stdio: the session's own operator).
-CURRENT_OPERATOR: ContextVar[str | None] = ContextVar("frugal_operator", default=None)
-
-
-def current_operator() -> str:
-    return CURRENT_OPERATOR.get() or LOCAL
 
 
 class RegistrationRefused(Exception):

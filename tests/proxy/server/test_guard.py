@@ -4,16 +4,23 @@ the body cap."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
+import anyio
 import pytest
+from starlette.requests import Request
+from starlette.types import Message, Receive, Scope, Send
 
 from frugal_proxy.identities import token_hash
 from frugal_proxy.server.guard import (
     BodyTooLarge,
+    Guard,
+    GuardSettings,
     TokenBuckets,
     _host_name,
     bind_refusal,
     is_loopback,
+    operator_of,
     parse_rate,
     read_body,
 )
@@ -76,3 +83,40 @@ async def test_the_body_cap_is_checked_as_chunks_arrive() -> None:
         await read_body(_chunks(b"ab", b"cde"), None, 4)
     with pytest.raises(BodyTooLarge):
         await read_body(_chunks(), "5", 4)  # refused on the declared length, before reading
+
+
+async def test_the_guard_hands_each_request_its_operator_in_the_scope(tmp_path: Path) -> None:
+    """No context variable: the operator travels with the request's own scope, so two requests
+    served at once each see their own."""
+    operators = Operators({"alice": token_hash("t-alice"), "bob": token_hash("t-bob")}, path=tmp_path / "ops.json")
+    seen: list[str] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        seen.append(operator_of(Request(scope)))
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    guard = Guard(app, GuardSettings(operators=operators))
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    def scope(token: str | None) -> Scope:
+        headers = [(b"host", b"127.0.0.1:8765")]
+        if token is not None:
+            headers.append((b"authorization", f"Bearer {token}".encode()))
+        return {"type": "http", "method": "POST", "path": "/mcp", "headers": headers, "client": ("127.0.0.1", 1)}
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(guard, scope("t-alice"), receive, send)
+        tg.start_soon(guard, scope("t-bob"), receive, send)
+    assert sorted(seen) == ["alice", "bob"]
+    await guard(scope(None), receive, send)
+    assert sent[-2]["status"] == 401 and len(seen) == 2
+    open_guard = Guard(app, GuardSettings())
+    await open_guard(scope(None), receive, send)
+    assert seen[-1] == "local"
