@@ -38,6 +38,7 @@ class Route(msgspec.Struct, frozen=True):
     name: str
     providers: tuple[str, ...]
     output_schema: dict[str, Any] | None = None
+    capability: str | None = None  # what interchangeable providers share (search, extract …)
 
 
 class Attempt(msgspec.Struct, frozen=True):

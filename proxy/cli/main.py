@@ -268,14 +268,14 @@ async def wrap_stdio(
                 print(f"frugal-proxy: error: {exc}", file=sys.stderr)
                 tg.cancel_scope.cancel()
                 return 2
-            from frugal_proxy.router.router import Session
+            from frugal_proxy.router.router import Router
 
             await started.wait()
             if failed:
                 print(f"frugal-proxy: the upstream did not start: {failed[0]}", file=sys.stderr)
                 tg.cancel_scope.cancel()
                 return 2
-            session = Session(upstream, downstream, tg, assembly=assembly)
+            session = Router(upstream, downstream, tg, assembly=assembly)
             tg.start_soon(stop_on_signal, tg.cancel_scope)
             await session.serve(FrameReader(source, max_line_bytes))
             log.info("client closed stdin; shutting down")

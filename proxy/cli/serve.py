@@ -30,7 +30,7 @@ from frugal_proxy.cli.signals import stop_on_signal
 from frugal_proxy.config import Config, ConfigError
 from frugal_proxy.errors import UpstreamDown
 from frugal_proxy.protocol import eras, jsonrpc
-from frugal_proxy.router.router import Session
+from frugal_proxy.router.router import Router
 from frugal_proxy.transports.lines import FrameReader, FrameWriter
 from frugal_proxy.transports.stdio import FdSink, FdSource
 from frugal_proxy.upstream.base import UpstreamBase
@@ -150,7 +150,7 @@ async def serve_stdio(config: Config) -> int:
         async with anyio.create_task_group() as tg:
             for upstream in upstreams:
                 await tg.start(_run_upstream, upstream, config.upstreams[upstream.name].lazy)
-            session = Session(upstreams, downstream, tg, **stdio_options(config))
+            session = Router(upstreams, downstream, tg, **stdio_options(config))
             tg.start_soon(stop_on_signal, tg.cancel_scope)
             tg.start_soon(status.keep_written)
             await session.serve(FrameReader(source, config.limits.max_message_bytes))
@@ -300,7 +300,7 @@ async def print_catalog(config: Config) -> int:
     async with anyio.create_task_group() as tg:
         for upstream in upstreams:
             await tg.start(_run_upstream, upstream, False)
-        session = Session(upstreams, DownstreamPeer(FrameWriter(_Discard())), tg, **stdio_options(config))
+        session = Router(upstreams, DownstreamPeer(FrameWriter(_Discard())), tg, **stdio_options(config))
         client = Client("modern", {})
         params = {"_meta": jsonrpc.raw({eras.META_VERSION: eras.LATEST_MODERN, eras.META_CAPABILITIES: {}})}
         listed = []

@@ -16,7 +16,6 @@ import anyio
 import anyio.abc
 import msgspec
 
-from frugal_proxy import __version__
 from frugal_proxy.bridge.downstream import ClientGone, ClientUnreachable, DownstreamPeer
 from frugal_proxy.bridge.link import Client, UpstreamLink
 from frugal_proxy.config import ToolFilter
@@ -28,9 +27,11 @@ from frugal_proxy.protocol.jsonrpc import Frame, RequestId
 from frugal_proxy.protocol.subscriptions import acknowledgement, listen_result, merge_filters
 from frugal_proxy.providers import Provider
 from frugal_proxy.providers.mcp_tool import McpToolProvider
-from frugal_proxy.providers.own_tools import LISTING_SCOPE, LISTING_TTL_MS, OwnToolProvider
-from frugal_proxy.records import Call, Exchange, ProgressSink, Route
+from frugal_proxy.providers.own_tools import LISTING_TTL_MS, OwnToolProvider
+from frugal_proxy.records import Call, Exchange, ProgressSink
 from frugal_proxy.router.catalog import KINDS, Catalog, CatalogError
+from frugal_proxy.router.handshakes import Handshakes
+from frugal_proxy.router.routes import RouteTable, RouteUnavailable
 from frugal_proxy.transports.lines import BadLine, FrameReader, Frames
 from frugal_proxy.upstream.base import UpstreamBase
 
@@ -40,7 +41,7 @@ SUBSCRIBE_METHODS = frozenset({"resources/subscribe", "resources/unsubscribe"})
 URI_METHODS = frozenset({"resources/read", "resources/subscribe", "resources/unsubscribe"})
 
 
-class Session:
+class Router:
     def __init__(
         self,
         upstreams: UpstreamBase | list[UpstreamBase],
@@ -83,6 +84,8 @@ class Session:
         }
         providers[self.own_tools.name] = self.own_tools
         self.pipeline: Pipeline = build_pipeline(providers, assembly.policies)
+        self.routes = RouteTable(self.links, self.catalog, self.own_tools)
+        self.handshakes = Handshakes(self.links, self.client, self.own_tools)
 
     # -- reading the client --------------------------------------------------------------------------
 
@@ -205,12 +208,12 @@ class Session:
         method = jsonrpc.method_of(frame) or ""
         params = jsonrpc.params_of(frame)
         if method == "initialize":
-            return await self._initialize(params)
+            return await self.handshakes.initialize(params)
         client = self._client_of(client_id, method, params)
         if client is None:
             return jsonrpc.result(None, {})  # a ping before initialize
         if method == "server/discover":
-            return await self._discover()
+            return await self.handshakes.discover()
         if not client.modern:
             if method == "ping":
                 return jsonrpc.result(None, {})
@@ -292,38 +295,19 @@ class Session:
         operator: str,
     ) -> Frame:
         name = _string(params, "name", "tools/call")
-        if name in self.own_tools:
-            provider, upstream_params = self.own_tools.name, params
-        elif self.single:
-            provider, upstream_params = self.links[0].name, params
-        else:
-            try:
-                owner = await self.catalog.owner_of("tools/call", name, params, client)
-            except CatalogError:
-                down = self._down_upstream_named_by(name)
-                if down is None:
-                    raise
-                message = f"{name} is unavailable: {down}"
-                log.warning("call to a tool of an upstream that is down", extra={"tool": name})
-                return jsonrpc.result(None, jsonrpc.tool_error_result(message))
-            provider, upstream_params = owner.link.name, {**params, "name": jsonrpc.raw(owner.original)}
+        try:
+            route, upstream_params = await self.routes.resolve(name, params, client)
+        except RouteUnavailable as exc:
+            log.warning("call to a tool of an upstream that is down", extra={"tool": name})
+            return jsonrpc.result(None, jsonrpc.tool_error_result(str(exc)))
         exchange = Exchange(
             call=Call(request_id=client_id, tool=name, params=upstream_params),
-            route=Route(name=name, providers=(provider,), output_schema=self.catalog.output_schema(name)),
+            route=route,
             client=client,
             on_progress=progress,
             operator=operator,
         )
         return await self.pipeline.run(exchange)
-
-    def _down_upstream_named_by(self, name: str) -> str | None:
-        """The down-state of the upstream whose prefix a tool name carries, if it is not running."""
-        for link in self.links:
-            prefix = self.catalog.prefixes.get(link.name)
-            if prefix and name.startswith(f"{prefix}__") and not link.upstream.running:
-                state = link.upstream.state()
-                return str(state.get("reason") or f"upstream {link.name!r} has not started")
-        return None
 
     def _with_own_tools(self, reply: Frame) -> Frame:
         """The upstream's tools/list with the proxy's own tools added to its last page."""
@@ -344,90 +328,7 @@ class Session:
             body["ttlMs"] = jsonrpc.raw(min(ttl, LISTING_TTL_MS))
         return jsonrpc.result(None, body)
 
-    # -- handshakes --------------------------------------------------------------------------------
-
-    async def _initialize(self, params: dict[str, msgspec.Raw]) -> Frame:
-        decoded = {key: jsonrpc.decode_any(value) for key, value in params.items()}
-        self.client.era = "legacy"
-        capabilities = decoded.get("capabilities")
-        self.client.capabilities = capabilities if isinstance(capabilities, dict) else {}
-        info = decoded.get("clientInfo")
-        self.client.client_info = info if isinstance(info, dict) else None
-        if self.single:
-            reply = await self.links[0].initialize_for_client(decoded, passthrough=True)
-            self.client.protocol_version = _reply_version(reply)
-            return reply
-        answers = await self._each_link(lambda link: link.initialize_for_client(decoded, passthrough=True))
-        version = eras.negotiate_handshake(decoded.get("protocolVersion"))
-        self.client.protocol_version = version
-        capabilities_seen: list[dict[str, Any]] = []
-        instructions: list[str] = []
-        for link, reply in answers:
-            body = jsonrpc.decode_any(reply["result"]) if "result" in reply else {}
-            if isinstance(body, dict):
-                capabilities_seen.append(body.get("capabilities") or {})
-                if body.get("instructions"):
-                    instructions.append(f"[{link.name}] {body['instructions']}")
-        result: dict[str, Any] = {
-            "protocolVersion": version,
-            "capabilities": merge_capabilities(capabilities_seen, self.own_tools.tools != {}),
-            "serverInfo": {"name": "frugal-proxy", "version": __version__},
-        }
-        if instructions:
-            result["instructions"] = "\n".join(instructions)
-        return jsonrpc.result(None, result)
-
-    async def _discover(self) -> Frame:
-        own = bool(self.own_tools.tools)
-        if self.single:
-            body = await self.links[0].describe_for_modern()
-            if own:
-                ttl = body.get("ttlMs")
-                body["ttlMs"] = min(ttl if isinstance(ttl, int) and ttl >= 0 else 0, LISTING_TTL_MS)
-            return jsonrpc.result(None, body)
-        answers = await self._each_link(self._describe)
-        capabilities_seen: list[dict[str, Any]] = []
-        instructions: list[str] = []
-        ttls: list[int] = [LISTING_TTL_MS] if own else []
-        public = LISTING_SCOPE == "public"
-        if len(answers) < len(self.links):  # an upstream could not be described: do not cache the rest
-            ttls.append(0)
-            public = False
-        for link, body in answers:
-            capabilities_seen.append(body.get("capabilities") or {})
-            if body.get("instructions"):
-                instructions.append(f"[{link.name}] {body['instructions']}")
-            ttls.append(body.get("ttlMs") if isinstance(body.get("ttlMs"), int) else 0)
-            public = public and body.get("cacheScope") == "public"
-        result: dict[str, Any] = {
-            "resultType": "complete",
-            "supportedVersions": list(eras.MODERN_VERSIONS),
-            "capabilities": merge_capabilities(capabilities_seen, self.own_tools.tools != {}),
-            "_meta": {eras.META_SERVER_INFO: {"name": "frugal-proxy", "version": __version__}},
-            "ttlMs": min(ttls) if ttls else 0,
-            "cacheScope": "public" if public and ttls else "private",
-        }
-        if instructions:
-            result["instructions"] = "\n".join(instructions)
-        return jsonrpc.result(None, result)
-
-    async def _describe(self, link: UpstreamLink) -> dict[str, Any]:
-        return await link.describe_for_modern()
-
-    async def _each_link(self, action: Any) -> list[tuple[UpstreamLink, Any]]:
-        """Run an action on every link at once; an upstream that is down is left out, logged."""
-        answers: dict[str, Any] = {}
-
-        async def one(link: UpstreamLink) -> None:
-            try:
-                answers[link.name] = await action(link)
-            except (UpstreamDown, ProxyError) as exc:
-                log.warning("upstream left out", extra={"upstream": link.name, "reason": str(exc)[:200]})
-
-        async with anyio.create_task_group() as tg:
-            for link in self.links:
-                tg.start_soon(one, link)
-        return [(link, answers[link.name]) for link in self.links if link.name in answers]
+    # -- logging ------------------------------------------------------------------------------------
 
     async def _set_level(self, params: dict[str, msgspec.Raw]) -> Frame:
         level = jsonrpc.decode_any(params.get("level", msgspec.Raw(b"null")))
@@ -513,24 +414,6 @@ class Session:
                 log.warning("client notification dropped: upstream is down", extra={"method": method})
 
 
-def merge_capabilities(parts: list[dict[str, Any]], own_tools: bool) -> dict[str, Any]:
-    """What several upstreams offer together: each capability any of them has, with its flags."""
-    merged: dict[str, Any] = {}
-    for capabilities in parts:
-        for key, value in capabilities.items():
-            if isinstance(value, dict):
-                section = merged.setdefault(key, {})
-                if isinstance(section, dict):
-                    for flag, setting in value.items():
-                        if setting or flag not in section:
-                            section[flag] = setting
-            else:
-                merged.setdefault(key, value)
-    if own_tools:
-        merged.setdefault("tools", {})
-    return merged
-
-
 def _string(params: dict[str, msgspec.Raw], key: str, method: str) -> str:
     value = jsonrpc.decode_any(params[key]) if key in params else None
     if not isinstance(value, str):
@@ -541,11 +424,3 @@ def _string(params: dict[str, msgspec.Raw], key: str, method: str) -> str:
 def _error_data(exc: jsonrpc.MessageError) -> Any:
     data = getattr(exc, "data", None)
     return data() if callable(data) else None
-
-
-def _reply_version(reply: Frame) -> str | None:
-    if "result" not in reply:
-        return None
-    body = jsonrpc.decode_any(reply["result"])
-    version = body.get("protocolVersion") if isinstance(body, dict) else None
-    return version if isinstance(version, str) else None

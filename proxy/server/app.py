@@ -2,17 +2,17 @@
 the governor's routes (governor_http) and the 2024-11-05 HTTP+SSE pair (http_legacy_sse).
 
     POST, 2026-07-28 (`MCP-Protocol-Version` header, `_meta` in the body)
-        served statelessly by the one shared Session; headers (`Mcp-Method`, `Mcp-Name`,
+        served statelessly by the one shared Router; headers (`Mcp-Method`, `Mcp-Name`,
         `Mcp-Param-*`) checked against the body; JSON, or an SSE stream of the request's
         progress and then its reply when it asked for progress (a `subscriptions/listen`
         stream for as long as the client holds it); closing that stream cancels the call
     POST initialize (session era)
-        a new Session with upstream connections of its own (http_sessions), `Mcp-Session-Id`
+        a new Router with upstream connections of its own (http_sessions), `Mcp-Session-Id`
     POST / GET / DELETE with `Mcp-Session-Id`
         that session's requests (2025-03-26 batches too), replies and notifications / its
         standalone stream, or a stream resumed with `Last-Event-ID` (http_events) / its end
     --stateless
-        no sessions: every request is served by the shared Session, GET and DELETE get 405
+        no sessions: every request is served by the shared Router, GET and DELETE get 405
 
 Every request is bounded by `--request-timeout`. Hardening sits in front of all of it (http_guard).
 """
@@ -45,7 +45,7 @@ from frugal_proxy.pipeline.assembly import assemble
 from frugal_proxy.protocol import eras, jsonrpc, subscriptions
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.records import ProgressSink
-from frugal_proxy.router.router import Session
+from frugal_proxy.router.router import Router
 from frugal_proxy.server.events import EventLog
 from frugal_proxy.server.governor_routes import governor_routes, http_error
 from frugal_proxy.server.guard import HEALTH_PATH, Guard, GuardSettings, operator_of, read_messages
@@ -252,7 +252,7 @@ class EventStream(Response):
 class Endpoint:
     """The MCP endpoint's request handling, era by era."""
 
-    def __init__(self, shared: Session, sessions: HttpSessions | None, settings: HttpSettings) -> None:
+    def __init__(self, shared: Router, sessions: HttpSessions | None, settings: HttpSettings) -> None:
         self.shared = shared
         self.sessions = sessions
         self.settings = settings
@@ -331,7 +331,7 @@ class Endpoint:
             problem = self._param_problem(request, params)
             if problem is not None:
                 return _rpc_error(400, jsonrpc.HEADER_MISMATCH, problem, ident)
-        # Clients number their requests independently; the shared Session sees unique ids.
+        # Clients number their requests independently; the shared Router sees unique ids.
         inner = jsonrpc.with_id(frame, f"http-{next(self._ids)}")
         operator = operator_of(request)
         if method == "subscriptions/listen":
@@ -429,7 +429,7 @@ class Endpoint:
 
     async def _take(
         self,
-        session: Session,
+        session: Router,
         frame: Frame,
         version: str | None,
         entry: HttpSession | None = None,
@@ -485,7 +485,7 @@ class Endpoint:
 
     async def answer(
         self,
-        session: Session,
+        session: Router,
         frame: Frame,
         ident: Any,
         entry: HttpSession | None,
@@ -523,7 +523,7 @@ class Endpoint:
 
     async def _request(
         self,
-        session: Session,
+        session: Router,
         frame: Frame,
         ident: Any,
         *,
@@ -580,7 +580,7 @@ class _Server(uvicorn.Server):
 
 
 class _NoClient:
-    """The shared Session's client side: nothing reaches a stateless client unasked. A
+    """The shared Router's client side: nothing reaches a stateless client unasked. A
     server→client request (sampling, elicitation, roots) for a session-era client is refused
     with the reason, which its call's error carries."""
 
@@ -618,7 +618,7 @@ async def serve_http(
                 print(f"frugal-proxy: {problem}", file=sys.stderr)
                 tg.cancel_scope.cancel()
                 return 2
-        shared = Session(connections, DownstreamPeer(_NoClient()), tg, **upstreams.options)
+        shared = Router(connections, DownstreamPeer(_NoClient()), tg, **upstreams.options)
         sessions = None
         if not settings.stateless:
             sessions = HttpSessions(

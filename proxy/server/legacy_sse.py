@@ -9,7 +9,7 @@ predate it.
 
 The connection is the session: when the GET stream closes, the session ends and its upstream
 connections shut down. Each such session is an HttpSession like a Streamable HTTP one (its own
-Session and upstreams), so `--max-sessions` bounds both together. Not served with `--stateless`.
+Router and upstreams), so `--max-sessions` bounds both together. Not served with `--stateless`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from starlette.types import Receive, Scope, Send
 
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
-from frugal_proxy.router.router import Session
+from frugal_proxy.router.router import Router
 from frugal_proxy.server.guard import operator_of, read_messages
 from frugal_proxy.server.sessions import HttpSession, HttpSessions
 
@@ -40,7 +40,7 @@ MESSAGES_PATH = "/messages"
 INBOX_SIZE = 256  # messages POSTed and not yet taken up by the session
 
 # The endpoint's way of answering a request of a session (request timeout included).
-Answer = Callable[[Session, Frame, Any, HttpSession | None], Awaitable[Frame]]
+Answer = Callable[[Router, Frame, Any, HttpSession | None], Awaitable[Frame]]
 
 
 def _error(status: int, message: str, ident: Any = None) -> Response:

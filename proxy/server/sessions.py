@@ -1,9 +1,9 @@
-"""Session-era clients over Streamable HTTP: one `Mcp-Session-Id`, one `Session`, one set of
+"""Session-era clients over Streamable HTTP: one `Mcp-Session-Id`, one `Router`, one set of
 upstream connections each.
 
-A Session owns its upstream connections' handlers (server requests and notifications reach the
+A Router owns its upstream connections' handlers (server requests and notifications reach the
 one client it serves), so a session-era client cannot share the upstreams of the endpoint's
-stateless Session: `initialize` starts a new set (new child processes for stdio upstreams, from
+stateless Router: `initialize` starts a new set (new child processes for stdio upstreams, from
 the same config). What the proxy sends to the client unasked (server requests, notifications)
 waits in a bounded outbox until the client's standalone GET stream carries it (http_events).
 """
@@ -24,7 +24,7 @@ from frugal_proxy.bridge.downstream import DownstreamPeer
 from frugal_proxy.cli.serve import _run_upstream
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
-from frugal_proxy.router.router import Session
+from frugal_proxy.router.router import Router
 from frugal_proxy.server.events import EventLogs
 from frugal_proxy.upstream.base import UpstreamBase
 
@@ -35,10 +35,10 @@ DRAIN_SECONDS = 5.0
 
 @dataclass
 class UpstreamSet:
-    """How to build the upstream connections a Session serves, as often as needed."""
+    """How to build the upstream connections a Router serves, as often as needed."""
 
     make: Callable[[], list[UpstreamBase]]
-    # Session keyword arguments; `governor` (GovernorSettings) is what the endpoint assembles
+    # Router keyword arguments; `governor` (GovernorSettings) is what the endpoint assembles
     # the pipeline from, with its metrics (pipeline.assembly)
     options: dict[str, Any] = field(default_factory=dict)
     lazy: frozenset[str] = frozenset()
@@ -63,7 +63,7 @@ class Outbox:
 @dataclass(eq=False)
 class HttpSession:
     id: str
-    session: Session
+    session: Router
     peer: DownstreamPeer
     outbox: Outbox
     ended: anyio.Event = field(default_factory=anyio.Event)
@@ -150,7 +150,7 @@ class HttpSessions:
         async with anyio.create_task_group() as tg:
             for upstream in upstreams:
                 await tg.start(_run_upstream, upstream, upstream.name in self._upstreams.lazy)
-            session = Session(upstreams, peer, tg, **self._upstreams.options)
+            session = Router(upstreams, peer, tg, **self._upstreams.options)
             entry = HttpSession(session_id, session, peer, outbox)
             self._sessions[session_id] = entry
             task_status.started(entry)

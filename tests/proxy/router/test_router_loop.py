@@ -13,7 +13,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from blockbuster import blockbuster_ctx
 
 from frugal_proxy.bridge.downstream import DownstreamPeer
-from frugal_proxy.router.router import Session
+from frugal_proxy.router.router import Router
 from frugal_proxy.transports.lines import FrameReader, FrameWriter
 from frugal_proxy.upstream.stdio import UpstreamConnection
 from tests.conftest import notes_command
@@ -66,7 +66,7 @@ async def test_a_session_never_blocks_the_loop() -> None:
             UpstreamConnection(notes_command(), name="notes") as upstream,
         ):
             await upstream.ensure_ready()
-            session = Session(upstream, DownstreamPeer(FrameWriter(from_proxy)), tg)
+            session = Router(upstream, DownstreamPeer(FrameWriter(from_proxy)), tg)
             tg.start_soon(session.serve, FrameReader(to_proxy))
             meta = {
                 "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -158,7 +158,7 @@ async def test_own_tools_are_listed_after_the_upstreams_and_called_through_the_p
             UpstreamConnection(notes_command(), name="notes") as upstream,
         ):
             await upstream.ensure_ready()
-            session = Session(
+            session = Router(
                 upstream,
                 DownstreamPeer(FrameWriter(from_proxy)),
                 tg,
