@@ -38,10 +38,10 @@ import msgspec
 
 from frugal_proxy.config import GovernorSettings
 from frugal_proxy.governor.engine import Governor
-from frugal_proxy.governor.spill_store import MemorySpillStore
 from frugal_proxy.policies.governor import GovernorPolicy
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.records import Call, Exchange, Route
+from frugal_proxy.state.spill import MemorySpillStore
 
 MB = 1024 * 1024
 

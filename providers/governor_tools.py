@@ -25,10 +25,10 @@ import msgspec
 
 from frugal_proxy.governor import cuts, keys, receipts, shaping
 from frugal_proxy.governor.engine import THREAD_THRESHOLD, Governor
-from frugal_proxy.governor.spill_store import SpillError
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers.own_tools import OwnTool, ToolArgumentError
 from frugal_proxy.records import Exchange
+from frugal_proxy.state.spill import SpillError
 
 # A slice travels as base64 and as text, in structuredContent and again in its JSON copy.
 SLICE_EXPANSION = 5

@@ -88,6 +88,27 @@ class Receipt(msgspec.Struct, frozen=True):
     reason: str
 
 
+class OmissionReceipt(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What a shaped result left out and where to get it back (kind "omission"), or what a
+    refused repeat points at (kind "denial"); signed by governor.receipts."""
+
+    kind: Literal["omission", "denial"]
+    route: str
+    field: str
+    mode: str
+    total_bytes: int
+    returned_bytes: int
+    omitted_bytes: int
+    total_records: int | None
+    returned_records: int | None
+    omitted_records: int | None
+    artifact_id: str | None
+    sha256: str
+    expires_at: str | None
+    key_id: str = ""
+    signature: str = ""
+
+
 class Exchange(msgspec.Struct):
     """One call's working record, filled in phase by phase."""
 

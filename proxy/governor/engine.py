@@ -20,10 +20,11 @@ import msgspec
 from frugal_proxy.config import Budget, GovernorSettings
 from frugal_proxy.governor import shaping
 from frugal_proxy.governor.operator_budgets import OperatorBudgets
-from frugal_proxy.governor.receipts import OmissionReceipt, Signer
+from frugal_proxy.governor.receipts import Signer
 from frugal_proxy.governor.shaping import Cut
-from frugal_proxy.governor.spill_store import Artifact, MemorySpillStore, SpillStore
 from frugal_proxy.protocol import canonical, jsonrpc
+from frugal_proxy.records import OmissionReceipt
+from frugal_proxy.state.spill import Artifact, MemorySpillStore, SpillStore
 
 log = logging.getLogger("frugal_proxy.governor")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import anyio.to_thread
 import msgspec
@@ -22,24 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from frugal_proxy.governor import keys
 from frugal_proxy.protocol import canonical
-
-
-class OmissionReceipt(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    kind: Literal["omission", "denial"]
-    route: str
-    field: str
-    mode: str
-    total_bytes: int
-    returned_bytes: int
-    omitted_bytes: int
-    total_records: int | None
-    returned_records: int | None
-    omitted_records: int | None
-    artifact_id: str | None
-    sha256: str
-    expires_at: str | None
-    key_id: str = ""
-    signature: str = ""
+from frugal_proxy.records import OmissionReceipt
 
 
 def signed_bytes(receipt: OmissionReceipt) -> bytes:

@@ -20,12 +20,12 @@ from frugal_proxy.config import Budget, GovernorSettings, RouteBudget
 from frugal_proxy.governor import keys, receipts, shaping
 from frugal_proxy.governor.engine import Governor
 from frugal_proxy.governor.receipts import Signer
-from frugal_proxy.governor.spill_store import MemorySpillStore
 from frugal_proxy.policies.governor import GovernorPolicy
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers.governor_tools import governor_tools
 from frugal_proxy.providers.own_tools import PROVIDER_NAME, OwnTool, ToolArgumentError
 from frugal_proxy.records import Call, Exchange, Route
+from frugal_proxy.state.spill import MemorySpillStore
 from tests.fake_clock import Clock
 
 pytestmark = pytest.mark.anyio

@@ -16,7 +16,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from frugal_proxy.cli.keys import keys_command, receipts_command
 from frugal_proxy.governor import keys, receipts
-from frugal_proxy.governor.receipts import OmissionReceipt, Signer
+from frugal_proxy.governor.receipts import Signer
+from frugal_proxy.records import OmissionReceipt
 
 pytestmark = pytest.mark.anyio
 

@@ -6,6 +6,7 @@ import msgspec
 
 from frugal_proxy.governor import receipts
 from frugal_proxy.protocol import canonical
+from frugal_proxy.records import OmissionReceipt
 
 
 class Claims(msgspec.Struct, frozen=True):
@@ -30,7 +31,7 @@ def test_structs_encode_in_their_declared_field_order() -> None:
 
 
 def test_receipts_sign_the_canonical_bytes() -> None:
-    receipt = receipts.OmissionReceipt(
+    receipt = OmissionReceipt(
         kind="omission",
         route="r",
         field="content[0].text",

@@ -26,7 +26,7 @@ from typing import Protocol
 import anyio
 
 from frugal_proxy.config import SPILL_DEFAULT_QUOTA_BYTES, SPILL_MAX_TTL
-from frugal_proxy.governor.receipts import OmissionReceipt
+from frugal_proxy.records import OmissionReceipt
 
 MAX_TTL = SPILL_MAX_TTL
 DEFAULT_QUOTA_BYTES = SPILL_DEFAULT_QUOTA_BYTES

@@ -6,7 +6,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from frugal_proxy.governor.spill_store import ArtifactExpired, MemorySpillStore, UnknownArtifact
+from frugal_proxy.state.spill import ArtifactExpired, MemorySpillStore, UnknownArtifact
 from tests.fake_clock import Clock
 
 pytestmark = pytest.mark.anyio

@@ -1,0 +1,7 @@
+"""State that outlives one call, behind small interfaces with in-memory defaults.
+
+Each kind of state is one Protocol and one memory implementation (the embedded default), so a
+shared store can back several `--stateless` replicas later without touching its users.
+
+    spill    the full payloads of shaped results, per operator (SpillStore, MemorySpillStore)
+"""
