@@ -87,7 +87,8 @@ def run_http(
     """Check the options, refuse an unsafe bind before binding anything, then serve. `auth` is
     the config's `[auth]` table (the wrap form has none: FRUGAL_AUTH_TOKEN only)."""
     from frugal_proxy.config import Auth
-    from frugal_proxy.server.app import HttpSettings, listen_socket, parse_address, serve_http
+    from frugal_proxy.server.app import listen_socket, parse_address, serve_http
+    from frugal_proxy.server.endpoint import HttpSettings
     from frugal_proxy.server.governor_routes import PATHS
     from frugal_proxy.server.guard import HEALTH_PATH, bind_refusal, guard_settings, is_loopback
     from frugal_proxy.server.legacy_sse import MESSAGES_PATH, SSE_PATH

@@ -4,7 +4,7 @@ A receipt is signed with Ed25519 over the deterministic msgspec encoding of ever
 `signature` (keys sorted), so any edit to any field breaks it. `kind` is "omission" on a shaped
 result and "denial" when a repeat of the same call was refused while its spill lives.
 
-    Signer     signs with the current key from proxy.keys (loaded in a worker thread)
+    Signer     signs with the current key from governor.keys (loaded in a worker thread)
     verify     checks a receipt against the kept public keys: (valid, key_id, reason)
 """
 

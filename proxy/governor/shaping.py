@@ -14,10 +14,10 @@ Groups share the byte and char budgets in priority order (markdown, then text, t
 raw HTML is the first thing left out. `plan` measures (and returns None when the result fits);
 `Plan.render` builds the shaped result once the caller has spilled each cut's payload.
 
-With the tool's outputSchema, a cut structuredContent stays valid against it (proxy.schema_check):
+With the tool's outputSchema, a cut structuredContent stays valid against it (schema_check):
 its array keeps at least `minItems` items, over budget if need be, and a structuredContent that a
 cut would still break is left whole while the text blocks are shaped. The result is read with as
-few passes as the questions allow (proxy.lazy_json): a large result costs about one msgspec scan,
+few passes as the questions allow (lazy_json): a large result costs about one msgspec scan,
 one decode of the cut text and one sha256 of what is spilled.
 """
 

@@ -5,13 +5,13 @@ its operator (the bearer token's identity, `local` without auth).
     POST /fetch-slice        {artifact_id, offset?, limit?, max_chars?} → a slice of the
                              operator's own spilled payload
     GET  /budgets            the operator's effective budgets (default and per route)
-    POST /budgets            lower the operator's own budgets (proxy.operator_budgets)
+    POST /budgets            lower the operator's own budgets (governor.operator_budgets)
     GET  /verify-key         the key ids receipts are accepted from, the signing one marked
     POST /receipts/verify    {receipt} → valid or not, and which key signed it
     POST /register           {operator} → a new operator and its token, shown once
                              (only with auth.open_registration = true; needs no token)
 
-The answers are the governor tools' reports (proxy.governor_tools). Errors are
+The answers are the governor tools' reports (providers.governor_tools). Errors are
 `{"error": CODE, "message": …}`: 400 for a bad body or arguments (`invalid_request`,
 `invalid_arguments`, `invalid_slice_range`, `invalid_budgets`, `budget_above_limit`,
 `invalid_operator`), 404 `unknown_artifact` (also another operator's id), 410

@@ -5,7 +5,7 @@ A Router owns its upstream connections' handlers (server requests and notificati
 one client it serves), so a session-era client cannot share the upstreams of the endpoint's
 stateless Router: `initialize` starts a new set (new child processes for stdio upstreams, from
 the same config). What the proxy sends to the client unasked (server requests, notifications)
-waits in a bounded outbox until the client's standalone GET stream carries it (http_events).
+waits in a bounded outbox until the client's standalone GET stream carries it (events).
 """
 
 from __future__ import annotations

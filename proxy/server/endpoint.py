@@ -1,0 +1,357 @@
+"""The downstream Streamable HTTP endpoint `/mcp` (and `/healthz`); app.py puts it beside
+`/metrics`, the governor's routes (governor_routes) and the 2024-11-05 HTTP+SSE pair (legacy_sse).
+
+    POST, 2026-07-28 (`MCP-Protocol-Version` header, `_meta` in the body)
+        served statelessly by the one shared Router; headers (`Mcp-Method`, `Mcp-Name`,
+        `Mcp-Param-*`) checked against the body; JSON, or an SSE stream of the request's
+        progress and then its reply when it asked for progress (a `subscriptions/listen`
+        stream for as long as the client holds it); closing that stream cancels the call
+    POST initialize (session era)
+        a new Router with upstream connections of its own (sessions), `Mcp-Session-Id`
+    POST / GET / DELETE with `Mcp-Session-Id`
+        that session's requests (2025-03-26 batches too), replies and notifications / its
+        standalone stream, or a stream resumed with `Last-Event-ID` (events) / its end
+    --stateless
+        no sessions: every request is served by the shared Router, GET and DELETE get 405
+
+Every request is bounded by `--request-timeout`. Hardening sits in front of all of it (guard).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+import msgspec
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from frugal_proxy.protocol import eras, jsonrpc, subscriptions
+from frugal_proxy.protocol.jsonrpc import Frame
+from frugal_proxy.records import ProgressSink
+from frugal_proxy.router.router import Router
+from frugal_proxy.server.events import EventLog
+from frugal_proxy.server.guard import GuardSettings, operator_of, read_messages
+from frugal_proxy.server.sessions import HttpSession, HttpSessions
+from frugal_proxy.server.streams import EventStream, ReplyStream, reply_response, rpc_error
+from frugal_proxy.upstream import http_wire as wire
+
+log = logging.getLogger("frugal_proxy.http_server")
+
+SESSION_HEADER = "mcp-session-id"
+NAME_KEYS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+REQUEST_TIMEOUT = -32001  # the code SDKs use for a request that timed out
+
+
+@dataclass
+class HttpSettings:
+    host: str = "127.0.0.1"
+    port: int = 8765
+    path: str = "/mcp"
+    stateless: bool = False
+    idle_timeout: float = 1800.0
+    max_sessions: int = 100
+    request_timeout: float = 30.0
+    guard: GuardSettings = field(default_factory=GuardSettings)
+
+
+class Endpoint:
+    """The MCP endpoint's request handling, era by era."""
+
+    def __init__(self, shared: Router, sessions: HttpSessions | None, settings: HttpSettings) -> None:
+        self.shared = shared
+        self.sessions = sessions
+        self.settings = settings
+        self._ids = itertools.count(1)
+        self._param_headers: dict[str, dict[tuple[str, ...], str]] = {}  # learnt from tools/list
+
+    async def handle(self, request: Request) -> Response:
+        version = request.headers.get("mcp-protocol-version")
+        modern = version is not None and version not in eras.HANDSHAKE_VERSIONS
+        if request.method != "POST":
+            if modern or self.sessions is None:
+                return Response(status_code=405, headers={"Allow": "POST"})
+            return await self._session_get_or_delete(request)
+        read = await read_messages(request, self.settings.guard.body_cap)
+        if isinstance(read, Response):
+            return read
+        frames, batch = read
+        if batch:
+            return await self._batch(request, frames, version)
+        frame = frames[0]
+        method = jsonrpc.method_of(frame)
+        if method == "initialize" and not modern:
+            return await self._initialize(request, frame)
+        if modern or eras.modern_meta(jsonrpc.params_of(frame)) is not None:
+            return await self._modern(request, frame, version)
+        if self.sessions is None:
+            return await self._take(self.shared, frame, version, operator=operator_of(request))
+        entry = self._session_of(request)
+        if isinstance(entry, Response):
+            return entry
+        entry.touch()
+        return await self._take(entry.session, frame, version, entry)
+
+    # -- 2026-07-28 ----------------------------------------------------------------------------------
+
+    async def _modern(self, request: Request, frame: Frame, version: str | None) -> Response:
+        ident = jsonrpc.id_of(frame)
+        if jsonrpc.is_reply(frame):
+            return rpc_error(400, jsonrpc.INVALID_REQUEST, "2026-07-28 clients do not POST responses")
+        if jsonrpc.is_notification(frame):
+            return Response(status_code=202)  # over HTTP the core protocol has no client notifications
+        method = jsonrpc.method_of(frame) or ""
+        params = jsonrpc.params_of(frame)
+        meta = jsonrpc.sub_object(params, "_meta")
+        stated = jsonrpc.decode_any(meta[eras.META_VERSION]) if eras.META_VERSION in meta else None
+        missing = [key for key in (eras.META_VERSION, eras.META_CAPABILITIES) if key not in meta]
+        if missing:
+            message = (
+                f"params._meta lacks {', '.join(repr(key) for key in missing)}: a 2026-07-28 request "
+                "carries its protocol version and client capabilities in params._meta"
+            )
+            return rpc_error(400, jsonrpc.INVALID_PARAMS, message, ident)
+        if version != stated:
+            return rpc_error(
+                400,
+                jsonrpc.HEADER_MISMATCH,
+                f"MCP-Protocol-Version header {version!r} does not match _meta[{eras.META_VERSION!r}] {stated!r}",
+                ident,
+            )
+        if version not in eras.MODERN_VERSIONS:
+            unsupported = eras.UnsupportedVersion(ident or 0, str(version))
+            return rpc_error(400, unsupported.code, str(unsupported), ident, unsupported.data())
+        if method in eras.HANDSHAKE_ONLY_METHODS:
+            message = f"{method} is not part of MCP {version}: the 2026-07-28 revision has no handshake or session"
+            return rpc_error(404, jsonrpc.METHOD_NOT_FOUND, message, ident)
+        if wire.decode_header_value(request.headers.get("mcp-method", "")) != method:
+            return rpc_error(400, jsonrpc.HEADER_MISMATCH, f"Mcp-Method header does not match method {method!r}", ident)
+        key = NAME_KEYS.get(method)
+        if key is not None:
+            named = jsonrpc.decode_any(params[key]) if key in params else None
+            if wire.decode_header_value(request.headers.get("mcp-name", "")) != named:
+                return rpc_error(400, jsonrpc.HEADER_MISMATCH, f"Mcp-Name header does not match params.{key}", ident)
+        if method == "tools/call":
+            problem = self._param_problem(request, params)
+            if problem is not None:
+                return rpc_error(400, jsonrpc.HEADER_MISMATCH, problem, ident)
+        # Clients number their requests independently; the shared Router sees unique ids.
+        inner = jsonrpc.with_id(frame, f"http-{next(self._ids)}")
+        operator = operator_of(request)
+        if method == "subscriptions/listen":
+            return self._listen(inner, ident, operator)
+        return await self._request(self.shared, inner, ident, modern=True, operator=operator)
+
+    def _param_problem(self, request: Request, params: dict[str, msgspec.Raw]) -> str | None:
+        """Check a tools/call's `Mcp-Param-*` headers against its arguments, for the tools whose
+        listing (seen by this endpoint) declares `x-mcp-header` arguments; the headers are kept
+        for an HTTP upstream, which gets the unrecognised ones as they came."""
+        sent = [(key, value) for key, value in request.headers.items() if key.startswith("mcp-param-")]
+        name = jsonrpc.decode_any(params["name"]) if "name" in params else None
+        declared = self._param_headers.get(name) if isinstance(name, str) else None
+        if declared is None and not sent:
+            return None
+        if sent:
+            wire.FORWARDED_PARAMS.set(dict(sent))
+        if declared is None:
+            return None  # a tool not listed here: the upstream checks its own
+        arguments = jsonrpc.decode_any(params["arguments"]) if "arguments" in params else {}
+        return wire.param_header_problem(declared, arguments, sent)
+
+    def _listen(self, frame: Frame, ident: Any, operator: str) -> Response:
+        """A listen stream: acknowledged, then change notifications tagged with the client's own
+        request id, until the client closes it (no request timeout applies)."""
+
+        async def answer(stream: ProgressSink) -> Frame | None:
+            reply = await self.shared.reply_to(frame, operator=operator, stream=stream)
+            return None if reply is None else jsonrpc.with_id(reply, ident)
+
+        return ReplyStream(
+            answer, EventLog("listen"), resumable=False, rewrite=lambda note: subscriptions.tag(note, ident)
+        )
+
+    # -- the session era -----------------------------------------------------------------------------
+
+    async def _initialize(self, request: Request, frame: Frame) -> Response:
+        if self.sessions is None:
+            return await self._request(
+                self.shared, frame, jsonrpc.id_of(frame), modern=False, operator=operator_of(request)
+            )
+        if len(self.sessions) >= self.settings.max_sessions:
+            message = f"too many sessions ({self.settings.max_sessions}); end one with DELETE or try later"
+            return rpc_error(503, jsonrpc.INTERNAL_ERROR, message, jsonrpc.id_of(frame))
+        entry = await self.sessions.open()
+        entry.session.operator = operator_of(request)  # the session belongs to the token that started it
+        entry.busy += 1
+        try:
+            reply = await entry.session.reply_to(frame)
+        finally:
+            entry.busy -= 1
+            entry.touch()
+        if reply is None or jsonrpc.error_of(reply) is not None:
+            self.sessions.end(entry.id)
+            failed = reply or jsonrpc.error(jsonrpc.id_of(frame), jsonrpc.INTERNAL_ERROR, "initialize was cancelled")
+            return reply_response(failed)
+        log.info("session started", extra={"sessions": len(self.sessions)})
+        return reply_response(reply, {"Mcp-Session-Id": entry.id})
+
+    def _session_of(self, request: Request) -> HttpSession | Response:
+        """The session a request names, or the answer to give when it names none that lives."""
+        assert self.sessions is not None
+        session_id = request.headers.get(SESSION_HEADER)
+        if session_id is None:
+            return rpc_error(400, jsonrpc.INVALID_REQUEST, "missing Mcp-Session-Id: initialize first")
+        entry = self.sessions.get(session_id)
+        if entry is None:
+            return rpc_error(404, jsonrpc.INVALID_REQUEST, "unknown or ended session: initialize again")
+        if entry.session.operator != operator_of(request):
+            log.warning("request on another operator's session refused", extra={"status": 403})
+            message = "this session belongs to another operator: use the token that initialized it"
+            return rpc_error(403, jsonrpc.INVALID_REQUEST, message)
+        return entry
+
+    async def _session_get_or_delete(self, request: Request) -> Response:
+        entry = self._session_of(request)
+        if isinstance(entry, Response):
+            return entry
+        assert self.sessions is not None
+        if request.method == "DELETE":
+            self.sessions.end(entry.id)
+            log.info("session ended by the client")
+            return Response(status_code=200)
+        events = entry.outbox.events
+        last_event_id = request.headers.get("last-event-id")
+        if last_event_id is not None:
+            found = events.resume(last_event_id)
+            if found is None:
+                message = "Last-Event-ID names no event this session holds; open the GET stream without it"
+                return rpc_error(400, jsonrpc.INVALID_REQUEST, message)
+            stream, after = found
+        else:
+            stream, after = events.standalone, events.standalone.delivered
+        return EventStream(entry, stream, after)
+
+    async def _take(
+        self,
+        session: Router,
+        frame: Frame,
+        version: str | None,
+        entry: HttpSession | None = None,
+        *,
+        operator: str | None = None,
+    ) -> Response:
+        if jsonrpc.is_request(frame):
+            ident = jsonrpc.id_of(frame)
+            return await self._request(
+                session, frame, ident, modern=False, entry=entry, version=version, operator=operator
+            )
+        await session.take_in(frame)
+        return Response(status_code=202)
+
+    async def _batch(self, request: Request, frames: list[Frame], version: str | None) -> Response:
+        """A 2025-03-26 batch: its requests answered together as one JSON array (202 when it
+        holds only notifications and responses). Later revisions removed batches."""
+        if version is not None and version != "2025-03-26":
+            message = (
+                f"JSON-RPC batches are not part of MCP {version} (only 2025-03-26 has them); send one message per POST"
+            )
+            return rpc_error(400, jsonrpc.INVALID_REQUEST, message)
+        if any(jsonrpc.method_of(frame) == "initialize" for frame in frames):
+            return rpc_error(400, jsonrpc.INVALID_REQUEST, "initialize must not be part of a batch")
+        if any(eras.modern_meta(jsonrpc.params_of(frame)) is not None for frame in frames):
+            return rpc_error(400, jsonrpc.INVALID_REQUEST, "2026-07-28 requests cannot be batched")
+        entry: HttpSession | None = None
+        session = self.shared
+        operator: str | None = operator_of(request)
+        if self.sessions is not None:
+            found = self._session_of(request)
+            if isinstance(found, Response):
+                return found
+            entry, session, operator = found, found.session, None
+            entry.touch()
+        replies: list[Frame | None] = [None] * len(frames)
+
+        async def one(index: int, frame: Frame) -> None:
+            if jsonrpc.is_request(frame):
+                replies[index] = await self.answer(session, frame, jsonrpc.id_of(frame), entry, operator)
+            else:
+                await session.take_in(frame)
+
+        async with anyio.create_task_group() as tg:
+            for index, frame in enumerate(frames):
+                tg.start_soon(one, index, frame)
+        answered = [reply for reply in replies if reply is not None]
+        if not answered:
+            return Response(status_code=202)
+        return Response(jsonrpc.encode(answered), 200, media_type="application/json")
+
+    # -- answering -----------------------------------------------------------------------------------
+
+    async def answer(
+        self,
+        session: Router,
+        frame: Frame,
+        ident: Any,
+        entry: HttpSession | None,
+        operator: str | None = None,
+        stream: ProgressSink | None = None,
+    ) -> Frame:
+        """The reply to a request with the client's id, within the request timeout: past it the
+        request is cancelled upstream and answered with an error (a tool error for a tool call).
+        `operator` is the request's (the shared session's requests), None for a session's own;
+        `stream` is the request's response stream when it has one."""
+        if entry is not None:
+            entry.busy += 1  # a session with a call in flight never expires
+        try:
+            with anyio.move_on_after(self.settings.request_timeout) as scope:
+                reply = await session.reply_to(frame, operator=operator, stream=stream)
+        finally:
+            if entry is not None:
+                entry.busy -= 1
+                entry.touch()
+        if scope.cancelled_caught:
+            method = jsonrpc.method_of(frame)
+            message = (
+                f"{method} got no answer within {self.settings.request_timeout:g} s (the request timeout, "
+                "--request-timeout); it was cancelled upstream"
+            )
+            log.warning("request timed out", extra={"method": method, "seconds": self.settings.request_timeout})
+            if method == "tools/call":
+                return jsonrpc.result(ident, jsonrpc.tool_error_result(message))
+            return jsonrpc.error(ident, REQUEST_TIMEOUT, message)
+        if reply is None:
+            return jsonrpc.error(ident, jsonrpc.INTERNAL_ERROR, "the request was cancelled")
+        if session is self.shared and jsonrpc.method_of(frame) == "tools/list":
+            wire.learn_param_headers(reply, self._param_headers)
+        return jsonrpc.with_id(reply, ident)
+
+    async def _request(
+        self,
+        session: Router,
+        frame: Frame,
+        ident: Any,
+        *,
+        modern: bool,
+        entry: HttpSession | None = None,
+        version: str | None = None,
+        operator: str | None = None,
+    ) -> Response:
+        async def answer(stream: ProgressSink) -> Frame | None:
+            return await self.answer(session, frame, ident, entry, operator, stream)
+
+        if "progressToken" in jsonrpc.sub_object(jsonrpc.params_of(frame), "_meta"):
+            if entry is None:  # 2026-07-28, or a stateless session-era client: nothing to resume
+                return ReplyStream(answer, EventLog("request"), resumable=False)
+            prime = version is not None and version >= "2025-11-25"
+            return ReplyStream(answer, entry.outbox.events.open(), resumable=True, prime=prime)
+        return reply_response(await self.answer(session, frame, ident, entry, operator), modern=modern)
+
+    # -- health ----------------------------------------------------------------------------------------
+
+    async def health(self, request: Request) -> Response:
+        upstreams = {link.name: "up" if link.upstream.running else "down" for link in self.shared.links}
+        return JSONResponse({"status": "ok", "upstreams": upstreams})

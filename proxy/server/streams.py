@@ -1,0 +1,187 @@
+"""The endpoint's HTTP responses: JSON-RPC errors with the spec's status codes, plain JSON
+replies, and the SSE streams (a request's own stream of progress then its reply, and a
+session's standalone stream), written straight from the event logs (server.events).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import anyio.abc
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from frugal_proxy.protocol import jsonrpc
+from frugal_proxy.protocol.jsonrpc import Frame
+from frugal_proxy.records import ProgressSink
+from frugal_proxy.server.events import EventLog
+from frugal_proxy.server.sessions import HttpSession
+
+log = logging.getLogger("frugal_proxy.http_server")
+
+STATUS_OF = {
+    jsonrpc.PARSE_ERROR: 400,
+    jsonrpc.INVALID_REQUEST: 400,
+    jsonrpc.HEADER_MISMATCH: 400,
+    jsonrpc.MISSING_CLIENT_CAPABILITY: 400,
+    jsonrpc.UNSUPPORTED_PROTOCOL_VERSION: 400,
+    jsonrpc.METHOD_NOT_FOUND: 404,
+}
+
+
+def rpc_error(status: int, code: int, message: str, ident: Any = None, data: Any = None) -> Response:
+    """A refusal of the endpoint's own (not an upstream's answer), logged at warn: what was wrong,
+    never the request's payload."""
+    log.warning("request refused: %s", message[:200], extra={"status": status, "code": code})
+    return _frame_response(jsonrpc.error(ident, code, message, data), status)
+
+
+def _frame_response(frame: Frame, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(jsonrpc.encode(frame), status, headers, media_type="application/json")
+
+
+def reply_response(reply: Frame, headers: dict[str, str] | None = None, *, modern: bool = False) -> Response:
+    """A reply as JSON; a 2026-07-28 error gets the spec's HTTP status (in the session era a 404
+    would mean the session is gone, so every reply there is a 200)."""
+    problem = jsonrpc.error_of(reply) if modern else None
+    return _frame_response(reply, STATUS_OF.get(problem[0], 200) if problem else 200, headers)
+
+
+def _streaming(response: Response) -> None:
+    """Drop the Content-Length starlette sets for an empty body: an event stream has none."""
+    response.raw_headers = [(key, value) for key, value in response.raw_headers if key != b"content-length"]
+
+
+def _sse(data: bytes) -> bytes:
+    return b"event: message\ndata: " + data + b"\n\n"
+
+
+async def _write_events(send: Send, stream: EventLog, after: int, *, ids: bool, prime: bool = False) -> bool:
+    """Write a log's events numbered above `after` as SSE, each with its id when `ids`, until
+    the log is closed; False when the client went away (or another connection took the stream
+    over) first. `prime` first sends an event with an id and no data (2025-11-25), so that a
+    client can resume before the first message."""
+    with stream.reader() as reading:
+        try:
+            if prime:
+                await send({"type": "http.response.body", "body": _priming(stream, after), "more_body": True})
+            async for number, data in stream.follow(after):
+                head = b"id: " + stream.event_id(number).encode() + b"\n" if ids else b""
+                await send({"type": "http.response.body", "body": head + _sse(data), "more_body": True})
+                stream.written(number)
+        except OSError:
+            return False
+    try:
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    except OSError:
+        return False
+    return not reading.cancelled_caught
+
+
+def _priming(stream: EventLog, after: int) -> bytes:
+    return b"id: " + stream.event_id(after).encode() + b"\ndata: \n\n"
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+class ReplyStream(Response):
+    """An SSE response scoped to one request: its notifications (progress), then its reply.
+    `answer` is called with the stream's writer, where the request's own notifications go.
+
+    Not resumable (2026-07-28, stateless): closing the stream cancels the call. Resumable
+    (a session-era session): the call goes on and its events wait in the session's event log
+    for a GET with `Last-Event-ID`."""
+
+    def __init__(
+        self,
+        answer: Callable[[ProgressSink], Awaitable[Frame | None]],
+        stream: EventLog,
+        *,
+        resumable: bool,
+        prime: bool = False,
+        rewrite: Callable[[Frame], Frame] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(media_type="text/event-stream", headers={"Cache-Control": "no-store", **(headers or {})})
+        _streaming(self)
+        self.answer = answer
+        self.stream = stream
+        self.resumable = resumable
+        self.prime = prime
+        self.rewrite = rewrite
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        stream, rewrite = self.stream, self.rewrite
+        produced = anyio.Event()
+
+        async def push(frame: Frame) -> None:
+            stream.append(jsonrpc.encode(rewrite(frame) if rewrite is not None else frame))
+
+        async def produce() -> None:
+            try:
+                reply = await self.answer(push)
+                if reply is not None:
+                    stream.append(jsonrpc.encode(reply))
+            finally:
+                stream.close()
+                produced.set()
+
+        writing = anyio.CancelScope()
+
+        async def write() -> None:
+            delivered = False
+            with writing:
+                delivered = await _write_events(send, stream, 0, ids=self.resumable, prime=self.prime)
+            if not delivered and self.resumable:
+                await produced.wait()  # the session-era call goes on; its events wait for Last-Event-ID
+            tg.cancel_scope.cancel()
+
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(produce)
+            tg.start_soon(write)
+            await _until_disconnect(receive)
+            if self.resumable:
+                writing.cancel()
+            else:
+                log.info("client closed a request's stream; the call is cancelled")
+                tg.cancel_scope.cancel()
+
+
+class EventStream(Response):
+    """A GET stream of a session-era session: its standalone stream (what the proxy sends the
+    client unasked), or the rest of a request's stream resumed with `Last-Event-ID`."""
+
+    def __init__(self, entry: HttpSession, stream: EventLog, after: int) -> None:
+        super().__init__(media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+        _streaming(self)
+        self.entry = entry
+        self.stream = stream
+        self.after = after
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        entry, stream = self.entry, self.stream
+        entry.busy += 1
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            await send({"type": "http.response.body", "body": b": stream open\n\n", "more_body": True})
+            async with anyio.create_task_group() as tg:
+
+                async def write() -> None:
+                    await _write_events(send, stream, self.after, ids=True)
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(write)
+                await _until_disconnect(receive)
+                tg.cancel_scope.cancel()
+        except OSError:
+            pass
+        finally:
+            entry.busy -= 1
+            entry.touch()
