@@ -10,7 +10,7 @@ errors whose text starts with a code: `unknown_artifact`, `artifact_expired`,
 `invalid_slice_range`, `artifact_corrupt`, `invalid_arguments`.
 
 `fetch_slice`, `verify_receipt` and `shape_result` are the tools' logic for one operator, shared
-with the HTTP endpoints (proxy.governor_http): each answers a report or raises
+with the HTTP endpoints (server.governor_routes): each answers a report or raises
 GovernorRequestError.
 """
 
