@@ -26,11 +26,12 @@ import anyio.abc
 import msgspec
 
 from frugal_proxy.bridge.downstream import ClientGone, DownstreamPeer
+from frugal_proxy.bridge.listen_hub import ListenHub
 from frugal_proxy.bridge.mrtr import HeldCalls, fulfil_input_required
 from frugal_proxy.errors import BridgeError, UpstreamDown
 from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame, RequestId
-from frugal_proxy.protocol.subscriptions import ListenHub, filter_for_legacy, tag
+from frugal_proxy.protocol.subscriptions import filter_for_legacy, tag
 from frugal_proxy.records import ProgressSink
 from frugal_proxy.upstream.base import PROXY_CLIENT_INFO, UpstreamBase
 
