@@ -27,7 +27,7 @@ from frugal_proxy.transports.framing import DEFAULT_MAX_LINE_BYTES
 from frugal_proxy.transports.lines import FrameReader, FrameWriter
 from frugal_proxy.transports.stdio import FdSink, FdSource
 from frugal_proxy.upstream.base import UpstreamBase
-from frugal_proxy.upstream.stdio import UpstreamConnection
+from frugal_proxy.upstream.fleet import Fleet, UpstreamSpec, connect, run
 
 if TYPE_CHECKING:
     from frugal_proxy.config import GovernorSettings
@@ -233,79 +233,57 @@ async def wrap_stdio(
     source, sink = FdSource(sys.stdin.fileno()), FdSink(sys.stdout.fileno())
     writer = FrameWriter(sink)
     downstream = DownstreamPeer(writer)
-    url = remote_url(command)
-    connection: UpstreamBase
-    if url is not None:
-        # Imported here: the HTTP client costs ~70 ms of start-up that a stdio wrap does not need.
-        from frugal_proxy.upstream.http import HttpUpstreamConnection
-
-        connection = HttpUpstreamConnection(
-            url, name=name, headers=headers, probe_timeout=probe_timeout, max_message_bytes=max_line_bytes
-        )
-    else:
-        connection = UpstreamConnection(
-            command, name=name, env=env, probe_timeout=probe_timeout, max_line_bytes=max_line_bytes
-        )
+    connection = connect(_spec(command, name, env, headers or {}, max_line_bytes, probe_timeout))
     try:
-        async with anyio.create_task_group() as tg, connection as upstream:
-            started = anyio.Event()
-            failed: list[UpstreamDown] = []
-
-            async def start() -> None:
-                try:
-                    await upstream.ensure_ready()
-                except UpstreamDown as exc:
-                    failed.append(exc)
-                finally:
-                    started.set()
-
-            # The upstream boots in its own process while this one imports the rest of the proxy.
-            tg.start_soon(start)
+        # The upstream boots in its own process while this one imports the rest of the proxy.
+        async with run([connection], log_failures=False) as running:
             await anyio.lowlevel.checkpoint()
             try:
                 assembly = _assembly(governor or {})
             except ValueError as exc:
                 print(f"frugal-proxy: error: {exc}", file=sys.stderr)
-                tg.cancel_scope.cancel()
                 return 2
             from frugal_proxy.router.router import Router
 
-            await started.wait()
+            failed = await running.started()
             if failed:
-                print(f"frugal-proxy: the upstream did not start: {failed[0]}", file=sys.stderr)
-                tg.cancel_scope.cancel()
+                print(f"frugal-proxy: the upstream did not start: {failed[name]}", file=sys.stderr)
                 return 2
-            session = Router(upstream, downstream, tg, assembly=assembly)
+            tg = running.task_group
+            session = Router(connection, downstream, tg, assembly=assembly)
             tg.start_soon(stop_on_signal, tg.cancel_scope)
             await session.serve(FrameReader(source, max_line_bytes))
             log.info("client closed stdin; shutting down")
             with anyio.move_on_after(DRAIN_SECONDS):
                 await session.drain()
             downstream.close()
-            await upstream.shutdown()
-            tg.cancel_scope.cancel()
     finally:
         source.restore()
         sink.restore()
     return 0
 
 
-def _connection(
-    command: list[str], name: str, env: dict[str, str], headers: dict[str, str], options: argparse.Namespace
-) -> UpstreamBase:
+def _spec(
+    command: list[str],
+    name: str,
+    env: dict[str, str],
+    headers: dict[str, str],
+    max_message_bytes: int,
+    probe_timeout: float,
+    *,
+    lazy: bool = False,
+) -> UpstreamSpec:
+    """The wrapped upstream: the remote server of `-- https://…`, else the command over stdio."""
     url = remote_url(command)
-    if url is not None:
-        from frugal_proxy.upstream.http import HttpUpstreamConnection
-
-        return HttpUpstreamConnection(
-            url,
-            name=name,
-            headers=headers,
-            probe_timeout=options.probe_timeout,
-            max_message_bytes=options.max_message_bytes,
-        )
-    return UpstreamConnection(
-        command, name=name, env=env, probe_timeout=options.probe_timeout, max_line_bytes=options.max_message_bytes
+    return UpstreamSpec(
+        name=name,
+        command=() if url is not None else tuple(command),
+        url=url,
+        env=env,
+        headers=headers,
+        probe_timeout=probe_timeout,
+        max_message_bytes=max_message_bytes,
+        lazy=lazy,
     )
 
 
@@ -334,9 +312,10 @@ def wrap_http(
             return f"the upstream did not start: {exc}"
         return None
 
-    upstreams = UpstreamSet(
-        lambda: [_connection(command, name, env, headers, options)], {"governor": settings}, frozenset({name})
-    )
+    # Lazy: `ready` starts the endpoint's own connection; a session's own ones start on first use.
+    spec = _spec(command, name, env, headers, options.max_message_bytes, options.probe_timeout, lazy=True)
+    fleet = Fleet((spec,))
+    upstreams = UpstreamSet(fleet.connect, {"governor": settings}, fleet.lazy)
     return run_http(options, upstreams, ready)
 
 

@@ -28,13 +28,12 @@ from frugal_proxy.bridge.link import Client
 from frugal_proxy.cli.http_options import add_http_options
 from frugal_proxy.cli.signals import stop_on_signal
 from frugal_proxy.config import Config, ConfigError
-from frugal_proxy.errors import UpstreamDown
 from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.router.router import Router
 from frugal_proxy.transports.lines import FrameReader, FrameWriter
 from frugal_proxy.transports.stdio import FdSink, FdSource
 from frugal_proxy.upstream.base import UpstreamBase
-from frugal_proxy.upstream.stdio import UpstreamConnection
+from frugal_proxy.upstream.fleet import Fleet, run
 
 log = logging.getLogger("frugal_proxy.serve")
 
@@ -49,36 +48,6 @@ def _load(path_option: str | None) -> tuple[Path, Config] | int:
     except ConfigError as exc:
         print(f"frugal-proxy: config error: {exc}", file=sys.stderr)
         return 2
-
-
-def connections(config: Config, max_line_bytes: int) -> list[UpstreamBase]:
-    """One connection per configured upstream: a child process, or a remote server for a `url`."""
-    built: list[UpstreamBase] = []
-    for name, upstream in config.upstreams.items():
-        if upstream.url is not None:
-            from frugal_proxy.upstream.http import HttpUpstreamConnection  # only when a url needs it
-
-            built.append(
-                HttpUpstreamConnection(
-                    upstream.url,
-                    name=name,
-                    headers=dict(upstream.headers),
-                    connect_timeout=upstream.connect_timeout_seconds,
-                    read_timeout=upstream.read_timeout_seconds or config.limits.call_timeout_seconds,
-                    max_message_bytes=max_line_bytes,
-                )
-            )
-        else:
-            built.append(
-                UpstreamConnection(
-                    upstream.command or [],
-                    name=name,
-                    env=dict(upstream.env),
-                    cwd=upstream.cwd,
-                    max_line_bytes=max_line_bytes,
-                )
-            )
-    return built
 
 
 def session_options(config: Config) -> dict[str, Any]:
@@ -131,9 +100,8 @@ def serve_command(argv: list[str]) -> int:
         from frugal_proxy.cli.http_options import run_http
         from frugal_proxy.server.sessions import UpstreamSet
 
-        lazy = frozenset(name for name, upstream in config.upstreams.items() if upstream.lazy)
-        max_bytes = config.limits.max_message_bytes
-        upstreams = UpstreamSet(lambda: connections(config, max_bytes), session_options(config), lazy)
+        fleet = Fleet.from_config(config)
+        upstreams = UpstreamSet(fleet.connect, session_options(config), fleet.lazy)
         return run_http(options, upstreams, auth=config.auth)
     try:
         return anyio.run(serve_stdio, config)
@@ -144,12 +112,12 @@ def serve_command(argv: list[str]) -> int:
 async def serve_stdio(config: Config) -> int:
     source, sink = FdSource(sys.stdin.fileno()), FdSink(sys.stdout.fileno())
     downstream = DownstreamPeer(FrameWriter(sink))
-    upstreams = connections(config, config.limits.max_message_bytes)
+    fleet = Fleet.from_config(config)
+    upstreams = fleet.connect()
     status = StatusFile(upstreams)
     try:
-        async with anyio.create_task_group() as tg:
-            for upstream in upstreams:
-                await tg.start(_run_upstream, upstream, config.upstreams[upstream.name].lazy)
+        async with run(upstreams, lazy=fleet.lazy) as running:
+            tg = running.task_group
             session = Router(upstreams, downstream, tg, **stdio_options(config))
             tg.start_soon(stop_on_signal, tg.cancel_scope)
             tg.start_soon(status.keep_written)
@@ -157,34 +125,11 @@ async def serve_stdio(config: Config) -> int:
             with anyio.move_on_after(DRAIN_SECONDS):
                 await session.drain()
             downstream.close()
-            for upstream in upstreams:
-                await upstream.shutdown()
-            tg.cancel_scope.cancel()
     finally:
         source.restore()
         sink.restore()
         status.remove()
     return 0
-
-
-async def _run_upstream(
-    upstream: UpstreamBase,
-    lazy: bool,
-    *,
-    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-) -> None:
-    """Own one upstream's lifetime; start it now (in the background) unless it is lazy."""
-    async with upstream:
-        task_status.started()
-        if not lazy:
-            try:
-                await upstream.ensure_ready()
-            except UpstreamDown as exc:
-                log.warning(
-                    "upstream did not start; its tools answer errors until it does",
-                    extra={"reason": str(exc)},
-                )
-        await anyio.sleep_forever()
 
 
 class StatusFile:
@@ -295,12 +240,12 @@ def config_command(argv: list[str]) -> int:
 
 async def print_catalog(config: Config) -> int:
     """Start every upstream, list what each offers under its exposed name, report collisions."""
-    upstreams = connections(config, config.limits.max_message_bytes)
+    upstreams = Fleet.from_config(config).connect()
     problems: list[str] = []
-    async with anyio.create_task_group() as tg:
-        for upstream in upstreams:
-            await tg.start(_run_upstream, upstream, False)
-        session = Router(upstreams, DownstreamPeer(FrameWriter(_Discard())), tg, **stdio_options(config))
+    async with run(upstreams) as running:  # every upstream now, lazy or not
+        session = Router(
+            upstreams, DownstreamPeer(FrameWriter(_Discard())), running.task_group, **stdio_options(config)
+        )
         client = Client("modern", {})
         params = {"_meta": jsonrpc.raw({eras.META_VERSION: eras.LATEST_MODERN, eras.META_CAPABILITIES: {}})}
         listed = []
@@ -319,9 +264,6 @@ async def print_catalog(config: Config) -> int:
             for exposed, owner in merged.owners.items():
                 renamed = "" if exposed == owner.original else f"  <- {owner.original}"
                 print(f"  {exposed:40} {owner.link.name}{renamed}")
-        for upstream in upstreams:
-            await upstream.shutdown()
-        tg.cancel_scope.cancel()
     for problem in problems:
         print(f"config error: {problem}; set a prefix on one of the upstreams", file=sys.stderr)
     return 1 if problems else 0

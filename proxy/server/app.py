@@ -21,7 +21,6 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
 from frugal_proxy.bridge.downstream import ClientUnreachable, DownstreamPeer
-from frugal_proxy.cli.serve import _run_upstream
 from frugal_proxy.pipeline.assembly import assemble
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
@@ -33,6 +32,7 @@ from frugal_proxy.server.legacy_sse import LegacySse
 from frugal_proxy.server.metrics import METRICS_PATH, HttpMetrics, Metrics, scrape_handler
 from frugal_proxy.server.sessions import HttpSessions, UpstreamSet
 from frugal_proxy.upstream.base import UpstreamBase
+from frugal_proxy.upstream.fleet import run
 
 log = logging.getLogger("frugal_proxy.http_server")
 
@@ -110,9 +110,8 @@ async def serve_http(
     upstreams = replace(upstreams, options={**options, "assembly": assembly})
     connections: list[UpstreamBase] = upstreams.make()
     metrics.watch(connections)
-    async with anyio.create_task_group() as tg:
-        for upstream in connections:
-            await tg.start(_run_upstream, upstream, upstream.name in upstreams.lazy)
+    async with run(connections, lazy=upstreams.lazy) as running:
+        tg = running.task_group
         if ready is not None:
             problem = await ready(connections)
             if problem is not None:
@@ -154,10 +153,6 @@ async def serve_http(
         if sessions is not None:
             with anyio.move_on_after(DRAIN_SECONDS + 5):
                 await sessions.end_all()
-        with anyio.CancelScope(shield=True):
-            for upstream in connections:
-                await upstream.shutdown()
-        tg.cancel_scope.cancel()
     return 0
 
 

@@ -21,12 +21,12 @@ import anyio
 import anyio.abc
 
 from frugal_proxy.bridge.downstream import DownstreamPeer
-from frugal_proxy.cli.serve import _run_upstream
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.router.router import Router
 from frugal_proxy.server.events import EventLogs
 from frugal_proxy.upstream.base import UpstreamBase
+from frugal_proxy.upstream.fleet import run
 
 log = logging.getLogger("frugal_proxy.http_sessions")
 
@@ -147,10 +147,8 @@ class HttpSessions:
         upstreams = self._upstreams.make()
         outbox = Outbox()
         peer = DownstreamPeer(outbox)
-        async with anyio.create_task_group() as tg:
-            for upstream in upstreams:
-                await tg.start(_run_upstream, upstream, upstream.name in self._upstreams.lazy)
-            session = Router(upstreams, peer, tg, **self._upstreams.options)
+        async with run(upstreams, lazy=self._upstreams.lazy) as running:
+            session = Router(upstreams, peer, running.task_group, **self._upstreams.options)
             entry = HttpSession(session_id, session, peer, outbox)
             self._sessions[session_id] = entry
             task_status.started(entry)
@@ -159,7 +157,3 @@ class HttpSessions:
                 await session.drain()
             peer.close()
             outbox.close()
-            with anyio.CancelScope(shield=True):
-                for upstream in upstreams:
-                    await upstream.shutdown()
-            tg.cancel_scope.cancel()
