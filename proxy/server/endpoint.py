@@ -31,6 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from frugal_proxy.protocol import eras, jsonrpc, subscriptions
+from frugal_proxy.protocol.headers import decode_header_value, learn_param_headers, param_header_problem
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.records import ProgressSink
 from frugal_proxy.router.router import Router
@@ -128,12 +129,12 @@ class Endpoint:
         if method in eras.HANDSHAKE_ONLY_METHODS:
             message = f"{method} is not part of MCP {version}: the 2026-07-28 revision has no handshake or session"
             return rpc_error(404, jsonrpc.METHOD_NOT_FOUND, message, ident)
-        if wire.decode_header_value(request.headers.get("mcp-method", "")) != method:
+        if decode_header_value(request.headers.get("mcp-method", "")) != method:
             return rpc_error(400, jsonrpc.HEADER_MISMATCH, f"Mcp-Method header does not match method {method!r}", ident)
         key = NAME_KEYS.get(method)
         if key is not None:
             named = jsonrpc.decode_any(params[key]) if key in params else None
-            if wire.decode_header_value(request.headers.get("mcp-name", "")) != named:
+            if decode_header_value(request.headers.get("mcp-name", "")) != named:
                 return rpc_error(400, jsonrpc.HEADER_MISMATCH, f"Mcp-Name header does not match params.{key}", ident)
         if method == "tools/call":
             problem = self._param_problem(request, params)
@@ -160,7 +161,7 @@ class Endpoint:
         if declared is None:
             return None  # a tool not listed here: the upstream checks its own
         arguments = jsonrpc.decode_any(params["arguments"]) if "arguments" in params else {}
-        return wire.param_header_problem(declared, arguments, sent)
+        return param_header_problem(declared, arguments, sent)
 
     def _listen(self, frame: Frame, ident: Any, operator: str) -> Response:
         """A listen stream: acknowledged, then change notifications tagged with the client's own
@@ -326,7 +327,7 @@ class Endpoint:
         if reply is None:
             return jsonrpc.error(ident, jsonrpc.INTERNAL_ERROR, "the request was cancelled")
         if session is self.shared and jsonrpc.method_of(frame) == "tools/list":
-            wire.learn_param_headers(reply, self._param_headers)
+            learn_param_headers(reply, self._param_headers)
         return jsonrpc.with_id(reply, ident)
 
     async def _request(

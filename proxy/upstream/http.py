@@ -34,6 +34,7 @@ import httpx2
 
 from frugal_proxy.errors import UpstreamDown, UpstreamError
 from frugal_proxy.protocol import eras, jsonrpc
+from frugal_proxy.protocol.headers import learn_param_headers, modern_headers
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.upstream import http_wire as wire
 from frugal_proxy.upstream.base import (
@@ -203,7 +204,7 @@ class HttpUpstreamConnection(UpstreamBase):
         probe_id = next(self._ids)
         params = self.discover_params()
         frame = jsonrpc.request(probe_id, "server/discover", params)
-        headers = wire.modern_headers("server/discover", params, {})
+        headers = modern_headers("server/discover", params, {})
         try:
             reply = await self._post(frame, headers, probe_id, read_timeout=self.probe_timeout)
         except _Refused as refused:
@@ -277,7 +278,7 @@ class HttpUpstreamConnection(UpstreamBase):
         finally:
             self._close(upstream_id, pending)
         if method == "tools/list" and self.mode == "modern":
-            wire.learn_param_headers(reply, self._param_headers)
+            learn_param_headers(reply, self._param_headers)
         return reply
 
     async def _request_over_post(self, upstream_id: int, method: str, params: Any) -> Frame:
@@ -374,7 +375,7 @@ class HttpUpstreamConnection(UpstreamBase):
 
     def _headers_for(self, method: str, params: Any) -> dict[str, str]:
         if self.mode == "modern":
-            return wire.modern_headers(method, params, self._param_headers)
+            return modern_headers(method, params, self._param_headers, wire.FORWARDED_PARAMS.get())
         if self.mode == "streamable" and method != "initialize":
             return self._session_headers(self._session_id)
         return {}
