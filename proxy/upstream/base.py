@@ -3,8 +3,8 @@
     UpstreamBase                 request ids, progress tokens, related streams, era negotiation,
     │                            the initialize replay, routing of what the server sends unasked,
     │                            restart backoff
-    ├── UpstreamConnection       (upstream.py) a child process over stdio
-    └── HttpUpstreamConnection   (http_upstream.py) a remote server over HTTP
+    ├── UpstreamConnection       (stdio.py) a child process over stdio
+    └── HttpUpstreamConnection   (http.py) a remote server over HTTP
 
 Links and the session see only this surface: `name`, `era`, `modern`, `running`,
 `discover_result`, `initialize_result`, `initialize_params`, `generation`, `ensure_ready()`,
