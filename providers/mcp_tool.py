@@ -1,7 +1,8 @@
 """A provider that is a tool of an upstream MCP server.
 
 The call goes out as `tools/call` through the session's forwarder, which bridges the eras
-(MRTR, progress, cancellation); this module only classifies what comes back.
+(MRTR, progress, cancellation); this module only classifies what comes back, keeping an
+`UpstreamError`'s own classification (permanent, Retry-After) in the Outcome.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import msgspec
 
 from frugal_proxy.errors import UpstreamError
 from frugal_proxy.protocol.jsonrpc import Frame
-from frugal_proxy.records import Exchange, Outcome, ProgressSink
+from frugal_proxy.records import Exchange, Outcome, OutcomeKind, ProgressSink
 
 Forwarder = Callable[[str, dict[str, msgspec.Raw], Any, ProgressSink | None], Awaitable[Frame]]
 
@@ -43,7 +44,19 @@ class McpToolProvider:
                 "the call was cancelled upstream",
             )
         except UpstreamError as exc:
-            return Outcome("transient", message=str(exc))
+            return Outcome(fault_kind(exc), message=str(exc), retry_after=exc.retry_after)
         # A JSON-RPC error and an isError result both reach the client as the upstream sent
         # them: they are the upstream's own answer, not a fault of the route.
         return Outcome("ok", reply=reply)
+
+
+def fault_kind(exc: UpstreamError) -> OutcomeKind:
+    """What an upstream's fault means for the route: `permanent` when retrying cannot help
+    (refused credentials), `rate_limited` when the server said when to come back (Retry-After,
+    on a 429 or a 503 alike), `transient` for the rest (a dead or unreachable upstream, a server
+    error, garbage, a reply over the size cap)."""
+    if exc.permanent:
+        return "permanent"
+    if exc.retry_after is not None:
+        return "rate_limited"
+    return "transient"
