@@ -7,7 +7,7 @@ The call goes out as `tools/call` through the session's forwarder, which bridges
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -17,7 +17,9 @@ from frugal_proxy.errors import UpstreamError
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.records import Exchange, Outcome, OutcomeKind, ProgressSink
 
-Forwarder = Callable[[str, dict[str, msgspec.Raw], Any, ProgressSink | None], Awaitable[Frame]]
+Forwarder = Callable[
+    [str, dict[str, msgspec.Raw], Any, ProgressSink | None, Mapping[str, str] | None], Awaitable[Frame]
+]
 
 
 class McpToolProvider:
@@ -33,10 +35,14 @@ class McpToolProvider:
         call = exchange.call
         try:
             if self.timeout is None:  # no deadline: spare the hot path a cancel scope
-                reply = await self._forward("tools/call", call.params, exchange.client, exchange.on_progress)
+                reply = await self._forward(
+                    "tools/call", call.params, exchange.client, exchange.on_progress, call.forwarded_headers
+                )
             else:
                 with anyio.fail_after(self.timeout):
-                    reply = await self._forward("tools/call", call.params, exchange.client, exchange.on_progress)
+                    reply = await self._forward(
+                        "tools/call", call.params, exchange.client, exchange.on_progress, call.forwarded_headers
+                    )
         except TimeoutError:
             return Outcome(
                 "transient",

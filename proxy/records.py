@@ -9,7 +9,7 @@ each phase fills in its part of it, and every policy that acts on a call says so
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
 import msgspec
@@ -28,6 +28,8 @@ class Call(msgspec.Struct, frozen=True):
     tool: str
     params: dict[str, msgspec.Raw]
     started_at: float = msgspec.field(default_factory=time.monotonic)
+    # The client's request headers that go on with the call (an HTTP client's Mcp-Param-*).
+    forwarded_headers: Mapping[str, str] | None = None
 
 
 class Route(msgspec.Struct, frozen=True):

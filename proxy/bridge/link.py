@@ -17,7 +17,7 @@ found. Four cases follow:
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -99,8 +99,10 @@ class UpstreamLink:
         params: dict[str, msgspec.Raw],
         client: Any,
         on_progress: ProgressSink | None,
+        headers: Mapping[str, str] | None = None,
     ) -> Frame:
-        """Send a request upstream in the upstream's era and bring the answer back in the client's."""
+        """Send a request upstream in the upstream's era and bring the answer back in the client's.
+        `headers` go on with it where the upstream's transport carries them."""
         assert isinstance(client, Client)
         upstream = self.upstream
         await upstream.ensure_ready()
@@ -108,12 +110,12 @@ class UpstreamLink:
             await self.ensure_initialized()
         if upstream.modern:
             out = params if client.modern else eras.add_modern_meta(params, self.stamp())
-            reply = await upstream.request(method, out, on_progress=on_progress)
+            reply = await upstream.request(method, out, on_progress=on_progress, headers=headers)
             if client.modern or method not in eras.INPUT_REQUIRED_METHODS:
                 return reply
 
             async def retry(next_params: dict[str, msgspec.Raw]) -> Frame:
-                return await upstream.request(method, next_params, on_progress=on_progress)
+                return await upstream.request(method, next_params, on_progress=on_progress, headers=headers)
 
             return await fulfil_input_required(
                 reply, out, capabilities=self.client.capabilities, ask=self.downstream.request, retry=retry

@@ -10,6 +10,8 @@ upstream nothing is renamed or re-paged: the proxy is transparent.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -39,6 +41,20 @@ log = logging.getLogger("frugal_proxy.session")
 
 SUBSCRIBE_METHODS = frozenset({"resources/subscribe", "resources/unsubscribe"})
 URI_METHODS = frozenset({"resources/read", "resources/subscribe", "resources/unsubscribe"})
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """What one request brings beside its frame: who it acts for (None: the router's own
+    operator), where its own notifications go (None: the downstream at large) and the client's
+    request headers that go on with it."""
+
+    operator: str | None = None
+    stream: ProgressSink | None = None
+    headers: Mapping[str, str] | None = None
+
+
+STDIO = Origin()
 
 
 class Router:
@@ -113,13 +129,19 @@ class Router:
             await self._idle.wait()
 
     async def reply_to(
-        self, frame: Frame, *, operator: str | None = None, stream: ProgressSink | None = None
+        self,
+        frame: Frame,
+        *,
+        operator: str | None = None,
+        stream: ProgressSink | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Frame | None:
         """The reply to one request from a client that is not on stdio (None if it was cancelled).
         `operator` is who the request acts for (over HTTP: its bearer token's operator; else this
         router's own); `stream` is where the request's own notifications (its progress, a listen
-        stream's changes) go when that is not the downstream at large: its HTTP response stream."""
-        return await self._reply_to(frame, operator, stream)
+        stream's changes) go when that is not the downstream at large: its HTTP response stream;
+        `headers` are the client's request headers that go on with a tools/call (Mcp-Param-*)."""
+        return await self._reply_to(frame, Origin(operator, stream, headers))
 
     async def take_in(self, frame: Frame) -> None:
         """A notification or a reply (to a server-to-client request) from a client that is not on stdio."""
@@ -148,7 +170,7 @@ class Router:
         replies: list[Frame] = []
 
         async def one(frame: Frame) -> None:
-            reply = await self._reply_to(frame, None, None)
+            reply = await self._reply_to(frame, STDIO)
             if reply is not None:
                 replies.append(reply)
 
@@ -162,18 +184,18 @@ class Router:
             await self.downstream.send(replies)
 
     async def _answer(self, frame: Frame) -> None:
-        reply = await self._reply_to(frame, None, None)
+        reply = await self._reply_to(frame, STDIO)
         if reply is not None:
             await self.downstream.send(reply)
 
-    async def _reply_to(self, frame: Frame, operator: str | None, stream: ProgressSink | None) -> Frame | None:
+    async def _reply_to(self, frame: Frame, origin: Origin) -> Frame | None:
         """The reply to one client request, or None if the client cancelled it."""
         client_id = jsonrpc.id_of(frame)
         assert client_id is not None
         with anyio.CancelScope() as scope:
             self._inflight[client_id] = scope
             try:
-                reply = await self._serve_request(client_id, frame, operator, stream)
+                reply = await self._serve_request(client_id, frame, origin)
             except jsonrpc.MessageError as exc:
                 reply = jsonrpc.error(client_id, exc.code, str(exc), _error_data(exc))
             except BridgeError as exc:
@@ -202,9 +224,7 @@ class Router:
 
     # -- routing ---------------------------------------------------------------------------------
 
-    async def _serve_request(
-        self, client_id: RequestId, frame: Frame, operator: str | None, stream: ProgressSink | None
-    ) -> Frame:
+    async def _serve_request(self, client_id: RequestId, frame: Frame, origin: Origin) -> Frame:
         method = jsonrpc.method_of(frame) or ""
         params = jsonrpc.params_of(frame)
         if method == "initialize":
@@ -220,10 +240,10 @@ class Router:
             if method == "logging/setLevel":
                 return await self._set_level(params)
         if method == "subscriptions/listen" and client.modern:
-            return await self._listen(client_id, params, stream)
-        progress = self._progress_sink(params, stream)
+            return await self._listen(client_id, params, origin.stream)
+        progress = self._progress_sink(params, origin.stream)
         if method == "tools/call":
-            return await self._tools_call(client_id, params, client, progress, operator or self.operator)
+            return await self._tools_call(client_id, params, client, progress, origin)
         if method in KINDS and not self.single:
             page = jsonrpc.result(None, await self.catalog.page(method, params, client))
             return self._with_own_tools(page) if method == "tools/list" and self.own_tools.tools else page
@@ -292,7 +312,7 @@ class Router:
         params: dict[str, msgspec.Raw],
         client: Client,
         progress: ProgressSink | None,
-        operator: str,
+        origin: Origin,
     ) -> Frame:
         name = _string(params, "name", "tools/call")
         try:
@@ -301,11 +321,11 @@ class Router:
             log.warning("call to a tool of an upstream that is down", extra={"tool": name})
             return jsonrpc.result(None, jsonrpc.tool_error_result(str(exc)))
         exchange = Exchange(
-            call=Call(request_id=client_id, tool=name, params=upstream_params),
+            call=Call(request_id=client_id, tool=name, params=upstream_params, forwarded_headers=origin.headers),
             route=route,
             client=client,
             on_progress=progress,
-            operator=operator,
+            operator=origin.operator or self.operator,
         )
         return await self.pipeline.run(exchange)
 

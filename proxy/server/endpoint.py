@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +40,6 @@ from frugal_proxy.server.events import EventLog
 from frugal_proxy.server.guard import GuardSettings, operator_of, read_messages
 from frugal_proxy.server.sessions import HttpSession, HttpSessions
 from frugal_proxy.server.streams import EventStream, ReplyStream, reply_response, rpc_error
-from frugal_proxy.upstream import http_wire as wire
 
 log = logging.getLogger("frugal_proxy.http_server")
 
@@ -137,31 +137,29 @@ class Endpoint:
             if decode_header_value(request.headers.get("mcp-name", "")) != named:
                 return rpc_error(400, jsonrpc.HEADER_MISMATCH, f"Mcp-Name header does not match params.{key}", ident)
         if method == "tools/call":
-            problem = self._param_problem(request, params)
+            sent = {key: value for key, value in request.headers.items() if key.startswith("mcp-param-")}
+            problem = self._param_problem(params, sent)
             if problem is not None:
                 return rpc_error(400, jsonrpc.HEADER_MISMATCH, problem, ident)
+        else:
+            sent = {}
         # Clients number their requests independently; the shared Router sees unique ids.
         inner = jsonrpc.with_id(frame, f"http-{next(self._ids)}")
         operator = operator_of(request)
         if method == "subscriptions/listen":
             return self._listen(inner, ident, operator)
-        return await self._request(self.shared, inner, ident, modern=True, operator=operator)
+        return await self._request(self.shared, inner, ident, modern=True, operator=operator, headers=sent or None)
 
-    def _param_problem(self, request: Request, params: dict[str, msgspec.Raw]) -> str | None:
+    def _param_problem(self, params: dict[str, msgspec.Raw], sent: dict[str, str]) -> str | None:
         """Check a tools/call's `Mcp-Param-*` headers against its arguments, for the tools whose
-        listing (seen by this endpoint) declares `x-mcp-header` arguments; the headers are kept
-        for an HTTP upstream, which gets the unrecognised ones as they came."""
-        sent = [(key, value) for key, value in request.headers.items() if key.startswith("mcp-param-")]
+        listing (seen by this endpoint) declares `x-mcp-header` arguments. The headers go on with
+        the call (an HTTP upstream gets the unrecognised ones as they came)."""
         name = jsonrpc.decode_any(params["name"]) if "name" in params else None
         declared = self._param_headers.get(name) if isinstance(name, str) else None
-        if declared is None and not sent:
-            return None
-        if sent:
-            wire.FORWARDED_PARAMS.set(dict(sent))
         if declared is None:
             return None  # a tool not listed here: the upstream checks its own
         arguments = jsonrpc.decode_any(params["arguments"]) if "arguments" in params else {}
-        return param_header_problem(declared, arguments, sent)
+        return param_header_problem(declared, arguments, list(sent.items()))
 
     def _listen(self, frame: Frame, ident: Any, operator: str) -> Response:
         """A listen stream: acknowledged, then change notifications tagged with the client's own
@@ -300,6 +298,7 @@ class Endpoint:
         entry: HttpSession | None,
         operator: str | None = None,
         stream: ProgressSink | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Frame:
         """The reply to a request with the client's id, within the request timeout: past it the
         request is cancelled upstream and answered with an error (a tool error for a tool call).
@@ -309,7 +308,7 @@ class Endpoint:
             entry.busy += 1  # a session with a call in flight never expires
         try:
             with anyio.move_on_after(self.settings.request_timeout) as scope:
-                reply = await session.reply_to(frame, operator=operator, stream=stream)
+                reply = await session.reply_to(frame, operator=operator, stream=stream, headers=headers)
         finally:
             if entry is not None:
                 entry.busy -= 1
@@ -340,16 +339,17 @@ class Endpoint:
         entry: HttpSession | None = None,
         version: str | None = None,
         operator: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Response:
         async def answer(stream: ProgressSink) -> Frame | None:
-            return await self.answer(session, frame, ident, entry, operator, stream)
+            return await self.answer(session, frame, ident, entry, operator, stream, headers)
 
         if "progressToken" in jsonrpc.sub_object(jsonrpc.params_of(frame), "_meta"):
             if entry is None:  # 2026-07-28, or a stateless session-era client: nothing to resume
                 return ReplyStream(answer, EventLog("request"), resumable=False)
             prime = version is not None and version >= "2025-11-25"
             return ReplyStream(answer, entry.outbox.events.open(), resumable=True, prime=prime)
-        return reply_response(await self.answer(session, frame, ident, entry, operator), modern=modern)
+        return reply_response(await self.answer(session, frame, ident, entry, operator, None, headers), modern=modern)
 
     # -- health ----------------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ import abc
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -117,8 +117,11 @@ class UpstreamBase(abc.ABC):
         *,
         on_progress: ProgressHandler | None = None,
         on_related: RelatedHandler | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Frame:
-        """Send a request and wait for its reply frame (a result or an error)."""
+        """Send a request and wait for its reply frame (a result or an error). `headers` are the
+        client's own request headers that go on with it where the transport has headers (the
+        `Mcp-Param-*` of an HTTP client's tools/call); stdio has none."""
 
     @abc.abstractmethod
     async def notify(self, method: str, params: Any = None) -> None:

@@ -31,6 +31,7 @@ shown without credentials or query values.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
@@ -245,8 +246,10 @@ class HttpUpstreamConnection(SessionMode, SseMode):
         *,
         on_progress: ProgressHandler | None = None,
         on_related: RelatedHandler | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Frame:
-        """Send a request and wait for its reply frame (a result or an error).
+        """Send a request and wait for its reply frame (a result or an error); `headers` are the
+        client's `Mcp-Param-*` headers, forwarded as they came where the proxy does not set them.
 
         Raises UpstreamDown when the server cannot be reached, UpstreamError when it answers
         with an HTTP error, garbage or a reply over the size cap. Cancelling the caller cancels
@@ -259,19 +262,21 @@ class HttpUpstreamConnection(SessionMode, SseMode):
             if self.mode == "sse":
                 reply = await self._request_over_sse(upstream_id, method, params, pending)
             else:
-                reply = await self._request_over_post(upstream_id, method, params)
+                reply = await self._request_over_post(upstream_id, method, params, headers)
         finally:
             self._close(upstream_id, pending)
         self._learn(method, reply)
         return reply
 
-    async def _request_over_post(self, upstream_id: int, method: str, params: Any) -> Frame:
+    async def _request_over_post(
+        self, upstream_id: int, method: str, params: Any, forwarded: Mapping[str, str] | None
+    ) -> Frame:
         frame = jsonrpc.request(upstream_id, method, params)
         read_timeout = None if method in STREAMING_METHODS else self.read_timeout
         for attempt in (1, 2):
             session = self._session_id
             try:
-                reply = await self._post(frame, self._headers_for(method, params), upstream_id, read_timeout)
+                reply = await self._post(frame, self._headers_for(method, params, forwarded), upstream_id, read_timeout)
             except Refused as refused:
                 renewable = self.mode == "streamable" and method != "initialize" and self.initialize_params is not None
                 if session_ended(refused) and renewable and session is not None and attempt == 1:
@@ -332,9 +337,9 @@ class HttpUpstreamConnection(SessionMode, SseMode):
         except httpx2.TransportError as exc:
             raise self._unreachable(exc) from None
 
-    def _headers_for(self, method: str, params: Any) -> dict[str, str]:
+    def _headers_for(self, method: str, params: Any, forwarded: Mapping[str, str] | None = None) -> dict[str, str]:
         if self.mode == "modern":
-            return self._modern_headers(method, params)
+            return self._modern_headers(method, params, forwarded)
         if self.mode == "streamable" and method != "initialize":
             return self._session_headers(self._session_id)
         return {}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 import logging
+from collections.abc import Mapping
 from contextlib import aclosing
 from typing import Any, Literal
 
@@ -75,8 +76,8 @@ class PostExchange(UpstreamBase):
 
     # -- 2026-07-28 ------------------------------------------------------------------------------
 
-    def _modern_headers(self, method: str, params: Any) -> dict[str, str]:
-        return modern_headers(method, params, self._param_headers, wire.FORWARDED_PARAMS.get())
+    def _modern_headers(self, method: str, params: Any, forwarded: Mapping[str, str] | None) -> dict[str, str]:
+        return modern_headers(method, params, self._param_headers, forwarded)
 
     def _learn(self, method: str, reply: Frame) -> None:
         """Remember, from a modern server's tool list, which arguments its tools mirror as headers."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import email.utils
 import time
 from collections.abc import AsyncGenerator, Iterator
-from contextvars import ContextVar
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -23,7 +22,6 @@ from frugal_proxy.protocol.jsonrpc import Frame
 ACCEPT_BOTH = "application/json, text/event-stream"
 # The `Mcp-Param-*` headers of the downstream request being served (set by the HTTP endpoint):
 # an intermediary forwards the ones it does not recognise.
-FORWARDED_PARAMS: ContextVar[dict[str, str] | None] = ContextVar("frugal_forwarded_params", default=None)
 
 
 class BodyTooLarge(Exception):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,6 +179,7 @@ class UpstreamConnection(UpstreamBase):
         *,
         on_progress: ProgressHandler | None = None,
         on_related: RelatedHandler | None = None,
+        headers: Mapping[str, str] | None = None,
         abandon_quietly: bool = False,
     ) -> Frame:
         """Send a request and wait for its reply frame (a result or an error).

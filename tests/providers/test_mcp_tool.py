@@ -3,7 +3,7 @@ the session's link (no upstream, no patching)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -24,12 +24,17 @@ class FakeForwarder:
 
     def __init__(self, handler: Callable[[], Awaitable[Frame]]) -> None:
         self.handler = handler
-        self.calls: list[tuple[str, dict[str, msgspec.Raw]]] = []
+        self.calls: list[tuple[str, dict[str, msgspec.Raw], Mapping[str, str] | None]] = []
 
     async def __call__(
-        self, method: str, params: dict[str, msgspec.Raw], client: Any, on_progress: ProgressSink | None
+        self,
+        method: str,
+        params: dict[str, msgspec.Raw],
+        client: Any,
+        on_progress: ProgressSink | None,
+        headers: Mapping[str, str] | None,
     ) -> Frame:
-        self.calls.append((method, params))
+        self.calls.append((method, params, headers))
         return await self.handler()
 
 
@@ -40,14 +45,19 @@ def raising(exc: Exception) -> Callable[[], Awaitable[Frame]]:
     return handler
 
 
-async def call(handler: Callable[[], Awaitable[Frame]], provider_timeout: float | None = None) -> Outcome:
+async def call(
+    handler: Callable[[], Awaitable[Frame]],
+    provider_timeout: float | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Outcome:
     forward = FakeForwarder(handler)
     provider = McpToolProvider("remote", forward, timeout=provider_timeout)
     params = {"name": jsonrpc.raw("search"), "arguments": jsonrpc.raw({"q": "x"})}
-    exchange = Exchange(call=Call(request_id=1, tool="search", params=params), route=Route("search", ("remote",)))
+    ident = Call(request_id=1, tool="search", params=params, forwarded_headers=headers)
+    exchange = Exchange(call=ident, route=Route("search", ("remote",)))
     with anyio.fail_after(5):
         outcome = await provider.call(exchange)
-    assert forward.calls == [("tools/call", params)]
+    assert forward.calls == [("tools/call", params, headers)]  # the call's headers go on with it
     return outcome
 
 
@@ -58,6 +68,7 @@ async def test_a_reply_is_the_upstreams_own_answer() -> None:
         return reply
 
     assert await call(answer) == Outcome("ok", reply=reply)
+    assert await call(answer, headers={"mcp-param-region": "eu"}) == Outcome("ok", reply=reply)
 
 
 async def test_refused_credentials_are_permanent() -> None:
