@@ -6,7 +6,7 @@ import msgspec
 
 from frugal_proxy.governor import receipts
 from frugal_proxy.protocol import canonical
-from frugal_proxy.records import OmissionReceipt
+from tests.proxy.governor.test_receipts import RECEIPT
 
 
 class Claims(msgspec.Struct, frozen=True):
@@ -31,21 +31,7 @@ def test_structs_encode_in_their_declared_field_order() -> None:
 
 
 def test_receipts_sign_the_canonical_bytes() -> None:
-    receipt = OmissionReceipt(
-        kind="omission",
-        route="r",
-        field="content[0].text",
-        mode="text",
-        total_bytes=10,
-        returned_bytes=4,
-        omitted_bytes=6,
-        total_records=None,
-        returned_records=None,
-        omitted_records=None,
-        artifact_id=None,
-        sha256="0" * 64,
-        expires_at=None,
-    )
+    receipt = RECEIPT
     fields = msgspec.structs.asdict(receipt)
     fields.pop("signature")
     assert receipts.signed_bytes(receipt) == canonical.encode(fields)
