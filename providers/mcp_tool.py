@@ -15,7 +15,7 @@ import msgspec
 
 from frugal_proxy.errors import UpstreamError
 from frugal_proxy.protocol.jsonrpc import Frame
-from frugal_proxy.records import Exchange, Outcome, OutcomeKind, ProgressSink
+from frugal_proxy.records import Exchange, Outcome, OutcomeKind, ProgressSink, ProviderSpec
 
 Forwarder = Callable[
     [str, dict[str, msgspec.Raw], Any, ProgressSink | None, Mapping[str, str] | None], Awaitable[Frame]
@@ -25,9 +25,9 @@ Forwarder = Callable[
 class McpToolProvider:
     """Serves a route by calling one tool of one upstream."""
 
-    def __init__(self, name: str, forward: Forwarder, cost_per_call: float = 0.0, timeout: float | None = None) -> None:
+    def __init__(self, name: str, forward: Forwarder, price_micros: int = 0, timeout: float | None = None) -> None:
         self.name = name
-        self.cost_per_call = cost_per_call
+        self.spec = ProviderSpec(name, "tool", price_micros)
         self.timeout = timeout
         self._forward = forward
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from frugal_proxy.protocol import jsonrpc
-from frugal_proxy.records import Exchange, Outcome
+from frugal_proxy.records import Exchange, Outcome, ProviderSpec
 
 PROVIDER_NAME = "frugal"
 PREFIX = "frugal__"
@@ -53,7 +53,7 @@ class OwnToolProvider:
     """Runs the proxy's own tools. Their failures are tool results the agent can read."""
 
     name = PROVIDER_NAME
-    cost_per_call = 0.0
+    spec = ProviderSpec(PROVIDER_NAME, "tool")
 
     def __init__(self, tools: Iterable[OwnTool]) -> None:
         self.tools = {tool.name: tool for tool in tools}

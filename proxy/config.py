@@ -12,13 +12,14 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import msgspec
 
-from frugal_proxy import home
+from frugal_proxy import home, money
 from frugal_proxy.identities import configured_tokens
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -62,8 +63,13 @@ class Upstream(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     timeout: str | None = None
     connect_timeout: str | None = None
     read_timeout: str | None = None
-    cost_per_call: float = 0.0
+    cost_per_call: Decimal = Decimal(0)  # USD, exact (the file is read with parse_float=Decimal)
     tools: ToolFilter = ToolFilter()
+
+    @property
+    def price_micros(self) -> int:
+        """`cost_per_call` in micro-dollars (checked at load time)."""
+        return money.to_micros(self.cost_per_call, "cost_per_call")
 
     @property
     def timeout_seconds(self) -> float | None:
@@ -203,7 +209,7 @@ def load(path: Path, environ: dict[str, str] | None = None) -> Config:
 
 def loads(text: str, source: str = "<config>", environ: dict[str, str] | None = None) -> Config:
     try:
-        data = tomllib.loads(text)
+        data = tomllib.loads(text, parse_float=Decimal)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from None
     tables = data.pop("upstreams", {})
@@ -317,8 +323,10 @@ def _check_upstream(source: str, name: str, upstream: Upstream, env: dict[str, s
                 parse_duration(value)
             except ValueError as exc:
                 raise ConfigError(f"{where}.{key}: {exc}") from None
-    if upstream.cost_per_call < 0:
-        raise ConfigError(f"{where}.cost_per_call: must not be negative")
+    try:
+        money.to_micros(upstream.cost_per_call, "cost_per_call")
+    except ValueError as exc:
+        raise ConfigError(f"{where}.{exc}") from None
     expanded_env = {key: _expand(value, env, f"{where}.env.{key}") for key, value in upstream.env.items()}
     headers = {key: _expand(value, env, f"{where}.headers.{key}") for key, value in upstream.headers.items()}
     return msgspec.structs.replace(upstream, url=url, env=expanded_env, headers=headers)

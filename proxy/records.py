@@ -43,21 +43,45 @@ class Route(msgspec.Struct, frozen=True):
     capability: str | None = None  # what interchangeable providers share (search, extract …)
 
 
+class ProviderSpec(msgspec.Struct, frozen=True):
+    """What the router knows of a provider before it calls it. Prices are micro-dollars
+    (`money`): `price_micros` is the list price of one call, what a paid answer costs (a paid
+    answer with zero hits included); `free_quota_monthly` calls a month cost nothing."""
+
+    name: str
+    capability: str  # "search", "extract", "browse"; "tool" for one tool of an upstream MCP server
+    price_micros: int = 0
+    free_quota_monthly: int = 0
+    premium: bool = False
+    key_env: str | None = None  # the environment variable its key comes from, if it has one
+    endpoint: str | None = None  # its documented endpoint (a config's base_url replaces it)
+
+    @property
+    def free(self) -> bool:
+        return self.price_micros == 0
+
+
 class Attempt(msgspec.Struct, frozen=True):
+    """One provider tried (its retries included); `cost_micros` is what it billed: its price for
+    an answer, zero hits from a paid provider included, and 0 for a failure."""
+
     provider: str
     outcome: OutcomeKind
     latency_ms: float
-    cost_usd: float = 0.0
+    cost_micros: int = 0
     error: str | None = None
 
 
 class Outcome(msgspec.Struct, frozen=True):
-    """What a provider made of one attempt. Faults are classified here, not raised."""
+    """What a provider made of one attempt. Faults are classified here, not raised. An upstream
+    MCP tool answers with its `reply` frame; a provider of a routed capability answers with
+    `data` (a list of `capabilities.SearchHit`, or a `capabilities.Page`)."""
 
     kind: OutcomeKind
     reply: Frame | None = None
     message: str = ""
     retry_after: float | None = None
+    data: Any = None
 
 
 class Decision(msgspec.Struct, frozen=True):
@@ -72,6 +96,7 @@ class Decision(msgspec.Struct, frozen=True):
     detail: str = ""
     bytes_in: int | None = None
     bytes_out: int | None = None
+    provider: str | None = None  # the candidate the decision is about (a skip, a drop)
 
 
 def reason(trace: list[Decision], served: bool) -> str:
@@ -83,10 +108,13 @@ def reason(trace: list[Decision], served: bool) -> str:
 
 
 class Receipt(msgspec.Struct, frozen=True):
+    """Who served the call and what it cost, in micro-dollars: `cost_micros` is the price of the
+    answer the client got, `total_micros` what every attempt billed together."""
+
     provider_used: str | None
-    cost_usd: float
+    cost_micros: int
     attempts: tuple[Attempt, ...]
-    total_cost_usd: float
+    total_micros: int
     reason: str
 
 
@@ -119,7 +147,11 @@ class Exchange(msgspec.Struct):
     client: Any = None
     on_progress: ProgressSink | None = None
     operator: str = "local"
-    candidates: list[str] = msgspec.field(default_factory=list)
+    # The route's providers that may still be tried, in the order dispatch tries them; the route
+    # phase reorders and drops them (each drop a Decision with its provider).
+    candidates: list[ProviderSpec] = msgspec.field(default_factory=list)
+    # A routed capability's typed request (capabilities.SearchRequest …); None for a plain tool.
+    request: Any = None
     trace: list[Decision] = msgspec.field(default_factory=list)
     attempts: list[Attempt] = msgspec.field(default_factory=list)
     outcome: Outcome | None = None

@@ -60,7 +60,7 @@ def session_options(config: Config) -> dict[str, Any]:
         "page_size": config.limits.page_size,
         "prefixes": {name: up.prefix for name, up in config.upstreams.items()},
         "filters": {name: up.tools for name, up in config.upstreams.items()},
-        "costs": {name: up.cost_per_call for name, up in config.upstreams.items()},
+        "prices": {name: up.price_micros for name, up in config.upstreams.items()},
         "timeouts": {
             name: min(up.timeout_seconds or call_timeout, call_timeout) for name, up in config.upstreams.items()
         },

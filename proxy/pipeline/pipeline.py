@@ -1,7 +1,16 @@
 """The path of every `tools/call`: admit → route → dispatch → govern → seal.
 
 Each phase runs the policies' hooks in order; `dispatch` is the one phase that calls providers,
-and it owns failover. `build_pipeline` is the single place where the order is assembled.
+and it owns failover:
+
+- the candidates are tried in the order the route phase left them, one attempt each;
+- an answer ends the chain; so do zero hits from a paid provider (it billed for them);
+- an error, or zero hits from a free provider, falls through to the next candidate;
+- a routed capability's answer (or its last empty one) is rendered with its receipt
+  (pipeline.routed) before the governor sees it; when every candidate failed, the error names
+  each attempt.
+
+`build_pipeline` is the single place where the order is assembled.
 """
 
 from __future__ import annotations
@@ -9,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
+from frugal_proxy.pipeline import routed
 from frugal_proxy.policies import Policy
 from frugal_proxy.policies.call_log import CallLog
 from frugal_proxy.protocol import jsonrpc
@@ -30,58 +40,69 @@ class Pipeline:
                 exchange.trace.append(Decision("admit", policy.name, "answered", f"answered by {policy.name}"))
                 break
         if exchange.answer is None:
-            exchange.candidates = list(exchange.route.providers)
+            exchange.candidates = [self.providers[name].spec for name in exchange.route.providers]
             for policy in self.policies:
                 policy.route(exchange)
             await self._dispatch(exchange)
+        exchange.receipt = self._receipt(exchange)
+        if exchange.route.capability is not None and exchange.answer is None:
+            exchange.answer = routed.answer(exchange, exchange.receipt)
         for policy in self.policies:
             await policy.govern(exchange)
-        exchange.receipt = self._receipt(exchange)
         for policy in self.policies:
             await policy.seal(exchange)
         assert exchange.answer is not None
         return exchange.answer
 
     async def _dispatch(self, exchange: Exchange) -> None:
-        failures: list[tuple[str, str]] = []
-        for name in exchange.candidates:
-            provider = self.providers[name]
+        """Try the candidates in order until one answers (see the module docstring)."""
+        for spec in exchange.candidates:
+            provider = self.providers[spec.name]
             started = time.monotonic()
             outcome = await provider.call(exchange)
+            billed = spec.price_micros if outcome.kind in ("ok", "empty") else 0
             exchange.attempts.append(
                 Attempt(
-                    provider=name,
+                    provider=spec.name,
                     outcome=outcome.kind,
                     latency_ms=round((time.monotonic() - started) * 1000, 3),
-                    cost_usd=provider.cost_per_call if outcome.kind == "ok" else 0.0,
+                    cost_micros=billed,
                     error=outcome.message or None,
                 )
             )
             exchange.outcome = outcome
-            if outcome.kind == "ok" and outcome.reply is not None:
-                exchange.answer = outcome.reply
+            if outcome.kind == "ok":
+                if outcome.reply is not None:
+                    exchange.answer = outcome.reply
                 return
-            failures.append((name, outcome.message or outcome.kind))
-            if outcome.kind == "permanent":
-                break
+            if outcome.kind == "empty" and not spec.free:
+                return  # a paid provider answered, with nothing: it billed, so the chain ends
+        if exchange.route.capability is not None and exchange.outcome is not None and exchange.outcome.kind == "empty":
+            return  # every free provider found nothing: an empty answer, not an error
+        exchange.answer = jsonrpc.result(exchange.call.request_id, jsonrpc.tool_error_result(self._failure(exchange)))
+
+    @staticmethod
+    def _failure(exchange: Exchange) -> str:
+        tool = exchange.call.tool
+        failures = [(a.provider, a.error or a.outcome) for a in exchange.attempts]
         if not failures:
-            text = f"{exchange.call.tool} failed: no provider is available for this tool"
-        elif len(failures) == 1:
-            text = f"{exchange.call.tool} failed: {failures[0][1]}"
-        else:
-            tried = "; ".join(f"{name}: {message}" for name, message in failures)
-            text = f"{exchange.call.tool} failed on every provider: {tried}"
-        exchange.answer = jsonrpc.result(exchange.call.request_id, jsonrpc.tool_error_result(text))
+            skipped = [d.detail for d in exchange.trace if d.phase == "route" and d.provider is not None]
+            why = f" ({'; '.join(skipped)})" if skipped else ""
+            return f"{tool} failed: no provider is available for this tool{why}"
+        if len(failures) == 1 and exchange.route.capability is None:
+            return f"{tool} failed: {failures[0][1]}"
+        tried = "; ".join(f"{name}: {message}" for name, message in failures)
+        return f"{tool} failed on every provider ({len(failures)} attempt(s)): {tried}"
 
     @staticmethod
     def _receipt(exchange: Exchange) -> Receipt:
-        used = next((a for a in reversed(exchange.attempts) if a.outcome == "ok"), None)
-        total = sum(a.cost_usd for a in exchange.attempts)
+        # The answer the client got: the attempt that won, or the empty answer that ended the chain.
+        used = next((a for a in reversed(exchange.attempts) if a.outcome in ("ok", "empty")), None)
         return Receipt(
             provider_used=used.provider if used else None,
-            cost_usd=used.cost_usd if used else 0.0,
+            cost_micros=used.cost_micros if used else 0,
             attempts=tuple(exchange.attempts),
-            total_cost_usd=total,
+            total_micros=sum(a.cost_micros for a in exchange.attempts),
             reason=reason(exchange.trace, used is not None),
         )
 

@@ -68,7 +68,7 @@ class Router:
         operator: str = "local",
         prefixes: dict[str, str | None] | None = None,
         filters: dict[str, ToolFilter] | None = None,
-        costs: dict[str, float] | None = None,
+        prices: dict[str, int] | None = None,
         timeouts: dict[str, float | None] | None = None,
         page_size: int = 500,
     ) -> None:
@@ -93,7 +93,7 @@ class Router:
             link.name: McpToolProvider(
                 link.name,
                 link.forward,
-                cost_per_call=(costs or {}).get(link.name, 0.0),
+                price_micros=(prices or {}).get(link.name, 0),
                 timeout=(timeouts or {}).get(link.name),
             )
             for link in self.links

@@ -30,6 +30,7 @@ def test_a_full_config_loads_with_defaults_and_expansion() -> None:
     assert files.timeout_seconds == 90.0
     assert files.tools.allow == ["read_*"] and files.lazy is False and files.prefix is None
     assert loaded.limits.call_timeout_seconds == 90.0
+    assert files.price_micros == 2_000  # read as a decimal: exact, never a binary float
 
 
 @pytest.mark.parametrize(
@@ -46,7 +47,11 @@ def test_a_full_config_loads_with_defaults_and_expansion() -> None:
         ("[upstreams.a]\nenv = {}", "give exactly one of 'command'"),
         ('[upstreams.a]\nurl = "ftp://example.invalid/mcp"', "upstreams.a.url: expected an http:// or https:// URL"),
         ('[upstreams."a b"]\ncommand = ["x"]', "an upstream name uses letters"),
-        ('[upstreams.a]\ncommand = ["x"]\ncost_per_call = -1.0', "must not be negative"),
+        (
+            '[upstreams.a]\ncommand = ["x"]\ncost_per_call = -1.0',
+            "cost_per_call: must be a finite amount of at least $0",
+        ),
+        ('[upstreams.a]\ncommand = ["x"]\ncost_per_call = 0.0000001', "finer than a micro-dollar"),
         ("[routing]\nstrategy = 'cheap'", "at the top level: unknown key `routing`"),
         ("[upstreams.a\ncommand = 1", "not valid TOML"),
     ],

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
+import msgspec
 import pytest
 
+from frugal_proxy.capabilities import SearchHit
 from frugal_proxy.pipeline.pipeline import build_pipeline
 from frugal_proxy.policies import Policy
 from frugal_proxy.protocol import jsonrpc
@@ -25,16 +29,19 @@ async def test_first_provider_serves() -> None:
     async def serve(ex: Exchange) -> Outcome:
         return ok("a")
 
-    first, second = FakeProvider("a", serve, 0.01), FakeProvider("b", serve)
+    first, second = FakeProvider("a", serve, 10_000), FakeProvider("b", serve)
     pipeline = build_pipeline({"a": first, "b": second})
     ex = exchange("a", "b")
     answer = await pipeline.run(ex)
     assert jsonrpc.decode_any(answer["result"])["content"][0]["text"] == "a"
     assert second.calls == []
-    assert ex.receipt is not None and ex.receipt.provider_used == "a" and ex.receipt.cost_usd == 0.01
+    assert ex.receipt is not None and ex.receipt.provider_used == "a" and ex.receipt.cost_micros == 10_000
 
 
-async def test_transient_failure_fails_over_and_permanent_stops() -> None:
+async def test_every_fault_fails_over_to_the_next_candidate() -> None:
+    """A transient fault and a permanent one (a provider refusing its key) are both that
+    provider's: the next candidate is tried. When none answers, the error names each attempt."""
+
     async def down(ex: Exchange) -> Outcome:
         return Outcome("transient", message="upstream 'a' is down")
 
@@ -50,11 +57,16 @@ async def test_transient_failure_fails_over_and_permanent_stops() -> None:
     over = exchange("a", "c")
     await pipeline.run(over)
     assert [a.provider for a in over.attempts] == ["a", "c"]
-    stopped = exchange("b", "c")
-    answer = await pipeline.run(stopped)
+    refused = exchange("b", "c")
+    await pipeline.run(refused)
+    assert [a.provider for a in refused.attempts] == ["b", "c"]
+    failed = exchange("a", "b")
+    answer = await pipeline.run(failed)
     body = jsonrpc.decode_any(answer["result"])
-    assert body["isError"] is True and "forbidden" in body["content"][0]["text"]
-    assert [a.provider for a in stopped.attempts] == ["b"]
+    text = body["content"][0]["text"]
+    assert body["isError"] is True
+    assert text == "search failed on every provider (2 attempt(s)): a: upstream 'a' is down; b: forbidden"
+    assert failed.receipt is not None and failed.receipt.total_micros == 0
 
 
 async def test_admit_can_answer_and_every_phase_runs_in_order() -> None:
@@ -84,3 +96,81 @@ async def test_admit_can_answer_and_every_phase_runs_in_order() -> None:
     await pipeline.run(ex)
     assert seen == ["admit", "govern", "seal"]
     assert ex.trace == [Decision("admit", "recorder", "answered", "answered by recorder")]
+
+
+# -- routed capabilities -------------------------------------------------------------------------
+
+
+def hits(source: str, count: int) -> list[SearchHit]:
+    return [SearchHit(f"{source} {n}", f"https://{source}.example/{n}", "snippet", source) for n in range(count)]
+
+
+def searching(source: str, count: int) -> FakeProvider:
+    async def search(ex: Exchange) -> Outcome:
+        found = hits(source, count)
+        return Outcome("ok", data=found) if found else Outcome("empty")
+
+    return FakeProvider(source, search, capability="search")
+
+
+def priced(provider: FakeProvider, price_micros: int) -> FakeProvider:
+    provider.spec = msgspec.structs.replace(provider.spec, price_micros=price_micros)
+    return provider
+
+
+def routed(*providers: str) -> Exchange:
+    params = {"name": jsonrpc.raw("frugal__search"), "arguments": jsonrpc.raw({"query": "q"})}
+    route = Route("frugal__search", providers, capability="search")
+    return Exchange(call=Call(request_id=3, tool="frugal__search", params=params), route=route)
+
+
+def structured(answer: dict[str, msgspec.Raw]) -> dict[str, object]:
+    body = jsonrpc.decode_any(answer["result"])
+    assert body["isError"] is False
+    assert json.loads(body["content"][0]["text"]) == body["structuredContent"]
+    return body["structuredContent"]  # type: ignore[no-any-return]
+
+
+async def test_a_free_empty_answer_falls_through_and_the_receipt_counts_every_attempt() -> None:
+    pipeline = build_pipeline({"wiki": searching("wiki", 0), "serper": priced(searching("serper", 2), 1_000)})
+    ex = routed("wiki", "serper")
+    body = structured(await pipeline.run(ex))
+    assert [hit["source"] for hit in body["results"]] == ["serper", "serper"]  # type: ignore[index, union-attr]
+    assert body["provider_used"] == "serper"
+    assert body["cost_usd"] == 0.001 and body["total_cost_usd"] == 0.001
+    assert [(a["provider"], a["outcome"], a["cost_usd"]) for a in body["attempts"]] == [  # type: ignore[union-attr]
+        ("wiki", "empty", 0),
+        ("serper", "won", 0.001),
+    ]
+    assert body["reason"] == "provider=serper won on attempt 2"
+    assert body["est_tokens"] > 0
+
+
+async def test_a_paid_empty_answer_ends_the_chain_at_its_price() -> None:
+    third = searching("brave", 3)
+    pipeline = build_pipeline({"serper": priced(searching("serper", 0), 1_000), "brave": third})
+    ex = routed("serper", "brave")
+    body = structured(await pipeline.run(ex))
+    assert body["results"] == [] and third.calls == []
+    assert body["provider_used"] == "serper" and body["cost_usd"] == 0.001
+    assert body["reason"] == "provider=serper answered with nothing on attempt 1"
+    assert body["warnings"] == ["no provider found anything for this query"]
+
+
+async def test_costs_add_up_exactly_over_many_attempts() -> None:
+    """Ten paid providers that fail bill nothing; one that answers bills its price once."""
+
+    async def failing(ex: Exchange) -> Outcome:
+        return Outcome("transient", message="502 from the API")
+
+    providers: dict[str, FakeProvider] = {
+        f"p{n}": FakeProvider(f"p{n}", failing, 100, capability="search") for n in range(10)
+    }
+    providers["last"] = priced(searching("last", 1), 100)
+    pipeline = build_pipeline(providers)
+    ex = routed(*providers)
+    body = structured(await pipeline.run(ex))
+    assert ex.receipt is not None and ex.receipt.total_micros == 100 and ex.receipt.cost_micros == 100
+    assert body["total_cost_usd"] == 0.0001
+    assert [a["outcome"] for a in body["attempts"]] == ["error"] * 10 + ["won"]  # type: ignore[union-attr]
+    assert body["attempts"][0]["error_kind"] == "transient"  # type: ignore[index]

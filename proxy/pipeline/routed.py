@@ -1,0 +1,114 @@
+"""The answer of a routed tool (`frugal__search`, `frugal__extract`, `frugal__browse`): what the
+provider found, and the receipt that says who served it, what it cost and why.
+
+The body is the tool's `structuredContent` (valid against its declared outputSchema) and the same
+JSON in its text block:
+
+    results | page      the normalized answer (capabilities.SearchHit list, or a Page)
+    provider_used       the provider whose answer this is (None when every one failed)
+    cost_usd            the price of that answer; total_cost_usd: what every attempt billed
+    latency_ms          the whole call, failover included
+    attempts[]          provider, outcome (won / empty / error), error_kind, error, latency_ms,
+                        cost_usd (a failed attempt is $0; a paid zero-hit answer is its price)
+    est_tokens          the answer's size as the governor counts it (characters / 4)
+    reason              one line: what routed it and who won
+    warnings, skipped   what was dropped, and each candidate a policy removed before any call
+
+Amounts are exact decimals rendered as JSON numbers (money: integer micro-dollars inside).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+
+from frugal_proxy import money
+from frugal_proxy.capabilities import Page
+from frugal_proxy.governor.shaping import est_tokens
+from frugal_proxy.protocol import jsonrpc
+from frugal_proxy.protocol.jsonrpc import Frame
+from frugal_proxy.records import Attempt, Exchange, Receipt
+
+_encoder = msgspec.json.Encoder(decimal_format="number")
+_OUTCOME = {"ok": "won", "empty": "empty"}
+
+
+def attempt_view(attempt: Attempt) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "provider": attempt.provider,
+        "outcome": _OUTCOME.get(attempt.outcome, "error"),
+        "latency_ms": attempt.latency_ms,
+        "cost_usd": money.usd(attempt.cost_micros),
+    }
+    if attempt.outcome not in _OUTCOME:
+        view["error_kind"] = attempt.outcome
+    if attempt.error:
+        view["error"] = attempt.error
+    return view
+
+
+def receipt_fields(exchange: Exchange, receipt: Receipt) -> dict[str, Any]:
+    """The receipt as a routed answer carries it (and a plain tool's `_meta["frugal/route"]`)."""
+    fields: dict[str, Any] = {
+        "provider_used": receipt.provider_used,
+        "cost_usd": money.usd(receipt.cost_micros),
+        "latency_ms": round((time.monotonic() - exchange.call.started_at) * 1000, 3),
+        "attempts": [attempt_view(attempt) for attempt in receipt.attempts],
+        "total_cost_usd": money.usd(receipt.total_micros),
+        "reason": reason_line(exchange, receipt),
+    }
+    skipped = [
+        {"provider": d.provider, "guard": d.policy, "why": d.detail}
+        for d in exchange.trace
+        if d.phase == "route" and d.verdict == "skipped" and d.provider is not None
+    ]
+    if skipped:
+        fields["skipped"] = skipped
+    return fields
+
+
+def reason_line(exchange: Exchange, receipt: Receipt) -> str:
+    """`policy=cheap: effective cost ascending; provider=marginalia won on attempt 1`, with each
+    skip and drop the route phase noted."""
+    parts = [
+        f"policy={d.policy}: {d.detail}" if d.verdict == "ordered" else f"{d.policy}: {d.detail}"
+        for d in exchange.trace
+        if d.phase == "route"
+    ]
+    if receipt.provider_used is None:
+        parts.append(f"no provider answered after {len(receipt.attempts)} attempt(s)")
+    else:
+        number = next(i for i, a in enumerate(receipt.attempts, 1) if a.provider == receipt.provider_used)
+        verb = "won" if receipt.attempts[number - 1].outcome == "ok" else "answered with nothing"
+        parts.append(f"provider={receipt.provider_used} {verb} on attempt {number}")
+    return "; ".join(parts)
+
+
+def answer(exchange: Exchange, receipt: Receipt) -> Frame:
+    """The routed tool's result: the provider's normalized answer with its receipt."""
+    outcome = exchange.outcome
+    data = outcome.data if outcome is not None else None
+    body: dict[str, Any] = {}
+    warnings: list[str] = []
+    if isinstance(data, Page):
+        body["page"] = data
+    else:
+        body["results"] = list(data or [])
+        if not body["results"]:
+            warnings.append("no provider found anything for this query")
+    body.update(receipt_fields(exchange, receipt))
+    if warnings:
+        body["warnings"] = warnings
+    body["est_tokens"] = 0
+    text = _encoder.encode(body)
+    body["est_tokens"] = est_tokens(len(text))
+    text = _encoder.encode(body)
+    result = {
+        "content": [{"type": "text", "text": text.decode()}],
+        "structuredContent": msgspec.Raw(text),
+        "isError": False,
+        "resultType": "complete",
+    }
+    return jsonrpc.result(exchange.call.request_id, msgspec.Raw(_encoder.encode(result)))
