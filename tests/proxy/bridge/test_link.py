@@ -1,0 +1,289 @@
+"""UpstreamLink at its seam: the four cases client era x upstream era, against a fake upstream
+(the real UpstreamBase with a handler for a server) and a client that answers from a dict."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+
+from frugal_proxy.bridge.downstream import DownstreamPeer
+from frugal_proxy.bridge.link import Client, UpstreamLink
+from frugal_proxy.errors import BridgeError
+from frugal_proxy.protocol import eras, jsonrpc
+from frugal_proxy.protocol.jsonrpc import Frame
+from frugal_proxy.upstream.base import PROXY_CLIENT_INFO
+from tests.fake_upstream import FakeCall, FakeUpstream, decoded
+
+pytestmark = pytest.mark.anyio
+
+MODERN_META = {eras.META_VERSION: eras.LATEST_MODERN, eras.META_CAPABILITIES: {"roots": {}}}
+ASKING = {
+    "resultType": "input_required",
+    "inputRequests": {"who": {"method": "elicitation/create", "params": {"message": "Name?", "requestedSchema": {}}}},
+    "requestState": "opaque-1",
+}
+
+
+class FakeClient:
+    """The client's side as the link sees it: what the proxy sends it, and its answers to the
+    proxy's requests (from `answers`, by method)."""
+
+    def __init__(self, answers: dict[str, Any] | None = None) -> None:
+        self.answers = answers or {}
+        self.sent: list[Frame] = []
+        self.peer = DownstreamPeer(self)
+
+    async def send(self, frame: Frame | list[Frame]) -> None:
+        assert isinstance(frame, dict)
+        self.sent.append(frame)
+        method = jsonrpc.method_of(frame)
+        if jsonrpc.is_request(frame) and method in self.answers:
+            self.peer.take_reply(jsonrpc.result(jsonrpc.id_of(frame), self.answers[method]))
+
+    def methods(self) -> list[str | None]:
+        return [jsonrpc.method_of(frame) for frame in self.sent]
+
+
+@asynccontextmanager
+async def linked(
+    upstream: FakeUpstream, client: Client, downstream: FakeClient | None = None
+) -> AsyncIterator[tuple[UpstreamLink, FakeClient]]:
+    downstream = downstream or FakeClient()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            yield UpstreamLink(upstream, client, downstream.peer, tg), downstream
+            tg.cancel_scope.cancel()
+
+
+def params(**values: Any) -> dict[str, Any]:
+    return {key: jsonrpc.raw(value) for key, value in values.items()}
+
+
+def body(reply: Frame) -> Any:
+    return jsonrpc.decode_any(reply["result"])
+
+
+# -- 2026-07-28 client -------------------------------------------------------------------------
+
+
+async def test_modern_to_modern_is_forwarded_as_it_is() -> None:
+    upstream = FakeUpstream(era="modern")
+
+    async def asking(call: FakeCall) -> Any:
+        return ASKING
+
+    upstream.handlers["tools/call"] = asking
+    sent = params(name="echo", arguments={"x": 1}, _meta={**MODERN_META, "custom/key": "kept"})
+    async with linked(upstream, Client("modern")) as (link, _):
+        reply = await link.forward("tools/call", sent, Client("modern", {"roots": {}}), None)
+    assert upstream.last("tools/call").params == decoded(sent)
+    assert body(reply) == ASKING  # a modern client retries input_required itself
+    assert "initialize" not in upstream.methods()
+
+
+async def test_modern_to_legacy_initializes_strips_meta_and_completes_results() -> None:
+    upstream = FakeUpstream(era="legacy")
+    sent = params(_meta={**MODERN_META, "progressToken": "p"})
+    async with linked(upstream, Client("modern")) as (link, _):
+        reply = await link.forward("tools/list", sent, Client("modern"), None)
+        again = await link.forward("tools/list", sent, Client("modern"), None)
+    initialize = upstream.last("initialize").params
+    assert initialize["capabilities"] == eras.BRIDGED_CLIENT_CAPABILITIES
+    assert initialize["clientInfo"] == PROXY_CLIENT_INFO
+    assert upstream.methods() == ["initialize", "tools/list", "tools/list"]  # initialized once
+    assert upstream.notifications == [("notifications/initialized", None)]
+    assert upstream.last("tools/list").params == {"_meta": {"progressToken": "p"}}
+    listed = body(reply)
+    assert listed["resultType"] == "complete" and listed["ttlMs"] == 0 and listed["cacheScope"] == "private"
+    assert body(again) == listed
+
+
+async def test_modern_to_legacy_turns_a_server_request_into_input_required() -> None:
+    upstream = FakeUpstream(era="legacy")
+
+    async def asks_for_roots(call: FakeCall) -> Any:
+        answer = await upstream.ask("roots/list", {})
+        roots = body(answer)["roots"]
+        return {"content": [{"type": "text", "text": f"{len(roots)} roots"}]}
+
+    upstream.handlers["tools/call"] = asks_for_roots
+    client = Client("modern", {"roots": {}})
+    async with linked(upstream, Client("modern")) as (link, _):
+        first = body(await link.forward("tools/call", params(name="scan", _meta=MODERN_META), client, None))
+        assert first["resultType"] == "input_required"
+        ((key, asked),) = first["inputRequests"].items()
+        assert asked["method"] == "roots/list"
+        retry = params(
+            name="scan",
+            _meta=MODERN_META,
+            requestState=first["requestState"],
+            inputResponses={key: {"roots": [{"uri": "file:///a"}]}},
+        )
+        final = body(await link.forward("tools/call", retry, client, None))
+    assert final["content"][0]["text"] == "1 roots" and final["resultType"] == "complete"
+    (reply,) = upstream.replies
+    assert jsonrpc.id_of(reply) == 9001 and body(reply) == {"roots": [{"uri": "file:///a"}]}
+    assert upstream.methods().count("tools/call") == 1  # the retry continued the held call
+
+
+# -- session-era client ------------------------------------------------------------------------
+
+
+async def test_legacy_to_modern_is_described_from_discover_and_stamped() -> None:
+    upstream = FakeUpstream(
+        era="modern",
+        capabilities={"tools": {}, "extensions": {"x": {}}},
+        instructions="Be brief.",
+    )
+    client = Client("legacy", {"sampling": {}}, {"name": "cli", "version": "2"}, "2025-06-18", "debug")
+    async with linked(upstream, client) as (link, _):
+        handshake = body(await link.initialize_for_client({"protocolVersion": "2025-06-18"}, passthrough=True))
+        await link.forward("tools/call", params(name="echo", arguments={}), client, None)
+    assert handshake == {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {"tools": {}},  # extensions are a 2026-07-28 notion
+        "serverInfo": {"name": "fake", "version": "1.0"},
+        "instructions": "Be brief.",
+    }
+    assert upstream.last("tools/call").params["_meta"] == {
+        eras.META_VERSION: eras.LATEST_MODERN,
+        eras.META_CAPABILITIES: {"sampling": {}},
+        eras.META_CLIENT_INFO: {"name": "cli", "version": "2"},
+        eras.META_LOG_LEVEL: "debug",
+    }
+    assert "initialize" not in upstream.methods()
+
+
+async def test_legacy_to_modern_asks_the_client_what_input_required_wants() -> None:
+    upstream = FakeUpstream(era="modern")
+
+    async def asking_once(call: FakeCall) -> Any:
+        if "inputResponses" not in call.params:
+            return ASKING
+        return {"content": [{"type": "text", "text": call.params["inputResponses"]["who"]["content"]["name"]}]}
+
+    upstream.handlers["tools/call"] = asking_once
+    client = Client("legacy", {"elicitation": {}})
+    downstream = FakeClient({"elicitation/create": {"action": "accept", "content": {"name": "Ada"}}})
+    async with linked(upstream, client, downstream) as (link, _):
+        reply = body(await link.forward("tools/call", params(name="greet"), client, None))
+    assert reply["content"][0]["text"] == "Ada"
+    assert downstream.methods() == ["elicitation/create"]
+    assert upstream.last("tools/call").params["requestState"] == "opaque-1"
+
+
+async def test_legacy_to_modern_gets_list_changes_through_one_listen_stream() -> None:
+    upstream = FakeUpstream(era="modern", capabilities={"tools": {"listChanged": True}})
+    listening = anyio.Event()
+
+    async def listen(call: FakeCall) -> Any:
+        assert call.on_related is not None
+        await call.on_related(jsonrpc.notification("notifications/tools/list_changed", {}))
+        listening.set()
+        await anyio.sleep_forever()
+
+    upstream.handlers["subscriptions/listen"] = listen
+    changed: list[str | None] = []
+
+    async def on_change(link: UpstreamLink, frame: Frame) -> None:
+        changed.append(jsonrpc.method_of(frame))
+
+    client = Client("legacy")
+    downstream = FakeClient()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            link = UpstreamLink(upstream, client, downstream.peer, tg, on_change=on_change)
+            await link.initialize_for_client({}, passthrough=True)
+            await listening.wait()
+            tg.cancel_scope.cancel()
+    assert upstream.last("subscriptions/listen").params["notifications"] == {"toolsListChanged": True}
+    assert downstream.methods() == ["notifications/tools/list_changed"]
+    assert changed == ["notifications/tools/list_changed"]
+
+
+async def test_legacy_to_legacy_passes_the_clients_own_initialize_through() -> None:
+    upstream = FakeUpstream(era="legacy", capabilities={"tools": {}, "tasks": {}})
+    client = Client("legacy", {"sampling": {}})
+    own = {"protocolVersion": "2025-03-26", "capabilities": {"sampling": {}}, "clientInfo": {"name": "cli"}}
+    async with linked(upstream, client) as (link, _):
+        handshake = await link.initialize_for_client(own, passthrough=True)
+        reply = await link.forward("tools/list", params(), client, None)
+    assert upstream.last("initialize").params == own
+    assert body(handshake)["protocolVersion"] == "2025-03-26"
+    assert body(handshake)["capabilities"] == {"tools": {}, "tasks": {}}  # nothing to translate
+    assert "resultType" not in body(reply) and upstream.last("tools/list").params == {}
+
+
+async def test_legacy_to_legacy_relays_server_requests_with_the_upstreams_id() -> None:
+    upstream = FakeUpstream(era="legacy")
+
+    async def samples(call: FakeCall) -> Any:
+        answer = await upstream.ask("sampling/createMessage", {"messages": [], "maxTokens": 5})
+        return {"content": [{"type": "text", "text": body(answer)["model"]}]}
+
+    upstream.handlers["tools/call"] = samples
+    client = Client("legacy", {"sampling": {}})
+    downstream = FakeClient({"sampling/createMessage": {"model": "m1", "role": "assistant"}})
+    async with linked(upstream, client, downstream) as (link, _):
+        await link.initialize_for_client({"capabilities": {"sampling": {}}}, passthrough=True)
+        reply = body(await link.forward("tools/call", params(name="write"), client, None))
+    assert reply["content"][0]["text"] == "m1"
+    (asked,) = downstream.sent
+    assert jsonrpc.method_of(asked) == "sampling/createMessage"
+    assert jsonrpc.id_of(upstream.replies[0]) == 9001  # the client's reply, under the upstream's id
+
+
+# -- what all four share -----------------------------------------------------------------------
+
+
+async def test_a_legacy_upstream_is_described_for_modern_clients() -> None:
+    upstream = FakeUpstream(era="legacy", capabilities={"tools": {}, "tasks": {}}, instructions="Hi.")
+    async with linked(upstream, Client("modern")) as (link, _):
+        described = await link.describe_for_modern()
+    assert described["capabilities"] == {"tools": {}}  # core tasks are not bridged
+    assert described["_meta"] == {eras.META_SERVER_INFO: {"name": "fake", "version": "1.0"}}
+    assert described["instructions"] == "Hi." and described["ttlMs"] == 0 and described["cacheScope"] == "private"
+    assert described["supportedVersions"] == list(eras.MODERN_VERSIONS)
+
+
+async def test_an_upstream_refusing_the_proxys_initialize_is_a_bridge_error() -> None:
+    upstream = FakeUpstream(era="legacy")
+
+    async def refuse(call: FakeCall) -> Any:
+        return jsonrpc.error(None, jsonrpc.INVALID_PARAMS, "unsupported version")
+
+    upstream.handlers["initialize"] = refuse
+    async with linked(upstream, Client("modern")) as (link, _):
+        with pytest.raises(BridgeError, match="refused initialize: unsupported version"):
+            await link.forward("tools/list", params(_meta=MODERN_META), Client("modern"), None)
+        assert upstream.initialize_params is None  # the next request tries again
+
+
+@pytest.mark.parametrize(
+    ("client", "delivered"),
+    [
+        (Client("legacy"), ["notifications/tools/list_changed", "notifications/message"]),
+        (Client("modern"), []),  # list changes go to listen streams that opted in; no log level set
+        (Client("modern", log_level="info"), ["notifications/message"]),
+    ],
+)
+async def test_unasked_notifications_reach_the_client_its_era_s_way(client: Client, delivered: list[str]) -> None:
+    upstream = FakeUpstream(era="legacy")
+    changed: list[str | None] = []
+
+    async def on_change(link: UpstreamLink, frame: Frame) -> None:
+        changed.append(jsonrpc.method_of(frame))
+
+    downstream = FakeClient()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            UpstreamLink(upstream, client, downstream.peer, tg, on_change=on_change)
+            await upstream.tell("notifications/tools/list_changed", {})
+            await upstream.tell("notifications/message", {"level": "info", "data": "hi"})
+            tg.cancel_scope.cancel()
+    assert downstream.methods() == delivered
+    assert changed == ["notifications/tools/list_changed"]  # the catalog hears of it in every era
