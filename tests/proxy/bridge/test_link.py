@@ -10,13 +10,12 @@ from typing import Any
 import anyio
 import pytest
 
-from frugal_proxy.bridge.downstream import DownstreamPeer
 from frugal_proxy.bridge.link import Client, UpstreamLink
 from frugal_proxy.errors import BridgeError
 from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.upstream.base import PROXY_CLIENT_INFO
-from tests.fake_upstream import FakeCall, FakeUpstream, decoded
+from tests.fake_peers import FakeCall, FakeClient, FakeUpstream, decoded, linked
 
 pytestmark = pytest.mark.anyio
 
@@ -28,35 +27,12 @@ ASKING = {
 }
 
 
-class FakeClient:
-    """The client's side as the link sees it: what the proxy sends it, and its answers to the
-    proxy's requests (from `answers`, by method)."""
-
-    def __init__(self, answers: dict[str, Any] | None = None) -> None:
-        self.answers = answers or {}
-        self.sent: list[Frame] = []
-        self.peer = DownstreamPeer(self)
-
-    async def send(self, frame: Frame | list[Frame]) -> None:
-        assert isinstance(frame, dict)
-        self.sent.append(frame)
-        method = jsonrpc.method_of(frame)
-        if jsonrpc.is_request(frame) and method in self.answers:
-            self.peer.take_reply(jsonrpc.result(jsonrpc.id_of(frame), self.answers[method]))
-
-    def methods(self) -> list[str | None]:
-        return [jsonrpc.method_of(frame) for frame in self.sent]
-
-
 @asynccontextmanager
-async def linked(
+async def link_to(
     upstream: FakeUpstream, client: Client, downstream: FakeClient | None = None
-) -> AsyncIterator[tuple[UpstreamLink, FakeClient]]:
-    downstream = downstream or FakeClient()
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as tg:
-            yield UpstreamLink(upstream, client, downstream.peer, tg), downstream
-            tg.cancel_scope.cancel()
+) -> AsyncIterator[UpstreamLink]:
+    async with linked([upstream], client, downstream) as (link,):
+        yield link
 
 
 def params(**values: Any) -> dict[str, Any]:
@@ -78,7 +54,7 @@ async def test_modern_to_modern_is_forwarded_as_it_is() -> None:
 
     upstream.handlers["tools/call"] = asking
     sent = params(name="echo", arguments={"x": 1}, _meta={**MODERN_META, "custom/key": "kept"})
-    async with linked(upstream, Client("modern")) as (link, _):
+    async with link_to(upstream, Client("modern")) as link:
         reply = await link.forward("tools/call", sent, Client("modern", {"roots": {}}), None)
     assert upstream.last("tools/call").params == decoded(sent)
     assert body(reply) == ASKING  # a modern client retries input_required itself
@@ -88,7 +64,7 @@ async def test_modern_to_modern_is_forwarded_as_it_is() -> None:
 async def test_modern_to_legacy_initializes_strips_meta_and_completes_results() -> None:
     upstream = FakeUpstream(era="legacy")
     sent = params(_meta={**MODERN_META, "progressToken": "p"})
-    async with linked(upstream, Client("modern")) as (link, _):
+    async with link_to(upstream, Client("modern")) as link:
         reply = await link.forward("tools/list", sent, Client("modern"), None)
         again = await link.forward("tools/list", sent, Client("modern"), None)
     initialize = upstream.last("initialize").params
@@ -112,7 +88,7 @@ async def test_modern_to_legacy_turns_a_server_request_into_input_required() -> 
 
     upstream.handlers["tools/call"] = asks_for_roots
     client = Client("modern", {"roots": {}})
-    async with linked(upstream, Client("modern")) as (link, _):
+    async with link_to(upstream, Client("modern")) as link:
         first = body(await link.forward("tools/call", params(name="scan", _meta=MODERN_META), client, None))
         assert first["resultType"] == "input_required"
         ((key, asked),) = first["inputRequests"].items()
@@ -140,7 +116,7 @@ async def test_legacy_to_modern_is_described_from_discover_and_stamped() -> None
         instructions="Be brief.",
     )
     client = Client("legacy", {"sampling": {}}, {"name": "cli", "version": "2"}, "2025-06-18", "debug")
-    async with linked(upstream, client) as (link, _):
+    async with link_to(upstream, client) as link:
         handshake = body(await link.initialize_for_client({"protocolVersion": "2025-06-18"}, passthrough=True))
         await link.forward("tools/call", params(name="echo", arguments={}), client, None)
     assert handshake == {
@@ -169,7 +145,7 @@ async def test_legacy_to_modern_asks_the_client_what_input_required_wants() -> N
     upstream.handlers["tools/call"] = asking_once
     client = Client("legacy", {"elicitation": {}})
     downstream = FakeClient({"elicitation/create": {"action": "accept", "content": {"name": "Ada"}}})
-    async with linked(upstream, client, downstream) as (link, _):
+    async with link_to(upstream, client, downstream) as link:
         reply = body(await link.forward("tools/call", params(name="greet"), client, None))
     assert reply["content"][0]["text"] == "Ada"
     assert downstream.methods() == ["elicitation/create"]
@@ -209,7 +185,7 @@ async def test_legacy_to_legacy_passes_the_clients_own_initialize_through() -> N
     upstream = FakeUpstream(era="legacy", capabilities={"tools": {}, "tasks": {}})
     client = Client("legacy", {"sampling": {}})
     own = {"protocolVersion": "2025-03-26", "capabilities": {"sampling": {}}, "clientInfo": {"name": "cli"}}
-    async with linked(upstream, client) as (link, _):
+    async with link_to(upstream, client) as link:
         handshake = await link.initialize_for_client(own, passthrough=True)
         reply = await link.forward("tools/list", params(), client, None)
     assert upstream.last("initialize").params == own
@@ -228,7 +204,7 @@ async def test_legacy_to_legacy_relays_server_requests_with_the_upstreams_id() -
     upstream.handlers["tools/call"] = samples
     client = Client("legacy", {"sampling": {}})
     downstream = FakeClient({"sampling/createMessage": {"model": "m1", "role": "assistant"}})
-    async with linked(upstream, client, downstream) as (link, _):
+    async with link_to(upstream, client, downstream) as link:
         await link.initialize_for_client({"capabilities": {"sampling": {}}}, passthrough=True)
         reply = body(await link.forward("tools/call", params(name="write"), client, None))
     assert reply["content"][0]["text"] == "m1"
@@ -242,7 +218,7 @@ async def test_legacy_to_legacy_relays_server_requests_with_the_upstreams_id() -
 
 async def test_a_legacy_upstream_is_described_for_modern_clients() -> None:
     upstream = FakeUpstream(era="legacy", capabilities={"tools": {}, "tasks": {}}, instructions="Hi.")
-    async with linked(upstream, Client("modern")) as (link, _):
+    async with link_to(upstream, Client("modern")) as link:
         described = await link.describe_for_modern()
     assert described["capabilities"] == {"tools": {}}  # core tasks are not bridged
     assert described["_meta"] == {eras.META_SERVER_INFO: {"name": "fake", "version": "1.0"}}
@@ -257,7 +233,7 @@ async def test_an_upstream_refusing_the_proxys_initialize_is_a_bridge_error() ->
         return jsonrpc.error(None, jsonrpc.INVALID_PARAMS, "unsupported version")
 
     upstream.handlers["initialize"] = refuse
-    async with linked(upstream, Client("modern")) as (link, _):
+    async with link_to(upstream, Client("modern")) as link:
         with pytest.raises(BridgeError, match="refused initialize: unsupported version"):
             await link.forward("tools/list", params(_meta=MODERN_META), Client("modern"), None)
         assert upstream.initialize_params is None  # the next request tries again

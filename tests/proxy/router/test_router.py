@@ -27,7 +27,7 @@ from frugal_proxy.transports.lines import FrameReader, FrameWriter
 from frugal_proxy.upstream.base import UpstreamBase
 from frugal_proxy.upstream.stdio import UpstreamConnection
 from tests.conftest import notes_command
-from tests.fake_upstream import FakeCall, FakeUpstream, tool
+from tests.fake_peers import FakeCall, FakeUpstream, tool
 
 pytestmark = pytest.mark.anyio
 

@@ -1,4 +1,5 @@
-"""An upstream connection whose server is a few Python handlers, beside the real ones.
+"""The peers an UpstreamLink sits between, faked: an upstream connection whose server is a few
+Python handlers, and a client that answers the proxy's requests from a dict.
 
 `FakeUpstream` is an `UpstreamBase`: what the links and the router see of it (era negotiation,
 the initialize replay, `ensure_ready`, the routing of what the server sends unasked, the down
@@ -11,18 +12,24 @@ a method gets a small server's answer: `initialize` (session era only), `tools/l
     upstream.handlers["tools/call"] = slow_call        # async (FakeCall) -> result or Frame
     await upstream.ask("sampling/createMessage", {})  # a server request, answered by the link
     upstream.refuse("it crashed")                     # down: requests raise UpstreamDown
+
+`FakeClient` is what the proxy sends a client (a FrameSender behind a real DownstreamPeer);
+`linked` puts links to some fake upstreams in a task group, as a Router would.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import anyio
 import msgspec
 
+from frugal_proxy.bridge.downstream import DownstreamPeer
+from frugal_proxy.bridge.link import Client, UpstreamLink
 from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.upstream.base import ProgressHandler, RelatedHandler, UpstreamBase
@@ -215,3 +222,35 @@ class FakeUpstream(UpstreamBase):
         if cacheable:
             hints.update(ttlMs=self.cache[0], cacheScope=self.cache[1])
         return hints
+
+
+class FakeClient:
+    """The client's side: what the proxy sends it, and its answers to the proxy's requests
+    (from `answers`, by method)."""
+
+    def __init__(self, answers: dict[str, Any] | None = None) -> None:
+        self.answers = answers or {}
+        self.sent: list[Frame] = []
+        self.peer = DownstreamPeer(self)
+
+    async def send(self, frame: Frame | list[Frame]) -> None:
+        assert isinstance(frame, dict)
+        self.sent.append(frame)
+        method = jsonrpc.method_of(frame)
+        if jsonrpc.is_request(frame) and method in self.answers:
+            self.peer.take_reply(jsonrpc.result(jsonrpc.id_of(frame), self.answers[method]))
+
+    def methods(self) -> list[str | None]:
+        return [jsonrpc.method_of(frame) for frame in self.sent]
+
+
+@asynccontextmanager
+async def linked(
+    upstreams: list[FakeUpstream], client: Client, downstream: FakeClient | None = None, seconds: float = 5
+) -> AsyncIterator[list[UpstreamLink]]:
+    """Links from one client to each upstream, alive (with their background tasks) until the end."""
+    peer = (downstream or FakeClient()).peer
+    with anyio.fail_after(seconds):
+        async with anyio.create_task_group() as tg:
+            yield [UpstreamLink(upstream, client, peer, tg) for upstream in upstreams]
+            tg.cancel_scope.cancel()
