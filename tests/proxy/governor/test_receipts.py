@@ -1,11 +1,9 @@
 """Receipts and keys: signatures over every field, forged and edited receipts rejected, rotation
-keeps old receipts valid, keys kept private; the `keys` and `receipts` commands."""
+keeps old receipts valid, keys kept private. The commands: tests/proxy/cli/test_keys.py."""
 
 from __future__ import annotations
 
 import base64
-import io
-import json
 import stat
 from pathlib import Path
 
@@ -14,7 +12,6 @@ import msgspec
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from frugal_proxy.cli.keys import keys_command, receipts_command
 from frugal_proxy.governor import keys, receipts
 from frugal_proxy.governor.receipts import Signer
 from frugal_proxy.records import OmissionReceipt
@@ -78,29 +75,3 @@ async def test_rotation_keeps_old_receipts_valid(frugal_home: Path) -> None:
     assert receipts.verify(old, public)[0] and receipts.verify(new, public)[0]
     for path in directory.iterdir():
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
-
-
-def test_keys_commands(frugal_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert keys_command(["list"]) == 0
-    first = capsys.readouterr().out.split()
-    assert first[0].startswith("ed25519:") and "(signing)" in first
-    assert keys_command(["rotate"]) == 0
-    capsys.readouterr()
-    assert keys_command(["list"]) == 0
-    listed = capsys.readouterr().out.splitlines()
-    assert len(listed) == 2 and sum("(signing)" in line for line in listed) == 1
-
-
-async def test_receipts_verify_command(
-    frugal_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    good = await signed(keys.keys_dir())
-    document = tmp_path / "result.json"
-    document.write_text(json.dumps({"_meta": {"frugal/governor": {"receipts": [good]}}}))
-    assert receipts_command(["verify", str(document)]) == 0
-    assert capsys.readouterr().out.startswith("valid")
-    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps([good, {**good, "total_bytes": 1}])))
-    assert receipts_command(["verify", "-"]) == 1
-    assert "INVALID" in capsys.readouterr().out
-    document.write_text("{}")
-    assert receipts_command(["verify", str(document)]) == 2

@@ -1,4 +1,5 @@
-"""The endpoint's listening socket: connections accepted from it send small writes at once.
+"""The HTTP face's pieces that need no upstream: `--http` addresses, and the listening socket,
+whose accepted connections send small writes at once.
 
 uvicorn writes a response's headers and body separately; without TCP_NODELAY the body waits for
 the client's delayed ACK (~40 ms on Linux). asyncio sets it only on connections accepted from a
@@ -9,7 +10,29 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from frugal_proxy.server.app import listen_socket
+import pytest
+
+from frugal_proxy.server.app import listen_socket, parse_address
+
+
+@pytest.mark.parametrize(
+    ("text", "address"),
+    [
+        ("127.0.0.1:8765", ("127.0.0.1", 8765)),
+        ("8765", ("127.0.0.1", 8765)),
+        ("[::1]:9000", ("::1", 9000)),
+        (":80", ("127.0.0.1", 80)),
+        ("0.0.0.0:0", ("0.0.0.0", 0)),
+    ],
+)
+def test_http_addresses(text: str, address: tuple[str, int]) -> None:
+    assert parse_address(text) == address
+
+
+@pytest.mark.parametrize("bad", ["localhost", "127.0.0.1:http", "127.0.0.1:65536", "127.0.0.1:-1"])
+def test_bad_http_addresses_say_what_is_wanted(bad: str) -> None:
+    with pytest.raises(ValueError, match="--http wants HOST:PORT"):
+        parse_address(bad)
 
 
 def test_accepted_connections_have_tcp_nodelay() -> None:
