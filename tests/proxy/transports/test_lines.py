@@ -1,0 +1,88 @@
+"""Frames over newline-delimited byte pipes, in memory: one event per line whatever the chunks,
+bad lines as BadLine events that keep the request id, and writers that never interleave."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from frugal_proxy.protocol import jsonrpc
+from frugal_proxy.transports.lines import SMALL_MESSAGE, BadLine, FrameReader, Frames, FrameWriter
+
+pytestmark = pytest.mark.anyio
+
+
+class Chunks:
+    """A ByteSource that hands out the chunks it was given, then the end of the stream."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self.chunks = list(chunks)
+
+    async def read(self) -> bytes:
+        return self.chunks.pop(0) if self.chunks else b""
+
+
+class Sink:
+    """A ByteSink that keeps every write, yielding to the loop on each (as a pipe may)."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = 0
+
+    async def write(self, data: bytes) -> None:
+        await anyio.lowlevel.checkpoint()
+        self.writes.append(bytes(data))
+
+    async def close(self) -> None:
+        self.closed += 1
+
+
+async def events(*chunks: bytes, max_line_bytes: int = 1024) -> list[Frames | BadLine]:
+    with anyio.fail_after(5):
+        return [event async for event in FrameReader(Chunks(chunks), max_line_bytes)]
+
+
+async def test_lines_split_across_chunks_are_one_event_each() -> None:
+    read = await events(
+        b'{"jsonrpc":"2.0","id":1,"met',
+        b'hod":"ping"}\n{"jsonrpc":"2.0","method":"n"}\n[{"jsonrpc"',
+        b':"2.0","id":2,"result":{}}]\n',
+    )
+    assert [type(event) for event in read] == [Frames, Frames, Frames]
+    first, note, batch = read
+    assert isinstance(first, Frames) and jsonrpc.method_of(first.frames[0]) == "ping" and not first.batch
+    assert isinstance(note, Frames) and jsonrpc.is_notification(note.frames[0])
+    assert isinstance(batch, Frames) and batch.batch and jsonrpc.is_reply(batch.frames[0])
+
+
+async def test_bad_lines_are_events_with_the_error_to_answer() -> None:
+    oversized = b'{"jsonrpc": "2.0", "id": "big-1", "method": "x", "params": "' + b"y" * 2000 + b'"}\n'
+    read = await events(b"not json\n", b'{"jsonrpc":"2.0","id":3}\n', oversized)
+    assert all(isinstance(event, BadLine) for event in read)
+    garbage, neither, big = (event.error for event in read if isinstance(event, BadLine))
+    assert garbage.code == jsonrpc.PARSE_ERROR and garbage.request_id is None
+    assert neither.code == jsonrpc.INVALID_REQUEST and neither.request_id == 3
+    assert big.code == jsonrpc.INVALID_REQUEST and big.request_id == "big-1" and "1024-byte line cap" in str(big)
+    assert isinstance(read[0], BadLine) and read[0].preview == "not json"
+
+
+async def test_writes_from_several_tasks_never_interleave() -> None:
+    sink = Sink()
+    writer = FrameWriter(sink)
+    large = jsonrpc.result(1, "x" * (SMALL_MESSAGE + 1))
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(writer.send, large)
+            tg.start_soon(writer.send, jsonrpc.notification("n", {}))
+        await writer.close()
+        await writer.close()
+        with pytest.raises(anyio.ClosedResourceError):
+            await writer.send(jsonrpc.notification("late", {}))
+    *lines, rest = b"".join(sink.writes).split(b"\n")
+    assert rest == b"" and sorted(len(json.loads(line)) for line in lines) == [3, 3]  # two whole messages
+    assert sink.writes[1] == b"\n"  # a large message's newline is a write of its own, right after it
+    assert sink.closed == 1
