@@ -1,0 +1,49 @@
+"""The call log: one structured line per finished call, never its arguments or result."""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+import pytest
+
+from frugal_proxy.pipeline.pipeline import build_pipeline
+from frugal_proxy.protocol import jsonrpc
+from frugal_proxy.providers import FakeProvider
+from frugal_proxy.records import Call, Exchange, Outcome, Route
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "sk-do-not-log"
+
+
+async def answers(exchange: Exchange) -> Outcome:
+    return Outcome("ok", reply=jsonrpc.result(None, {"content": [{"type": "text", "text": SECRET}]}))
+
+
+async def fails(exchange: Exchange) -> Outcome:
+    return Outcome("transient", message="timed out")
+
+
+async def run(*providers: FakeProvider) -> None:
+    pipeline = build_pipeline({provider.name: provider for provider in providers})
+    params = {"name": jsonrpc.raw("search"), "arguments": jsonrpc.raw({"key": SECRET})}
+    with anyio.fail_after(5):
+        await pipeline.run(Exchange(Call(1, "search", params), Route("search", tuple(p.name for p in providers))))
+
+
+async def test_one_line_per_call_with_tool_provider_outcome_and_attempts(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="frugal_proxy.calls"):
+        await run(FakeProvider("slow", fails), FakeProvider("fast", answers))
+    (line,) = [r for r in caplog.records if r.name == "frugal_proxy.calls"]
+    assert line.getMessage() == "tools/call"
+    fields = line.__dict__
+    assert (fields["tool"], fields["provider"], fields["outcome"], fields["attempts"]) == ("search", "fast", "ok", 2)
+    assert isinstance(fields["latency_ms"], float)
+    assert SECRET not in caplog.text and all(SECRET not in str(value) for value in fields.values())
+
+
+async def test_nothing_is_logged_below_info(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="frugal_proxy.calls"):
+        await run(FakeProvider("only", fails))
+    assert [r for r in caplog.records if r.name == "frugal_proxy.calls"] == []
