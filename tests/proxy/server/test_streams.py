@@ -1,0 +1,124 @@
+"""The endpoint's responses called as ASGI apps, without a server: refusals with the spec's
+statuses, a request's own SSE stream (progress, then the reply; closing it cancels the call
+unless the session can resume it), and a session's standalone stream."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import anyio
+import anyio.lowlevel
+import pytest
+from starlette.responses import Response
+
+from frugal_proxy.protocol import jsonrpc
+from frugal_proxy.records import ProgressSink
+from frugal_proxy.server.events import EventLog
+from frugal_proxy.server.sessions import HttpSession, Outbox
+from frugal_proxy.server.streams import EventStream, ReplyStream, reply_response, rpc_error
+
+pytestmark = pytest.mark.anyio
+
+PROGRESS = jsonrpc.notification("notifications/progress", {"progressToken": "t", "progress": 1})
+REPLY = jsonrpc.result(7, {"content": []})
+
+
+class Connection:
+    """One HTTP exchange's ASGI side: what the app sends, and a client that may hang up."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self.hang_up = anyio.Event()
+
+    async def receive(self) -> dict[str, Any]:
+        await self.hang_up.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: Any) -> None:
+        self.sent.append(dict(message))
+
+    async def run(self, response: Response) -> None:
+        with anyio.fail_after(5):
+            await response({"type": "http"}, self.receive, self.send)
+
+    def headers(self) -> dict[bytes, bytes]:
+        return dict(self.sent[0]["headers"])
+
+    def body(self) -> bytes:
+        return b"".join(message.get("body", b"") for message in self.sent[1:])
+
+
+def test_refusals_and_replies_get_the_statuses_of_their_era() -> None:
+    refused = rpc_error(400, jsonrpc.HEADER_MISMATCH, "Mcp-Method header does not match", 3)
+    assert refused.status_code == 400 and jsonrpc.decode_any(refused.body)["error"]["code"] == jsonrpc.HEADER_MISMATCH
+    unknown = jsonrpc.error(3, jsonrpc.METHOD_NOT_FOUND, "no such method")
+    assert reply_response(unknown, modern=True).status_code == 404
+    assert reply_response(unknown).status_code == 200  # a session-era 404 would mean the session is gone
+    assert reply_response(REPLY, {"Mcp-Session-Id": "s"}).headers["mcp-session-id"] == "s"
+
+
+async def test_a_request_stream_carries_its_progress_then_its_reply() -> None:
+    async def answer(stream: ProgressSink) -> Any:
+        await stream(PROGRESS)
+        return REPLY
+
+    connection = Connection()
+    await connection.run(ReplyStream(answer, EventLog("request"), resumable=False))
+    headers = connection.headers()
+    assert headers[b"content-type"].startswith(b"text/event-stream") and b"content-length" not in headers
+    assert headers[b"cache-control"] == b"no-store"
+    assert connection.body() == b"".join(
+        b"event: message\ndata: " + jsonrpc.encode(frame) + b"\n\n" for frame in (PROGRESS, REPLY)
+    )
+
+
+async def test_closing_a_stream_that_cannot_resume_cancels_the_call() -> None:
+    cancelled = anyio.Event()
+
+    async def answer(stream: ProgressSink) -> Any:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cancelled.set()
+
+    connection = Connection()
+    connection.hang_up.set()
+    await connection.run(ReplyStream(answer, EventLog("request"), resumable=False))
+    assert cancelled.is_set()
+
+
+async def test_a_resumable_stream_numbers_its_events_and_its_call_outlives_the_connection() -> None:
+    go_on = anyio.Event()
+
+    async def answer(stream: ProgressSink) -> Any:
+        await stream(PROGRESS)
+        await go_on.wait()
+        return REPLY
+
+    log = EventLog("4")
+    connection = Connection()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(connection.run, ReplyStream(answer, log, resumable=True, prime=True))
+            while log.last < 1:
+                await anyio.lowlevel.checkpoint()
+            connection.hang_up.set()  # the connection breaks before the reply
+            await anyio.wait_all_tasks_blocked()
+            go_on.set()
+    body = connection.body()
+    assert body.startswith(b"id: 4-0\ndata: \n\n") and b"id: 4-1\nevent: message" in body
+    assert log.last == 2 and log.closed  # the reply waits in the log for Last-Event-ID
+
+
+async def test_a_sessions_standalone_stream_delivers_what_waits_then_ends_with_the_session() -> None:
+    outbox = Outbox()
+    entry = HttpSession("s", cast(Any, None), cast(Any, None), outbox)  # the stream reads only busy
+    await outbox.send(PROGRESS)
+    connection = Connection()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(connection.run, EventStream(entry, outbox.events.standalone, 0))
+        await anyio.wait_all_tasks_blocked()
+        assert entry.busy == 1
+        outbox.close()
+    assert entry.busy == 0
+    assert connection.body() == b": stream open\n\nid: 0-1\nevent: message\ndata: " + jsonrpc.encode(PROGRESS) + b"\n\n"
