@@ -1,0 +1,57 @@
+"""A child process over stdio, with small Python children: its stdout read and stdin written,
+its stderr copied with its name and the last lines kept, and shutdown by stdin, SIGTERM, then
+SIGKILL for a child that ignores both."""
+
+from __future__ import annotations
+
+import sys
+
+import anyio
+import pytest
+
+from frugal_proxy.transports.child import ChildProcess, ChildStartError
+
+pytestmark = pytest.mark.anyio
+
+ECHO = "import sys\nfor line in sys.stdin: sys.stdout.write(line.upper()); sys.stdout.flush()"
+STUBBORN = (
+    "import signal, sys, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "sys.stdout.write('ready\\n'); sys.stdout.flush()\nwhile True: time.sleep(1)"
+)
+
+
+async def spawn(code: str) -> ChildProcess:
+    return await ChildProcess.spawn([sys.executable, "-c", code], "kid", {"KID": "1"})
+
+
+async def test_what_is_written_comes_back_and_closing_stdin_ends_it() -> None:
+    with anyio.fail_after(10):
+        child = await spawn(ECHO)
+        await child.write(b"hello\n")
+        assert await child.read() == b"HELLO\n"
+        assert await child.terminate() == 0
+    assert child.exit_reason() == "exited with status 0" and child.pid > 0
+
+
+async def test_stderr_is_copied_with_the_name_and_its_tail_kept(capfd: pytest.CaptureFixture[str]) -> None:
+    code = "import os, sys\nsys.stderr.write(f'one\\ntwo {os.environ[\"KID\"]}\\nno newline')\nsys.exit(3)"
+    with anyio.fail_after(10):
+        child = await spawn(code)
+        await child.pump_stderr()
+        assert await child.wait() == 3
+    assert list(child.stderr_tail) == ["one", "two 1", "no newline"]
+    assert capfd.readouterr().err == "[kid] one\n[kid] two 1\n[kid] no newline\n"
+    assert child.exit_reason() == "exited with status 3"
+
+
+async def test_a_child_that_ignores_stdin_and_sigterm_is_killed() -> None:
+    with anyio.fail_after(10):
+        child = await spawn(STUBBORN)
+        assert await child.read() == b"ready\n"
+        status = await child.terminate(grace=0.2)
+    assert status == -9 and child.exit_reason() == "killed by SIGKILL"
+
+
+async def test_a_command_that_cannot_start_says_which() -> None:
+    with pytest.raises(ChildStartError, match="cannot start '/no/such/server'"):
+        await ChildProcess.spawn(["/no/such/server"], "missing", {})
