@@ -20,7 +20,7 @@ a method gets a small server's answer: `initialize` (session era only), `tools/l
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -54,6 +54,7 @@ class FakeCall:
     upstream_id: int
     on_progress: ProgressHandler | None = None
     on_related: RelatedHandler | None = None
+    headers: Mapping[str, str] | None = None  # the client's, where they go on with the request
 
     async def progress(self, value: float) -> None:
         """Report progress as a server does: tagged with the request's (mapped) token."""
@@ -146,6 +147,7 @@ class FakeUpstream(UpstreamBase):
         *,
         on_progress: ProgressHandler | None = None,
         on_related: RelatedHandler | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Frame:
         if not self._up:
             raise self._down_error()
@@ -153,7 +155,7 @@ class FakeUpstream(UpstreamBase):
         body = decoded(params) or {}
         if on_progress is not None and "progressToken" in body.get("_meta", {}):
             body["_meta"]["progressToken"] = upstream_id  # the mapping UpstreamBase._open does
-        call = FakeCall(method, body, upstream_id, on_progress, on_related)
+        call = FakeCall(method, body, upstream_id, on_progress, on_related, headers)
         self.calls.append(call)
         try:
             answer = await self.handlers.get(method, self._default)(call)
