@@ -177,7 +177,7 @@ async def test_a_call_past_the_request_timeout_is_cancelled_and_answered_with_a_
     assert upstream.cancelled == ["tools/call", "resources/read"]
 
 
-async def test_mcp_param_headers_are_checked_against_the_arguments_of_listed_tools() -> None:
+async def test_mcp_param_headers_are_checked_against_the_arguments_and_go_on_with_the_call() -> None:
     region = {"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}}
     upstream = FakeUpstream(tools=[tool("weather", inputSchema=region)])
     async with endpoint([upstream]) as client:
@@ -187,6 +187,7 @@ async def test_mcp_param_headers_are_checked_against_the_arguments_of_listed_too
         disagreed = await modern(client, "tools/call", arguments, headers={"Mcp-Param-Region": "us"})
         missing = await modern(client, "tools/call", arguments)
     assert agreed.status_code == 200 and "result" in agreed.json()
+    assert upstream.last("tools/call").headers == {"mcp-param-region": "eu"}  # they go on with the call
     assert disagreed.status_code == 400 and disagreed.json()["error"]["code"] == jsonrpc.HEADER_MISMATCH
     assert missing.status_code == 400 and "Mcp-Param-Region header is missing" in missing.json()["error"]["message"]
 
