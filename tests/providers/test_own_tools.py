@@ -39,7 +39,7 @@ async def called(arguments: msgspec.Raw | None) -> dict[str, Any]:
 
 def test_the_tools_are_listed_with_their_schemas() -> None:
     provider = OwnToolProvider([ADD, PLAIN])
-    assert (provider.name, provider.cost_per_call) == ("frugal", 0.0)
+    assert (provider.name, provider.spec.price_micros, provider.spec.capability) == ("frugal", 0, "tool")
     assert "frugal__add" in provider and "add" not in provider
     assert provider.listings() == [
         {
