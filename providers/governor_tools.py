@@ -49,12 +49,14 @@ class GovernorRequestError(ToolArgumentError):
         self.message = message
 
 
-def _int(arguments: dict[str, Any], name: str, default: int | None) -> int | None:
+def _int(arguments: dict[str, Any], name: str, default: int | None, code: str = "invalid_slice_range") -> int | None:
+    """An integer argument; a slice's bounds are `invalid_slice_range` when wrong, anything else
+    `invalid_arguments`."""
     value = arguments.get(name, default)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise GovernorRequestError("invalid_slice_range", f"{name} must be an integer")
+        raise GovernorRequestError(code, f"{name} must be an integer")
     return value
 
 
@@ -147,7 +149,7 @@ async def shape_result(governor: Governor, operator: str, arguments: dict[str, A
         {"content": [{"type": "text", "text": text}]} if isinstance(text, str) else dict(result or {})
     )
     budget = governor.budget(operator, route)
-    max_chars = _int(arguments, "max_chars", None)
+    max_chars = _int(arguments, "max_chars", None, "invalid_arguments")
     if max_chars is not None:
         budget = msgspec.structs.replace(budget, max_tokens=max(1, math.ceil(max_chars / 4)))
     raw = jsonrpc.encode(envelope)

@@ -159,11 +159,6 @@ async def test_a_refusal_reaches_the_agent_as_a_tool_error_with_its_code() -> No
     assert result["content"][0]["text"].startswith("frugal__fetch_slice: unknown_artifact: ")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: frugal__shape_result (and POST /shape) reports a bad max_chars as invalid_slice_range; "
-    "governor_tools._int names a slice whatever the tool, and shape_result has no slice",
-)
 async def test_a_bad_max_chars_on_shape_result_is_invalid_arguments() -> None:
     with pytest.raises(ToolArgumentError, match=r"^invalid_arguments: "):
         await call_tool(make_governor(), "frugal__shape_result", {"route": "x", "text": "a", "max_chars": "ten"})
