@@ -181,11 +181,76 @@ def _check_limits(max_bytes: int | None, max_records: int | None, max_tokens: in
         raise ValueError(f"max_tokens must be at least {MIN_BYTES // 4}")
 
 
+class ProviderConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """`[search_providers.NAME]` (and `extract_providers`, `browse_providers`): a built-in
+    provider's settings, or a provider of your own served by a tool of an upstream MCP server
+    (`upstream` + `tool`, with `args` templates and a `results` mapping). What is left out keeps
+    the built-in's documented default."""
+
+    enabled: bool | None = None  # default: zero-key providers on; keyed ones when their key is set
+    api_key_env: str | None = None
+    cost_per_call: Decimal | None = None  # USD per call, exact
+    free_quota_monthly: int | None = None
+    premium: bool | None = None
+    base_url: str | None = None  # replaces scheme, host and path prefix of the documented endpoint
+    timeout: str | None = None
+    upstream: str | None = None
+    tool: str | None = None
+    args: dict[str, Any] = {}
+    results: dict[str, str] = {}
+
+    @property
+    def price_micros(self) -> int | None:
+        return None if self.cost_per_call is None else money.to_micros(self.cost_per_call, "cost_per_call")
+
+    @property
+    def timeout_seconds(self) -> float | None:
+        return parse_duration(self.timeout) if self.timeout is not None else None
+
+
+Strategy = Literal["cheap", "fast", "premium"]
+
+
+class CapabilityRouting(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """`[routing.search]` (`extract`, `browse`): how one capability's providers are ordered.
+    `order` is a preference (a prefix, not a whitelist); `deny` is never called, not even when
+    pinned by name."""
+
+    strategy: Strategy = "cheap"
+    order: list[str] = []
+    deny: list[str] = []
+
+
+class Routing(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    search: CapabilityRouting = CapabilityRouting()
+    extract: CapabilityRouting = CapabilityRouting()
+    browse: CapabilityRouting = CapabilityRouting()
+
+
+class RouteConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """`[routes.NAME]`: one exposed tool served by several upstreams' tools (`"upstream.tool"`),
+    in this order unless `strategy` says otherwise."""
+
+    candidates: list[str]
+    strategy: Strategy = "cheap"
+    description: str | None = None
+
+
 class Config(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     upstreams: dict[str, Upstream] = {}
     limits: Limits = Limits()
     auth: Auth = Auth()
     governor: GovernorSettings = GovernorSettings()
+    search_providers: dict[str, ProviderConfig] = {}
+    extract_providers: dict[str, ProviderConfig] = {}
+    browse_providers: dict[str, ProviderConfig] = {}
+    routing: Routing = Routing()
+    routes: dict[str, RouteConfig] = {}
+
+    def providers_of(self, capability: str) -> dict[str, ProviderConfig]:
+        """The `[<capability>_providers.NAME]` tables."""
+        tables: dict[str, ProviderConfig] = getattr(self, f"{capability}_providers")
+        return tables
 
 
 def config_path(explicit: str | None = None) -> Path:
@@ -217,7 +282,17 @@ def loads(text: str, source: str = "<config>", environ: dict[str, str] | None = 
         raise ConfigError(f"{source}: at upstreams: expected a table of [upstreams.NAME] tables")
     governor = data.pop("governor", {})
     auth = data.pop("auth", {})
-    config = _convert(data, Config, source, "")
+    # Tables of named tables are converted one by one, so that an error names the entry.
+    named = {
+        key: _named(data.pop(key, {}), kind, source, key)
+        for key, kind in (
+            ("search_providers", ProviderConfig),
+            ("extract_providers", ProviderConfig),
+            ("browse_providers", ProviderConfig),
+            ("routes", RouteConfig),
+        )
+    }
+    config = msgspec.structs.replace(_convert(data, Config, source, ""), **named)
     config = msgspec.structs.replace(config, governor=_load_governor(governor, source))
     upstreams_raw = {name: _convert(table, Upstream, source, f"upstreams.{name}") for name, table in tables.items()}
     config = msgspec.structs.replace(config, upstreams=upstreams_raw)
@@ -230,7 +305,47 @@ def loads(text: str, source: str = "<config>", environ: dict[str, str] | None = 
         config.limits.call_timeout_seconds  # noqa: B018 - validates the duration
     except ValueError as exc:
         raise ConfigError(f"{source}: at limits.call_timeout: {exc}") from None
+    for capability in ("search", "extract", "browse"):
+        for name, provider in config.providers_of(capability).items():
+            _check_provider(source, f"{capability}_providers.{_key(name)}", provider, upstreams)
+    for name, route in config.routes.items():
+        _check_route(source, f"routes.{_key(name)}", route, upstreams)
     return msgspec.structs.replace(config, upstreams=upstreams)
+
+
+def _check_provider(source: str, where: str, provider: ProviderConfig, upstreams: dict[str, Upstream]) -> None:
+    at = f"{source}: at {where}"
+    try:
+        provider.price_micros  # noqa: B018 - validates the amount
+        provider.timeout_seconds  # noqa: B018 - validates the duration
+    except ValueError as exc:
+        raise ConfigError(f"{at}: {exc}") from None
+    if provider.free_quota_monthly is not None and provider.free_quota_monthly < 0:
+        raise ConfigError(f"{at}.free_quota_monthly: must not be negative")
+    if provider.api_key_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", provider.api_key_env):
+        raise ConfigError(f"{at}.api_key_env: {provider.api_key_env!r} is not an environment variable name")
+    if provider.base_url is not None:
+        parts = urlsplit(provider.base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"{at}.base_url: expected an http:// or https:// URL with a host")
+    if (provider.upstream is None) != (provider.tool is None):
+        raise ConfigError(f"{at}: a provider served by an upstream MCP tool needs both 'upstream' and 'tool'")
+    if provider.upstream is not None and provider.upstream not in upstreams:
+        raise ConfigError(f"{at}.upstream: no [upstreams.{provider.upstream}] is configured")
+    if provider.upstream is None and (provider.args or provider.results):
+        raise ConfigError(f"{at}: 'args' and 'results' apply to a provider with 'upstream' and 'tool'")
+
+
+def _check_route(source: str, where: str, route: RouteConfig, upstreams: dict[str, Upstream]) -> None:
+    at = f"{source}: at {where}.candidates"
+    if not route.candidates:
+        raise ConfigError(f'{at}: name at least one "upstream.tool"')
+    for candidate in route.candidates:
+        upstream, dot, tool = candidate.partition(".")
+        if not dot or not tool:
+            raise ConfigError(f'{at}: {candidate!r} is not "upstream.tool"')
+        if upstream not in upstreams:
+            raise ConfigError(f"{at}: {candidate!r} names no configured upstream ({upstream!r})")
 
 
 def _load_governor(table: Any, source: str) -> GovernorSettings:
@@ -250,6 +365,12 @@ def _load_governor(table: Any, source: str) -> GovernorSettings:
         name: _convert(value, RouteBudget, source, f"governor.routes.{_key(name)}") for name, value in tables.items()
     }
     return msgspec.structs.replace(_convert(rest, GovernorSettings, source, "governor"), routes=routes)
+
+
+def _named(tables: Any, kind: type[T], source: str, where: str) -> dict[str, T]:
+    if not isinstance(tables, dict):
+        raise ConfigError(f"{source}: at {where}: expected a table of [{where}.NAME] tables")
+    return {name: _convert(value, kind, source, f"{where}.{_key(name)}") for name, value in tables.items()}
 
 
 def _key(name: str) -> str:

@@ -9,6 +9,7 @@ streams and the words for what went wrong (the MCP header rules are protocol/hea
 from __future__ import annotations
 
 import email.utils
+import math
 import time
 from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass
@@ -70,17 +71,29 @@ def content_type(response: httpx2.Response) -> str:
 
 
 def retry_after(response: httpx2.Response) -> float | None:
-    """Seconds from a Retry-After header (delta-seconds or an HTTP date), if there is one."""
-    value = response.headers.get("retry-after")
-    if not value:
+    """Seconds a server asks the client to wait: `retry-after-ms` (milliseconds), else
+    `Retry-After` as delta-seconds (a decimal is accepted) or as an HTTP date; None without one
+    or with one that cannot be read."""
+    millis = response.headers.get("retry-after-ms")
+    if millis:
+        try:
+            value = float(millis.strip())
+        except ValueError:
+            value = math.nan
+        if math.isfinite(value) and value >= 0:
+            return value / 1000
+    text = (response.headers.get("retry-after") or "").strip()
+    if not text:
         return None
-    if value.strip().isdigit():
-        return float(value.strip())
     try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        return max(0.0, when.timestamp() - time.time())
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
 async def read_body(response: httpx2.Response, cap: int) -> bytes:

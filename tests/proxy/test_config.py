@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,7 @@ def test_a_full_config_loads_with_defaults_and_expansion() -> None:
             "cost_per_call: must be a finite amount of at least $0",
         ),
         ('[upstreams.a]\ncommand = ["x"]\ncost_per_call = 0.0000001', "finer than a micro-dollar"),
-        ("[routing]\nstrategy = 'cheap'", "at the top level: unknown key `routing`"),
+        ("[nonsense]\nstrategy = 'cheap'", "at the top level: unknown key `nonsense`"),
         ("[upstreams.a\ncommand = 1", "not valid TOML"),
     ],
 )
@@ -111,3 +112,35 @@ def test_the_governor_table_is_checked_at_load_time() -> None:
     ]:
         with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
             config.loads(text, environ={})
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[search_providers.serper]\ncost_per_call = "cheap"', "search_providers.serper.cost_per_call"),
+        ("[search_providers.serper]\ncost_per_call = -0.1", "at search_providers.serper: cost_per_call: must be"),
+        ('[search_providers.serper]\nbase_url = "ftp://x"', "search_providers.serper.base_url: expected an http"),
+        ('[search_providers.serper]\napi_key_env = "not a var"', "api_key_env: 'not a var' is not an environment"),
+        ('[search_providers.t]\nupstream = "nope"\ntool = "x"', "search_providers.t.upstream: no [upstreams.nope]"),
+        ('[search_providers.t]\ntool = "x"', "needs both 'upstream' and 'tool'"),
+        ('[search_providers.serper]\nargs = { q = "{query}" }', "'args' and 'results' apply to a provider with"),
+        ('[search_providers.serper]\ncolour = "red"', "at search_providers.serper: unknown key `colour`"),
+        ('[routing.search]\nstrategy = "random"', "at routing.search.strategy"),
+        ("[routes.read]\ncandidates = []", "routes.read.candidates: name at least one"),
+        ('[routes.read]\ncandidates = ["nodot"]', "'nodot' is not \"upstream.tool\""),
+        ('[routes.read]\ncandidates = ["ghost.read"]', "names no configured upstream ('ghost')"),
+    ],
+)
+def test_provider_and_routing_tables_are_checked_at_load_time(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        config.loads(text, environ={})
+
+
+def test_provider_tables_read_prices_exactly() -> None:
+    loaded = config.loads(
+        '[search_providers.serper]\ncost_per_call = 0.001\ntimeout = "30s"\n[routing.search]\norder = ["serper"]\n',
+        environ={},
+    )
+    serper = loaded.search_providers["serper"]
+    assert serper.price_micros == 1_000 and serper.timeout_seconds == 30.0
+    assert loaded.routing.search.order == ["serper"] and loaded.routing.extract.strategy == "cheap"

@@ -1,0 +1,146 @@
+"""The one HTTP client every web API driver shares, and the one way an HTTP answer becomes an
+`Outcome`.
+
+`HttpClient` wraps one `httpx2.AsyncClient` per process: connections are reused across calls,
+every request names the project and its version in `User-Agent`, has a timeout of its own and
+never follows a redirect it was not asked to. Tests hand it `httpx2.MockTransport(handler)` as
+`transport=` (or point a driver's `base_url` at a loopback server); nothing patches a driver.
+
+`fault(response)` and `network_fault(exc)` classify what went wrong:
+
+    429                          rate_limited, with the server's Retry-After (retry-after-ms,
+                                 delta-seconds or an HTTP date)
+    401 402 403, other 4xx       permanent: a key, credits or the request itself; never retried
+    408, 5xx, timeouts, resets   transient
+    a body that is not JSON      transient (the API answered something else than it documents)
+
+Messages name the provider and the status, never a key or the request's query.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import httpx2
+import msgspec
+
+from frugal_proxy import __version__
+from frugal_proxy.records import Outcome
+from frugal_proxy.upstream.http_wire import retry_after
+
+log = logging.getLogger("frugal_proxy.providers")
+
+USER_AGENT = f"frugal-proxy/{__version__} (+https://github.com/frugal-proxy/frugal-proxy)"
+DEFAULT_TIMEOUT = 20.0
+MAX_BODY_BYTES = 16 * 1024 * 1024  # no documented answer comes near it
+
+_MEANING = {
+    401: "refused the key (401): check it",
+    402: "is out of credits (402)",
+    403: "refused the request (403)",
+    404: "has no such endpoint (404): check base_url",
+    408: "timed out (408)",
+    422: "could not use the request (422)",
+}
+
+
+class HttpClient:
+    """One shared client; `close` it when the process ends (serve does)."""
+
+    def __init__(self, transport: httpx2.AsyncBaseTransport | None = None) -> None:
+        self._transport = transport
+        self._client: httpx2.AsyncClient | None = None  # made on first use: most runs never call an API
+
+    @property
+    def client(self) -> httpx2.AsyncClient:
+        if self._client is None:
+            self._client = httpx2.AsyncClient(
+                transport=self._transport,
+                headers={"User-Agent": USER_AGENT},
+                follow_redirects=False,
+                timeout=DEFAULT_TIMEOUT,
+                limits=httpx2.Limits(max_connections=64, max_keepalive_connections=16),
+            )
+        return self._client
+
+    async def send(
+        self,
+        method: str,
+        url: str,
+        *,
+        request_timeout: float,
+        params: Mapping[str, Any] | None = None,
+        json: Any = None,
+        headers: Mapping[str, str] | None = None,
+        follow_redirects: bool = False,
+    ) -> httpx2.Response:
+        """One request, bounded by `request_timeout` (httpx2's per-operation timeout: connect,
+        each read); the body is read up to MAX_BODY_BYTES. Raises httpx2 errors and BodyTooLarge,
+        which `network_fault` classifies."""
+        client = self.client
+        request = client.build_request(
+            method, url, params=params, json=json, headers=dict(headers or {}), timeout=request_timeout
+        )
+        response = await client.send(request, stream=True, follow_redirects=follow_redirects)
+        try:
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_BODY_BYTES:
+                    raise BodyTooLarge(f"the answer is over {MAX_BODY_BYTES} bytes")
+        finally:
+            await response.aclose()
+        response._content = bytes(body)  # read once, bounded: .content, .json() and .text work
+        return response
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+
+class BodyTooLarge(Exception):
+    """An answer larger than any documented one."""
+
+
+# What `send` raises when no usable HTTP answer came: a driver catches these and hands them to
+# `network_fault`.
+NETWORK_ERRORS: tuple[type[Exception], ...] = (httpx2.HTTPError, OSError, BodyTooLarge)
+
+
+def fault(provider: str, response: httpx2.Response) -> Outcome | None:
+    """The Outcome of an HTTP status that is not a success; None for a 2xx."""
+    status = response.status_code
+    if 200 <= status < 300:
+        return None
+    if status == 429:
+        wait = retry_after(response)
+        hint = f"; it asks to wait {wait:g} s" if wait is not None else ""
+        return Outcome("rate_limited", message=f"{provider} is rate-limiting (429){hint}", retry_after=wait)
+    meaning = _MEANING.get(status) or (f"failed ({status})" if status >= 500 else f"refused the request ({status})")
+    if status == 408 or status >= 500:
+        return Outcome("transient", message=f"{provider} {meaning}", retry_after=retry_after(response))
+    return Outcome("permanent", message=f"{provider} {meaning}")
+
+
+def network_fault(provider: str, exc: Exception) -> Outcome:
+    """The Outcome of a request that got no HTTP answer (always transient)."""
+    if isinstance(exc, httpx2.TimeoutException):
+        return Outcome("transient", message=f"{provider} did not answer in time ({type(exc).__name__})")
+    if isinstance(exc, BodyTooLarge):
+        return Outcome("transient", message=f"{provider}: {exc}")
+    return Outcome("transient", message=f"{provider} could not be reached ({type(exc).__name__})")
+
+
+def json_body(provider: str, response: httpx2.Response, kind: Any = Any) -> Any:
+    """The response's JSON decoded as `kind`; raises BadAnswer naming what was wrong."""
+    try:
+        return msgspec.json.decode(response.content, type=kind)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise BadAnswer(f"{provider} answered something else than its documented JSON ({str(exc)[:120]})") from None
+
+
+class BadAnswer(Exception):
+    """A 2xx answer that is not what the API documents; classified as transient."""

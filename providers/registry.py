@@ -1,0 +1,173 @@
+"""Which providers exist, which are on, and what they cost: the built-ins' declared defaults,
+the config's `[<capability>_providers.NAME]` tables and the environment, in one place.
+
+Each driver module declares one or more `Builtin`s (name, capability, list price, free quota,
+premium or not, key variable, documented endpoint, timeout) and a `make` that builds the
+provider from a `Setup`. A built-in is on when:
+
+- the config says `enabled = true` (a keyed one still needs its key), else
+- it needs no key (zero-key: on with no configuration), or its key variable is set,
+- and whatever else it `needs` is there (SearXNG needs `SEARXNG_URL`, the local browser a
+  Chromium binary).
+
+A config table of a name that is no built-in, with `upstream` and `tool`, is a provider served
+by that upstream's MCP tool (providers.upstream_tool): the router binds it to its link.
+Built-ins are listed in their documented order, which is also how the cheap strategy breaks
+ties; config-only providers follow in config-file order.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from frugal_proxy import money
+from frugal_proxy.capabilities import CAPABILITIES
+from frugal_proxy.config import Config, ProviderConfig
+from frugal_proxy.providers import Provider
+from frugal_proxy.providers.http_client import HttpClient
+from frugal_proxy.records import ProviderSpec
+
+# The driver modules, in the documented order of their built-ins (ties in the cheap strategy
+# keep it). A module that is missing here is not loaded.
+DRIVERS: tuple[str, ...] = ("wikipedia",)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a driver is built from: its spec (price and quota with the config's overrides), the
+    base URL (the documented endpoint, or the config's `base_url`), its key, its request timeout,
+    the shared HTTP client, its config table and the environment."""
+
+    spec: ProviderSpec
+    base_url: str
+    key: str | None
+    timeout: float
+    http: HttpClient
+    options: ProviderConfig
+    environ: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Builtin:
+    name: str
+    capability: str
+    make: Callable[[Setup], Provider]
+    endpoint: str = ""
+    price_micros: int = 0
+    free_quota_monthly: int = 0
+    premium: bool = False
+    key_env: str | None = None  # the variable its key is read from (config: api_key_env)
+    key_required: bool = False  # False: the key is optional (higher limits with it)
+    needs: Callable[[Mapping[str, str]], str | None] | None = None  # what is missing, or None
+    timeout: float = 20.0
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass
+class Enabled:
+    """The providers that are on, and the ones served by upstream tools (bound by the router)."""
+
+    providers: list[Provider] = field(default_factory=list)
+    upstream_tools: list[tuple[ProviderSpec, ProviderConfig]] = field(default_factory=list)
+    off: dict[str, str] = field(default_factory=dict)  # name -> why it is off (for `status` and logs)
+
+
+def built_ins() -> list[Builtin]:
+    found: list[Builtin] = []
+    for module in DRIVERS:
+        found.extend(importlib.import_module(f"frugal_proxy.providers.{module}").BUILTINS)
+    return found
+
+
+def enable(config: Config, environ: Mapping[str, str] | None = None, http: HttpClient | None = None) -> Enabled:
+    """Every provider that is on for this config and environment, built."""
+    env = dict(os.environ if environ is None else environ)
+    client = http or HttpClient()
+    enabled = Enabled()
+    known: dict[tuple[str, str], Builtin] = {}
+    for builtin in built_ins():
+        for name in (builtin.name, *builtin.aliases):
+            known[(builtin.capability, name)] = builtin
+    for capability in CAPABILITIES:
+        tables = config.providers_of(capability)
+        seen: set[str] = set()
+        for builtin in (b for b in built_ins() if b.capability == capability):
+            options = _options_of(tables, builtin)
+            seen.update(name for name in (builtin.name, *builtin.aliases) if name in tables)
+            made = _make(builtin, options, env, client)
+            if isinstance(made, str):
+                enabled.off[builtin.name] = made
+            else:
+                enabled.providers.append(made)
+        for name, options in tables.items():
+            if name in seen or (capability, name) in known:
+                continue
+            if options.upstream is None or options.tool is None:
+                raise ValueError(
+                    f"{capability}_providers.{name}: no built-in {capability} provider has this name; "
+                    "a provider of your own names its 'upstream' and 'tool'"
+                )
+            if options.enabled is False:
+                enabled.off[name] = "disabled in the config"
+                continue
+            spec = ProviderSpec(
+                name,
+                capability,
+                options.price_micros or 0,
+                free_quota_monthly=options.free_quota_monthly or 0,
+                premium=bool(options.premium),
+                endpoint=f"{options.upstream}.{options.tool}",
+            )
+            enabled.upstream_tools.append((spec, options))
+    return enabled
+
+
+def _options_of(tables: Mapping[str, ProviderConfig], builtin: Builtin) -> ProviderConfig:
+    for name in (builtin.name, *builtin.aliases):
+        if name in tables:
+            return tables[name]
+    return ProviderConfig()
+
+
+def _make(builtin: Builtin, options: ProviderConfig, env: Mapping[str, str], http: HttpClient) -> Provider | str:
+    """The provider, or why it is off."""
+    if options.enabled is False:
+        return "disabled in the config"
+    key_env = options.api_key_env or builtin.key_env
+    key = env.get(key_env) if key_env else None
+    if builtin.key_required and not key:
+        return f"no key: set {key_env}"
+    if builtin.needs is not None:
+        missing = builtin.needs(env)
+        if missing is not None:
+            return missing
+    price = options.price_micros
+    spec = ProviderSpec(
+        builtin.name,
+        builtin.capability,
+        builtin.price_micros if price is None else price,
+        free_quota_monthly=builtin.free_quota_monthly
+        if options.free_quota_monthly is None
+        else options.free_quota_monthly,
+        premium=builtin.premium if options.premium is None else options.premium,
+        key_env=key_env,
+        endpoint=builtin.endpoint,
+    )
+    setup = Setup(
+        spec=spec,
+        base_url=(options.base_url or builtin.endpoint).rstrip("/"),
+        key=key,
+        timeout=options.timeout_seconds or builtin.timeout,
+        http=http,
+        options=options,
+        environ=env,
+    )
+    return builtin.make(setup)
+
+
+def price_line(spec: ProviderSpec) -> str:
+    """`serper $0.0010/call` as the docs and errors show a price."""
+    return f"{spec.name} {money.format_usd(spec.price_micros)}/call"

@@ -1,0 +1,116 @@
+"""Which providers are on: zero-key ones with no configuration, keyed ones with their key,
+`enabled = false` off, config-only names served by an upstream tool."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import httpx2
+import pytest
+
+from frugal_proxy import config as config_module
+from frugal_proxy.config import Config, ProviderConfig
+from frugal_proxy.providers import registry
+from frugal_proxy.providers.registry import Builtin, Setup
+from frugal_proxy.records import Exchange, Outcome
+from tests.providers.api_fakes import client, enabled_names
+
+
+class Echo:
+    def __init__(self, setup: Setup) -> None:
+        self.spec = setup.spec
+        self.setup = setup
+
+    async def call(self, exchange: Exchange) -> Outcome:
+        return Outcome("empty")
+
+
+FAKES = [
+    Builtin("free-one", "search", Echo, endpoint="https://free.example"),
+    Builtin(
+        "keyed",
+        "search",
+        Echo,
+        endpoint="https://keyed.example/api",
+        price_micros=5_000,
+        key_env="KEYED_KEY",
+        key_required=True,
+    ),
+    Builtin("needs-url", "search", Echo, needs=lambda env: None if env.get("NEEDS_URL") else "set NEEDS_URL"),
+    Builtin("reader", "extract", Echo, endpoint="https://reader.example", aliases=("old-reader",)),
+]
+
+
+@pytest.fixture(autouse=True)
+def fake_builtins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry, "built_ins", lambda: list(FAKES))
+
+
+def test_zero_key_providers_are_on_with_no_configuration() -> None:
+    assert enabled_names(Config(), {}) == ["free-one", "reader"]
+    found = registry.enable(Config(), {}, client(lambda request: httpx2.Response(500)))
+    assert found.off == {"keyed": "no key: set KEYED_KEY", "needs-url": "set NEEDS_URL"}
+
+
+def test_a_key_or_what_a_provider_needs_turns_it_on() -> None:
+    assert enabled_names(Config(), {"KEYED_KEY": "k", "NEEDS_URL": "http://127.0.0.1:8888"}) == [
+        "free-one",
+        "keyed",
+        "needs-url",
+        "reader",
+    ]
+
+
+def test_the_config_overrides_price_key_variable_and_base_url() -> None:
+    config = config_module.loads(
+        """
+        [search_providers.keyed]
+        api_key_env = "MY_KEY"
+        cost_per_call = 0.0042
+        free_quota_monthly = 100
+        base_url = "http://127.0.0.1:9000/v2/"
+        [search_providers.free-one]
+        enabled = false
+        [extract_providers.old-reader]
+        timeout = "45s"
+        """,
+        environ={},
+    )
+    found = registry.enable(config, {"MY_KEY": "secret"}, client(lambda request: httpx2.Response(500)))
+    keyed, reader = found.providers
+    assert keyed.spec.price_micros == 4_200 and keyed.spec.free_quota_monthly == 100 and keyed.spec.key_env == "MY_KEY"
+    assert (
+        isinstance(keyed, Echo) and keyed.setup.key == "secret" and keyed.setup.base_url == "http://127.0.0.1:9000/v2"
+    )
+    assert isinstance(reader, Echo) and reader.setup.timeout == 45.0  # configured under its alias
+    assert found.off["free-one"] == "disabled in the config"
+
+
+def test_a_name_of_your_own_is_served_by_an_upstream_tool() -> None:
+    config = config_module.loads(
+        """
+        [upstreams.tavily]
+        command = ["tavily-mcp"]
+        [search_providers.tavily]
+        upstream = "tavily"
+        tool = "tavily-search"
+        args = { query = "{query}", max_results = "{max_results}" }
+        cost_per_call = 0.008
+        """,
+        environ={},
+    )
+    found = registry.enable(config, {}, client(lambda request: httpx2.Response(500)))
+    ((spec, options),) = found.upstream_tools
+    assert (spec.name, spec.capability, spec.price_micros, spec.endpoint) == (
+        "tavily",
+        "search",
+        8_000,
+        "tavily.tavily-search",
+    )
+    assert options.args == {"query": "{query}", "max_results": "{max_results}"}
+
+
+def test_an_unknown_name_without_an_upstream_tool_is_refused() -> None:
+    config = Config(search_providers={"serpapi": ProviderConfig(cost_per_call=Decimal("0.01"))})
+    with pytest.raises(ValueError, match=r"search_providers\.serpapi: no built-in search provider has this name"):
+        registry.enable(config, {}, client(lambda request: httpx2.Response(500)))
