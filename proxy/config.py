@@ -227,15 +227,6 @@ class Routing(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     browse: CapabilityRouting = CapabilityRouting()
 
 
-class RouteConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    """`[routes.NAME]`: one exposed tool served by several upstreams' tools (`"upstream.tool"`),
-    in this order unless `strategy` says otherwise."""
-
-    candidates: list[str]
-    strategy: Strategy = "cheap"
-    description: str | None = None
-
-
 class Config(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     upstreams: dict[str, Upstream] = {}
     limits: Limits = Limits()
@@ -245,7 +236,6 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     extract_providers: dict[str, ProviderConfig] = {}
     browse_providers: dict[str, ProviderConfig] = {}
     routing: Routing = Routing()
-    routes: dict[str, RouteConfig] = {}
 
     def providers_of(self, capability: str) -> dict[str, ProviderConfig]:
         """The `[<capability>_providers.NAME]` tables."""
@@ -289,7 +279,6 @@ def loads(text: str, source: str = "<config>", environ: dict[str, str] | None = 
             ("search_providers", ProviderConfig),
             ("extract_providers", ProviderConfig),
             ("browse_providers", ProviderConfig),
-            ("routes", RouteConfig),
         )
     }
     config = msgspec.structs.replace(_convert(data, Config, source, ""), **named)
@@ -308,8 +297,6 @@ def loads(text: str, source: str = "<config>", environ: dict[str, str] | None = 
     for capability in ("search", "extract", "browse"):
         for name, provider in config.providers_of(capability).items():
             _check_provider(source, f"{capability}_providers.{_key(name)}", provider, upstreams)
-    for name, route in config.routes.items():
-        _check_route(source, f"routes.{_key(name)}", route, upstreams)
     return msgspec.structs.replace(config, upstreams=upstreams)
 
 
@@ -334,18 +321,6 @@ def _check_provider(source: str, where: str, provider: ProviderConfig, upstreams
         raise ConfigError(f"{at}.upstream: no [upstreams.{provider.upstream}] is configured")
     if provider.upstream is None and (provider.args or provider.results):
         raise ConfigError(f"{at}: 'args' and 'results' apply to a provider with 'upstream' and 'tool'")
-
-
-def _check_route(source: str, where: str, route: RouteConfig, upstreams: dict[str, Upstream]) -> None:
-    at = f"{source}: at {where}.candidates"
-    if not route.candidates:
-        raise ConfigError(f'{at}: name at least one "upstream.tool"')
-    for candidate in route.candidates:
-        upstream, dot, tool = candidate.partition(".")
-        if not dot or not tool:
-            raise ConfigError(f'{at}: {candidate!r} is not "upstream.tool"')
-        if upstream not in upstreams:
-            raise ConfigError(f"{at}: {candidate!r} names no configured upstream ({upstream!r})")
 
 
 def _load_governor(table: Any, source: str) -> GovernorSettings:

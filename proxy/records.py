@@ -41,6 +41,7 @@ class Route(msgspec.Struct, frozen=True):
     providers: tuple[str, ...]
     output_schema: dict[str, Any] | None = None
     capability: str | None = None  # what interchangeable providers share (search, extract …)
+    strategy: str | None = None  # how its candidates are ordered, when not the capability's own
 
 
 class ProviderSpec(msgspec.Struct, frozen=True):

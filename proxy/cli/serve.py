@@ -41,8 +41,13 @@ STATUS_INTERVAL = 2.0
 DRAIN_SECONDS = 5.0
 
 
-def _load(path_option: str | None) -> tuple[Path, Config] | int:
+def _load(path_option: str | None, *, optional: bool = False) -> tuple[Path, Config] | int:
+    """The config file; with `optional` (serve), no file at the default place means the
+    embedded default: no upstreams, the built-in zero-key providers."""
     path = config_module.config_path(path_option)
+    if optional and path_option is None and not os.environ.get("FRUGAL_CONFIG") and not path.exists():
+        log.info("no config file; serving the built-in providers", extra={"path": str(path)})
+        return path, Config()
     try:
         return path, config_module.load(path)
     except ConfigError as exc:
@@ -56,7 +61,7 @@ def session_options(config: Config) -> dict[str, Any]:
     HTTP endpoint assembles the pipeline itself (with its metrics); stdio uses `stdio_options`."""
     call_timeout = config.limits.call_timeout_seconds
     return {
-        "governor": config.governor,
+        "config": config,
         "page_size": config.limits.page_size,
         "prefixes": {name: up.prefix for name, up in config.upstreams.items()},
         "filters": {name: up.tools for name, up in config.upstreams.items()},
@@ -72,7 +77,7 @@ def stdio_options(config: Config) -> dict[str, Any]:
     from frugal_proxy.pipeline.assembly import assemble
 
     options = session_options(config)
-    options["assembly"] = assemble(options.pop("governor"))
+    options["assembly"] = assemble(config=options.pop("config"))
     return options
 
 
@@ -89,13 +94,10 @@ def serve_command(argv: list[str]) -> int:
     add_http_options(parser)
     options = parser.parse_args(argv)
     logs.configure(options.log_level)
-    loaded = _load(options.config)
+    loaded = _load(options.config, optional=True)
     if isinstance(loaded, int):
         return loaded
-    path, config = loaded
-    if not config.upstreams:
-        print(f"frugal-proxy: config error: {path}: no [upstreams.NAME] tables", file=sys.stderr)
-        return 2
+    _, config = loaded
     if options.http:
         from frugal_proxy.cli.http_options import run_http
         from frugal_proxy.server.sessions import UpstreamSet
@@ -116,15 +118,19 @@ async def serve_stdio(config: Config) -> int:
     upstreams = fleet.connect()
     status = StatusFile(upstreams)
     try:
+        router_options = stdio_options(config)
+        assembly = router_options["assembly"]
         async with run(upstreams, lazy=fleet.lazy) as running:
             tg = running.task_group
-            session = Router(upstreams, downstream, tg, **stdio_options(config))
+            session = Router(upstreams, downstream, tg, **router_options)
             tg.start_soon(stop_on_signal, tg.cancel_scope)
             tg.start_soon(status.keep_written)
             await session.serve(FrameReader(source, config.limits.max_message_bytes))
             with anyio.move_on_after(DRAIN_SECONDS):
                 await session.drain()
             downstream.close()
+            with anyio.CancelScope(shield=True):
+                await assembly.aclose()
     finally:
         source.restore()
         sink.restore()

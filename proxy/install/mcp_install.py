@@ -111,8 +111,8 @@ def run(options: argparse.Namespace, places: Places) -> int:
             status = 1
     if installing and not options.http and not options.dry_run and not config_path().exists():
         print(
-            f"note: `frugal-proxy serve` reads {config_path()}, which does not exist yet: "
-            "run `frugal-proxy config init` and add your upstreams"
+            f"note: {config_path()} does not exist yet, so `frugal-proxy serve` offers the built-in "
+            "zero-key providers only; run `frugal-proxy config init` to add your upstreams and keys"
         )
     if not options.dry_run:
         install_state.save(state_file, state)

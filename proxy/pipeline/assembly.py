@@ -1,22 +1,35 @@
 """What sits between the transports and the providers, assembled in one visible place.
 
-`assemble` returns the policies in the order the pipeline runs them, the proxy's own tools and
-the size governor's engine (for the HTTP endpoint's governor routes). Every feature that hooks
-into a tools/call (the size governor, budgets, the loop guard, the ledger, metrics) is added
-here and nowhere else.
+`assemble` returns the policies in the order the pipeline runs them, the proxy's own tools, the
+size governor's engine (for the HTTP endpoint's governor routes) and, for `serve`, the routed
+capabilities: the providers that are on (providers.registry) and one route per capability that
+has any (`frugal__search`, `frugal__extract`, `frugal__browse`). Every feature that hooks into a
+tools/call (routing, the size governor, budgets, the loop guard, the ledger, metrics) is added
+here and nowhere else:
+
+    routing → governor → metrics → (build_pipeline adds the call log)
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from frugal_proxy.config import GovernorSettings
+from frugal_proxy.capabilities import CAPABILITIES, TOOLS
+from frugal_proxy.config import CapabilityRouting, Config, GovernorSettings, ProviderConfig
 from frugal_proxy.governor.engine import Governor
 from frugal_proxy.policies import Policy
 from frugal_proxy.policies.governor import GovernorPolicy
 from frugal_proxy.policies.metrics import CallMetrics, CallSink
+from frugal_proxy.policies.routing import Routing
+from frugal_proxy.providers import Provider, registry
 from frugal_proxy.providers.governor_tools import governor_tools
+from frugal_proxy.providers.http_client import HttpClient
 from frugal_proxy.providers.own_tools import OwnTool
+from frugal_proxy.records import ProviderSpec, Route
+from frugal_proxy.state.latency import MemoryLatency
+from frugal_proxy.state.usage import MemoryUsage
 
 
 @dataclass
@@ -24,15 +37,41 @@ class Assembly:
     policies: list[Policy] = field(default_factory=list)
     own_tools: list[OwnTool] = field(default_factory=list)
     governor: Governor | None = None
+    # The routed capabilities (serve): their providers, the routes that expose them, and the
+    # providers served by upstream tools, which each router binds to its own links.
+    providers: list[Provider] = field(default_factory=list)
+    routes: list[Route] = field(default_factory=list)
+    upstream_tools: list[tuple[ProviderSpec, ProviderConfig]] = field(default_factory=list)
+    off: dict[str, str] = field(default_factory=dict)
+    http: HttpClient | None = None
+
+    async def aclose(self) -> None:
+        """Release what the providers hold (the shared HTTP client, a browser, a remote MCP
+        connection); the process is ending."""
+        for provider in self.providers:
+            close = getattr(provider, "aclose", None)
+            if close is not None:
+                await close()
+        if self.http is not None:
+            await self.http.close()
 
 
-def assemble(governor: GovernorSettings | None = None, metrics: CallSink | None = None) -> Assembly:
+def assemble(
+    governor: GovernorSettings | None = None,
+    metrics: CallSink | None = None,
+    *,
+    config: Config | None = None,
+    environ: Mapping[str, str] | None = None,
+    http: HttpClient | None = None,
+) -> Assembly:
     """The embedded default: the size governor (on unless `enabled = false`) with its in-memory
     spill store and its own tools, then the call metrics when there is somewhere to put them
     (the HTTP endpoint's `/metrics`), last so that they see what every other policy decided.
-    build_pipeline adds the call log after these policies."""
-    settings = governor or GovernorSettings()
+    With a `config` (serve), the routed capabilities and the routing policy before them."""
+    settings = governor or (config.governor if config is not None else GovernorSettings())
     assembly = Assembly()
+    if config is not None:
+        _add_routed(assembly, config, environ, http or HttpClient())
     if settings.enabled:
         engine = Governor.embedded(settings)  # each operator may lower its own budgets
         assembly.governor = engine
@@ -41,3 +80,19 @@ def assemble(governor: GovernorSettings | None = None, metrics: CallSink | None 
     if metrics is not None:
         assembly.policies.append(CallMetrics(metrics))
     return assembly
+
+
+def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] | None, http: HttpClient) -> None:
+    enabled = registry.enable(config, environ, http)
+    assembly.http = http
+    assembly.providers = enabled.providers
+    assembly.upstream_tools = enabled.upstream_tools
+    assembly.off = enabled.off
+    specs = [provider.spec for provider in enabled.providers] + [spec for spec, _ in enabled.upstream_tools]
+    for capability in CAPABILITIES:
+        names = tuple(spec.name for spec in specs if spec.capability == capability)
+        if names:
+            tool = TOOLS[capability]
+            assembly.routes.append(Route(tool["name"], names, tool["outputSchema"], capability=capability))
+    routing: dict[str, CapabilityRouting] = {name: getattr(config.routing, name) for name in CAPABILITIES}
+    assembly.policies.append(Routing(routing, MemoryUsage(time.time), MemoryLatency()))

@@ -91,7 +91,8 @@ class Pipeline:
             return f"{tool} failed: no provider is available for this tool{why}"
         if len(failures) == 1 and exchange.route.capability is None:
             return f"{tool} failed: {failures[0][1]}"
-        tried = "; ".join(f"{name}: {message}" for name, message in failures)
+        # A provider's message names it already ("serper is rate-limiting (429)"); others get the name.
+        tried = "; ".join(message if message.startswith(name) else f"{name}: {message}" for name, message in failures)
         return f"{tool} failed on every provider ({len(failures)} attempt(s)): {tried}"
 
     @staticmethod

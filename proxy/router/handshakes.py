@@ -20,13 +20,13 @@ from frugal_proxy.bridge.link import Client, UpstreamLink
 from frugal_proxy.errors import ProxyError, UpstreamDown
 from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
-from frugal_proxy.providers.own_tools import LISTING_SCOPE, LISTING_TTL_MS, OwnToolProvider
+from frugal_proxy.providers.own_tools import LISTING_SCOPE, LISTING_TTL_MS
 
 log = logging.getLogger("frugal_proxy.session")
 
 
 class Handshakes:
-    def __init__(self, links: list[UpstreamLink], client: Client, own_tools: OwnToolProvider) -> None:
+    def __init__(self, links: list[UpstreamLink], client: Client, own_tools: bool) -> None:
         self.links = links
         self.client = client
         self.own_tools = own_tools
@@ -56,7 +56,7 @@ class Handshakes:
                     instructions.append(f"[{link.name}] {body['instructions']}")
         result: dict[str, Any] = {
             "protocolVersion": version,
-            "capabilities": merge_capabilities(capabilities_seen, self.own_tools.tools != {}),
+            "capabilities": merge_capabilities(capabilities_seen, self.own_tools),
             "serverInfo": {"name": "frugal-proxy", "version": __version__},
         }
         if instructions:
@@ -64,7 +64,7 @@ class Handshakes:
         return jsonrpc.result(None, result)
 
     async def discover(self) -> Frame:
-        own = bool(self.own_tools.tools)
+        own = self.own_tools
         if self.single:
             body = await self.links[0].describe_for_modern()
             if own:
@@ -88,7 +88,7 @@ class Handshakes:
         result: dict[str, Any] = {
             "resultType": "complete",
             "supportedVersions": list(eras.MODERN_VERSIONS),
-            "capabilities": merge_capabilities(capabilities_seen, self.own_tools.tools != {}),
+            "capabilities": merge_capabilities(capabilities_seen, self.own_tools),
             "_meta": {eras.META_SERVER_INFO: {"name": "frugal-proxy", "version": __version__}},
             "ttlMs": min(ttls) if ttls else 0,
             "cacheScope": "public" if public and ttls else "private",

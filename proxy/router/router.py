@@ -20,6 +20,7 @@ import msgspec
 
 from frugal_proxy.bridge.downstream import ClientGone, ClientUnreachable, DownstreamPeer
 from frugal_proxy.bridge.link import Client, UpstreamLink
+from frugal_proxy.capabilities import TOOLS, request_of
 from frugal_proxy.config import ToolFilter
 from frugal_proxy.errors import BridgeError, ProxyError, UpstreamDown
 from frugal_proxy.pipeline.assembly import Assembly, assemble
@@ -30,6 +31,7 @@ from frugal_proxy.protocol.subscriptions import acknowledgement, listen_result, 
 from frugal_proxy.providers import Provider
 from frugal_proxy.providers.mcp_tool import McpToolProvider
 from frugal_proxy.providers.own_tools import LISTING_TTL_MS, OwnToolProvider
+from frugal_proxy.providers.upstream_tool import UpstreamToolProvider
 from frugal_proxy.records import Call, Exchange, ProgressSink
 from frugal_proxy.router.catalog import KINDS, Catalog, CatalogError
 from frugal_proxy.router.handshakes import Handshakes
@@ -99,9 +101,18 @@ class Router:
             for link in self.links
         }
         providers[self.own_tools.name] = self.own_tools
+        providers.update((provider.spec.name, provider) for provider in assembly.providers)
+        for spec, options in assembly.upstream_tools:
+            link = self._link_by_name[str(options.upstream)]
+            providers[spec.name] = UpstreamToolProvider(spec, options, link.forward)
         self.pipeline: Pipeline = build_pipeline(providers, assembly.policies)
         self.routes = RouteTable(self.links, self.catalog, self.own_tools)
-        self.handshakes = Handshakes(self.links, self.client, self.own_tools)
+        for route in assembly.routes:
+            self.routes.add(route)
+        # What the proxy lists of its own beside the upstreams' tools: its own tools and the
+        # routed capabilities that have a provider.
+        self.listed = [*self.own_tools.listings(), *(TOOLS[r.capability] for r in assembly.routes if r.capability)]
+        self.handshakes = Handshakes(self.links, self.client, bool(self.listed))
 
     # -- reading the client --------------------------------------------------------------------------
 
@@ -246,14 +257,14 @@ class Router:
             return await self._tools_call(client_id, params, client, progress, origin)
         if method in KINDS and not self.single:
             page = jsonrpc.result(None, await self.catalog.page(method, params, client))
-            return self._with_own_tools(page) if method == "tools/list" and self.own_tools.tools else page
+            return self._with_own_tools(page) if method == "tools/list" and self.listed else page
         link, params = await self._route(method, params, client)
         if not client.modern and method in SUBSCRIBE_METHODS and link.upstream.era == "modern":
             return await link.legacy_subscribe(method, jsonrpc.decode_any(params["uri"]))
         reply = await link.forward(method, params, client, progress)
         if method == "tools/list":
             self.catalog.note_listed(reply)  # the governor keeps shaped results valid against them
-        if method == "tools/list" and self.own_tools.tools:
+        if method == "tools/list" and self.listed:
             reply = self._with_own_tools(reply)
         return reply
 
@@ -320,7 +331,15 @@ class Router:
         except RouteUnavailable as exc:
             log.warning("call to a tool of an upstream that is down", extra={"tool": name})
             return jsonrpc.result(None, jsonrpc.tool_error_result(str(exc)))
+        request = None
+        if route.capability is not None:
+            arguments = jsonrpc.decode_any(params["arguments"]) if "arguments" in params else {}
+            try:
+                request = request_of(route.capability, arguments)
+            except ValueError as exc:
+                return jsonrpc.result(None, jsonrpc.tool_error_result(f"{name}: {exc}"))
         exchange = Exchange(
+            request=request,
             call=Call(request_id=client_id, tool=name, params=upstream_params, forwarded_headers=origin.headers),
             route=route,
             client=client,
@@ -340,7 +359,7 @@ class Router:
         if not isinstance(tools, list):
             return reply
         taken = {tool.get("name") for tool in tools if isinstance(tool, dict)}
-        tools.extend(tool for tool in self.own_tools.listings() if tool["name"] not in taken)
+        tools.extend(tool for tool in self.listed if tool["name"] not in taken)
         body["tools"] = jsonrpc.raw(tools)
         if "ttlMs" in body:  # a modern client's page: its hints cover the own tools' part too
             ttl = jsonrpc.decode_any(body["ttlMs"])

@@ -106,7 +106,7 @@ async def serve_http(
     `ready` may refuse to go on once the upstreams are started (a message; the exit status is 2)."""
     metrics = Metrics()  # every session's pipeline feeds it, so it goes into their shared assembly
     options = dict(upstreams.options)
-    assembly = assemble(options.pop("governor", None), metrics=metrics)
+    assembly = assemble(options.pop("governor", None), metrics=metrics, config=options.pop("config", None))
     upstreams = replace(upstreams, options={**options, "assembly": assembly})
     connections: list[UpstreamBase] = upstreams.make()
     metrics.watch(connections)
@@ -153,6 +153,8 @@ async def serve_http(
         if sessions is not None:
             with anyio.move_on_after(DRAIN_SECONDS + 5):
                 await sessions.end_all()
+        with anyio.CancelScope(shield=True):
+            await assembly.aclose()
     return 0
 
 

@@ -126,9 +126,6 @@ def test_the_governor_table_is_checked_at_load_time() -> None:
         ('[search_providers.serper]\nargs = { q = "{query}" }', "'args' and 'results' apply to a provider with"),
         ('[search_providers.serper]\ncolour = "red"', "at search_providers.serper: unknown key `colour`"),
         ('[routing.search]\nstrategy = "random"', "at routing.search.strategy"),
-        ("[routes.read]\ncandidates = []", "routes.read.candidates: name at least one"),
-        ('[routes.read]\ncandidates = ["nodot"]', "'nodot' is not \"upstream.tool\""),
-        ('[routes.read]\ncandidates = ["ghost.read"]', "names no configured upstream ('ghost')"),
     ],
 )
 def test_provider_and_routing_tables_are_checked_at_load_time(text: str, message: str) -> None:

@@ -35,14 +35,16 @@ def body(reply: Frame) -> Any:
 async def initialize(upstreams: list[FakeUpstream], own: OwnToolProvider, **params: Any) -> tuple[Any, Client]:
     client = Client()
     async with linked(upstreams, client) as links:
-        reply = await Handshakes(links, client, own).initialize({k: jsonrpc.raw(v) for k, v in params.items()})
+        reply = await Handshakes(links, client, bool(own.tools)).initialize(
+            {k: jsonrpc.raw(v) for k, v in params.items()}
+        )
     return body(reply), client
 
 
 async def discover(upstreams: list[FakeUpstream], own: OwnToolProvider) -> Any:
     client = Client("modern")
     async with linked(upstreams, client) as links:
-        return body(await Handshakes(links, client, own).discover())
+        return body(await Handshakes(links, client, bool(own.tools)).discover())
 
 
 # -- initialize --------------------------------------------------------------------------------

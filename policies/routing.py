@@ -1,0 +1,121 @@
+"""How a route's candidates are ordered and which are dropped, before anything is called.
+
+Per capability (`[routing.search]` …), or per `[routes.NAME]` for a plain tool served by several
+upstreams:
+
+    cheap     (default) effective cost ascending: a paid provider with free quota left this month
+              counts as free; ties keep the documented order of the built-ins, then config order
+    fast      this machine's observed latency of successful calls, lowest first, once every
+              candidate has MIN_SAMPLES of them; cost order until then
+    premium   premium-priced providers first, list price descending
+    order     an explicit preference that goes first (a prefix, not a whitelist)
+    deny      never called: not by fallback, not when pinned
+    provider  a call that names one provider (`provider=`) is tried with it alone
+
+Each drop is a Decision naming the provider (the receipt's `skipped[]`), and the ordering is one
+Decision the reason line quotes (`policy=cheap: effective cost ascending`). At seal it feeds the
+latency book and the monthly usage counts that the next calls order by.
+"""
+
+from __future__ import annotations
+
+from frugal_proxy.config import CapabilityRouting
+from frugal_proxy.policies import Policy
+from frugal_proxy.records import Decision, Exchange, ProviderSpec
+from frugal_proxy.state.latency import LatencyBook
+from frugal_proxy.state.usage import UsageCounter
+
+MIN_SAMPLES = 3
+_WHY = {
+    "cheap": "effective cost ascending",
+    "fast": "observed latency ascending",
+    "premium": "premium first, list price descending",
+}
+
+
+class Routing(Policy):
+    name = "routing"
+
+    def __init__(self, settings: dict[str, CapabilityRouting], usage: UsageCounter, latency: LatencyBook) -> None:
+        self.settings = settings
+        self.usage = usage
+        self.latency = latency
+
+    def route(self, exchange: Exchange) -> None:
+        route = exchange.route
+        settings = self.settings.get(route.capability or "") or CapabilityRouting()
+        if len(exchange.candidates) < 2 and route.capability is None:
+            return  # a plain tool with one upstream: nothing to order
+        where = f"routing.{route.capability}" if route.capability else f"routes.{route.name}"
+        kept: list[ProviderSpec] = []
+        for spec in exchange.candidates:
+            if spec.name in settings.deny:
+                exchange.trace.append(
+                    Decision(
+                        "route", "deny", "skipped", f"skipped {spec.name} (denied by {where}.deny)", provider=spec.name
+                    )
+                )
+            else:
+                kept.append(spec)
+        pinned = getattr(exchange.request, "provider", None)
+        if isinstance(pinned, str):
+            kept = self._pin(exchange, kept, pinned, where)
+            exchange.candidates = kept
+            return
+        strategy = route.strategy or settings.strategy
+        ordered = self._order(kept, strategy)
+        preferred = [name for name in settings.order if any(spec.name == name for spec in ordered)]
+        if preferred:
+            first = [next(spec for spec in ordered if spec.name == name) for name in preferred]
+            ordered = first + [spec for spec in ordered if spec.name not in preferred]
+        exchange.candidates = ordered
+        why = (
+            _WHY[strategy]
+            if strategy != "fast" or self._has_history(kept)
+            else "cost order until there is latency history"
+        )
+        if preferred:
+            why += f", {where}.order first ({', '.join(preferred)})"
+        exchange.trace.append(Decision("route", strategy, "ordered", why))
+
+    def _pin(self, exchange: Exchange, kept: list[ProviderSpec], pinned: str, where: str) -> list[ProviderSpec]:
+        chosen = [spec for spec in kept if spec.name == pinned]
+        if chosen:
+            exchange.trace.append(Decision("route", "pin", "ordered", f"pinned to {pinned} (tried alone)"))
+            return chosen
+        denied = any(spec.name == pinned for spec in exchange.candidates)
+        capability = exchange.route.capability or "tool"
+        if denied:
+            why = f"{pinned} is denied by {where}.deny and is never called, not even when named"
+        else:
+            names = ", ".join(spec.name for spec in kept) or "none"
+            why = f"no {capability} provider named {pinned!r} is on (available: {names})"
+        exchange.trace.append(Decision("route", "pin", "refused", why, provider=pinned))
+        return []
+
+    def _order(self, specs: list[ProviderSpec], strategy: str) -> list[ProviderSpec]:
+        if strategy == "premium":
+            return sorted(specs, key=lambda spec: (not spec.premium, -spec.price_micros))
+        by_cost = sorted(specs, key=self._effective_cost)  # sorted() is stable: ties keep their order
+        if strategy == "fast" and self._has_history(specs):
+            return sorted(by_cost, key=lambda spec: self._latency(spec))
+        return by_cost
+
+    def _effective_cost(self, spec: ProviderSpec) -> int:
+        if spec.free_quota_monthly and self.usage.calls_this_month(spec.name) < spec.free_quota_monthly:
+            return 0
+        return spec.price_micros
+
+    def _has_history(self, specs: list[ProviderSpec]) -> bool:
+        return all((self.latency.estimate(spec.name) or (0.0, 0))[1] >= MIN_SAMPLES for spec in specs)
+
+    def _latency(self, spec: ProviderSpec) -> float:
+        known = self.latency.estimate(spec.name)
+        return known[0] if known is not None else float("inf")
+
+    async def seal(self, exchange: Exchange) -> None:
+        for attempt in exchange.attempts:
+            if attempt.outcome in ("ok", "empty"):
+                self.usage.count(attempt.provider)
+            if attempt.outcome == "ok":
+                self.latency.observe(attempt.provider, attempt.latency_ms)

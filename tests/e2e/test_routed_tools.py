@@ -1,0 +1,124 @@
+"""The routed tools through `frugal-proxy serve`, as a client sees them: listed with their
+schemas, a routed search answered with its receipt, failover and its error, and `serve` with no
+config file at all. Providers reach Web APIs on 127.0.0.1 (tests/servers/fake_apis.py) through
+their `base_url`; every other built-in is denied so that nothing leaves the machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp_types import TextContent
+
+from tests.conftest import notes_command
+from tests.servers.fake_apis import FakeApis, fake_apis
+
+pytestmark = pytest.mark.anyio
+
+# Every built-in but wikipedia, so that a test never reaches the network.
+OTHERS = ["searxng", "youcom-free", "marginalia", "serper", "youcom", "brave"]
+
+
+@pytest.fixture
+def apis() -> Iterator[FakeApis]:
+    with fake_apis() as running:
+        yield running
+
+
+def serve(home: Path, config: Path | None = None, **env: str) -> StdioServerParameters:
+    args = ["-m", "frugal_proxy", "serve"] + (["--config", str(config)] if config else [])
+    environ = {**os.environ, "FRUGAL_HOME": str(home), **env}
+    environ.pop("FRUGAL_CONFIG", None)
+    return StdioServerParameters(command=sys.executable, args=args, env=environ)
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "frugal.toml"
+    path.write_text(text)
+    return path
+
+
+def search_config(apis: FakeApis, wikipedia: str = "/wikipedia", upstream: bool = True) -> str:
+    lines = [
+        f'[search_providers.wikipedia]\nbase_url = "{apis.base}{wikipedia}"',
+        f"[routing.search]\ndeny = {json.dumps(OTHERS)}",
+    ]
+    if upstream:
+        lines.insert(0, f"[upstreams.notes]\ncommand = {json.dumps(notes_command())}")
+    return "\n".join(lines) + "\n"
+
+
+def structured(result: Any) -> dict[str, Any]:
+    assert result.is_error is False, result
+    texts = [block.text for block in result.content if isinstance(block, TextContent)]
+    assert json.loads(texts[0]) == result.structured_content
+    return result.structured_content  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_routed_search_answers_with_its_receipt(tmp_path: Path, apis: FakeApis, mode: str) -> None:
+    config = write(tmp_path, search_config(apis))
+    with anyio.fail_after(60):
+        async with Client(serve(tmp_path / "home", config), mode=mode, cache=None) as client:  # type: ignore[arg-type]
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert "frugal__search" in tools and "add" in tools  # one upstream: its names as they are
+            assert tools["frugal__search"].input_schema["required"] == ["query"]
+            assert "frugal__extract" not in tools  # no extract provider is on here
+            result = await client.call_tool("frugal__search", {"query": "proxy", "max_results": 2})
+    body = structured(result)
+    assert body["results"] == [
+        {
+            "title": "Proxy server",
+            "url": f"{apis.base}/wikipedia/wiki/Proxy_server",
+            "snippet": "A proxy sits between a client and a server",
+            "source": "wikipedia",
+        }
+    ]
+    assert body["provider_used"] == "wikipedia" and body["cost_usd"] == 0 and body["total_cost_usd"] == 0
+    assert [(a["provider"], a["outcome"]) for a in body["attempts"]] == [("wikipedia", "won")]
+    assert body["reason"] == "policy=cheap: effective cost ascending; provider=wikipedia won on attempt 1"
+    assert body["est_tokens"] > 0 and body["latency_ms"] >= 0
+    assert apis.requests["wikipedia"] == 1
+
+
+async def test_bad_arguments_and_a_failing_provider_get_clear_errors(tmp_path: Path, apis: FakeApis) -> None:
+    config = write(tmp_path, search_config(apis, wikipedia="/down"))
+    with anyio.fail_after(60):
+        async with Client(serve(tmp_path / "home", config), mode="auto", cache=None) as client:
+            refused = await client.call_tool("frugal__search", {"query": "x", "max_results": 500})
+            failed = await client.call_tool("frugal__search", {"query": "proxy"})
+            pinned = await client.call_tool("frugal__search", {"query": "proxy", "provider": "brave"})
+            still = await client.call_tool("add", {"a": 2, "b": 3})
+    assert refused.is_error and "frugal__search: max_results is 1 to 50" in refused.content[0].text  # type: ignore[union-attr]
+    assert failed.is_error
+    assert failed.content[0].text == (  # type: ignore[union-attr]
+        "frugal__search failed on every provider (1 attempt(s)): wikipedia failed (503)"
+    )
+    assert pinned.is_error  # brave has no key here, so it is not on
+    assert "no search provider named 'brave' is on (available: wikipedia)" in pinned.content[0].text  # type: ignore[union-attr]
+    assert still.is_error is False  # plain upstream tools keep working beside them
+
+
+async def test_serve_with_no_config_file_lists_the_built_in_providers(tmp_path: Path) -> None:
+    """Nothing configured: no upstreams, the zero-key providers' routed tools (not called here:
+    they would reach the network)."""
+    with anyio.fail_after(60):
+        async with Client(serve(tmp_path / "home"), mode="auto", cache=None) as client:
+            names = [tool.name for tool in (await client.list_tools()).tools]
+    assert "frugal__search" in names
+    assert "frugal__fetch_slice" in names  # the governor's own tools as ever
+
+
+async def test_a_config_without_upstreams_is_valid(tmp_path: Path, apis: FakeApis) -> None:
+    config = write(tmp_path, search_config(apis, upstream=False))
+    with anyio.fail_after(60):
+        async with Client(serve(tmp_path / "home", config), mode="legacy", cache=None) as client:
+            result = await client.call_tool("frugal__search", {"query": "frugal"})
+    assert [hit["title"] for hit in structured(result)["results"]] == ["Frugality"]

@@ -1,0 +1,97 @@
+"""Web APIs on 127.0.0.1 that answer with the shapes their real counterparts document, for the
+routed tools' end-to-end tests (run in a thread of the test process; the proxy reaches them
+through each provider's `base_url`).
+
+    /wikipedia/w/rest.php/v1/search/page   Wikimedia REST search: {"pages": [{key, title, excerpt}]}
+                                           (mediawiki.org/wiki/API:REST_API/Reference#Search_pages);
+                                           a query with "nothing" finds nothing
+    /down/...                              503 for every request
+    /busy/...                              429 with Retry-After: 7
+
+`requests` counts what each path prefix was asked, so a test can say a provider was not called.
+"""
+
+from __future__ import annotations
+
+import collections
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+CORPUS = [
+    (
+        "Model_Context_Protocol",
+        "Model Context Protocol",
+        'The <span class="searchmatch">Model Context Protocol</span> links agents to tools',
+    ),
+    ("Proxy_server", "Proxy server", 'A <span class="searchmatch">proxy</span> sits between a client and a server'),
+    ("Frugality", "Frugality", 'The quality of being <span class="searchmatch">frugal</span>'),
+]
+
+
+@dataclass
+class FakeApis:
+    base: str
+    requests: collections.Counter[str] = field(default_factory=collections.Counter)
+
+
+def _app(counts: collections.Counter[str]) -> Starlette:
+    async def wikipedia(request: Request) -> Response:
+        counts["wikipedia"] += 1
+        query = request.query_params.get("q", "").lower()
+        limit = int(request.query_params.get("limit", "50"))
+        if "nothing" in query:
+            return JSONResponse({"pages": []})
+        words = query.split()
+        pages = [
+            {"id": n, "key": key, "title": title, "excerpt": excerpt, "matched_title": None, "description": None}
+            for n, (key, title, excerpt) in enumerate(CORPUS)
+            if any(word in excerpt.lower() or word in title.lower() for word in words)
+        ]
+        return JSONResponse({"pages": pages[:limit]})
+
+    async def down(request: Request) -> Response:
+        counts["down"] += 1
+        return Response("upstream failure", status_code=503)
+
+    async def busy(request: Request) -> Response:
+        counts["busy"] += 1
+        return Response("slow down", status_code=429, headers={"Retry-After": "7"})
+
+    return Starlette(
+        routes=[
+            Route("/wikipedia/w/rest.php/v1/search/page", wikipedia),
+            Route("/down/{rest:path}", down, methods=["GET", "POST"]),
+            Route("/busy/{rest:path}", busy, methods=["GET", "POST"]),
+        ]
+    )
+
+
+@contextmanager
+def fake_apis() -> Iterator[FakeApis]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    port = sock.getsockname()[1]
+    apis = FakeApis(f"http://127.0.0.1:{port}")
+    server = uvicorn.Server(uvicorn.Config(_app(apis.requests), log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        yield apis
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
