@@ -94,6 +94,11 @@ class ExecuteRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 Request = SearchRequest | ExtractRequest | BrowseRequest
 
 
+def browse_from(request: ExtractRequest) -> BrowseRequest:
+    """The browse request an extraction falls forward to (same page, same ceiling)."""
+    return BrowseRequest(url=request.url, max_chars=request.max_chars, max_cost_usd=request.max_cost_usd)
+
+
 class SearchHit(msgspec.Struct, frozen=True, omit_defaults=True):
     title: str
     url: str
@@ -289,5 +294,36 @@ TOOLS: dict[str, dict[str, Any]] = {
         "outputSchema": _output({"page": _PAGE}, ["page"]),
     },
 }
+EXECUTE_TOOL: dict[str, Any] = {
+    "name": "frugal__execute",
+    "description": "Say what you need in plain words; it is routed to a web search, a page read or a "
+    "browser render by the cues in it (a URL, 'render', 'javascript' …), with no model call. A page "
+    "whose text needs JavaScript falls forward from a read to a render, costs summed. Answers like the "
+    "routed tool it chose, plus `capability`.",
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "intent": {"type": "string", "description": "What you need, e.g. 'latest MCP spec changes' or a URL."},
+            "priority": {
+                "type": "string",
+                "enum": ["cheap", "balanced", "premium"],
+                "description": "cheap: lowest cost first (default); balanced: fastest observed; premium: "
+                "premium providers first.",
+            },
+            "max_cost_usd": _CEILING,
+        },
+        "required": ["intent"],
+        "additionalProperties": False,
+    },
+    "outputSchema": _output(
+        {
+            "capability": {"type": "string", "enum": list(CAPABILITIES)},
+            "results": {"type": "array", "items": _HIT},
+            "page": _PAGE,
+        },
+        ["capability"],
+    ),
+}
+STRATEGY_OF_PRIORITY = {"cheap": "cheap", "balanced": "fast", "premium": "premium"}
 TOOL_NAMES = {capability: tool["name"] for capability, tool in TOOLS.items()}
 CAPABILITY_OF_TOOL = {name: capability for capability, name in TOOL_NAMES.items()}

@@ -42,6 +42,8 @@ class Route(msgspec.Struct, frozen=True):
     output_schema: dict[str, Any] | None = None
     capability: str | None = None  # what interchangeable providers share (search, extract …)
     strategy: str | None = None  # how its candidates are ordered, when not the capability's own
+    # frugal__execute: where a URL extraction that came back empty or nearly so goes next (browse)
+    then: Route | None = None
 
 
 class ProviderSpec(msgspec.Struct, frozen=True):

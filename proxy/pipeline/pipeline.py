@@ -18,13 +18,15 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
+from frugal_proxy.capabilities import Page, browse_from
+from frugal_proxy.intents import MIN_EXTRACT_CHARS
 from frugal_proxy.pipeline import routed
 from frugal_proxy.policies import Policy
 from frugal_proxy.policies.call_log import CallLog
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.providers import Provider
-from frugal_proxy.records import Attempt, Decision, Exchange, Receipt, reason
+from frugal_proxy.records import Attempt, Decision, Exchange, Receipt, Route, reason
 
 
 class Pipeline:
@@ -44,6 +46,9 @@ class Pipeline:
             for policy in self.policies:
                 policy.route(exchange)
             await self._dispatch(exchange)
+            then = exchange.route.then
+            if then is not None and self._needs_a_browser(exchange):
+                await self._fall_forward(exchange, then)
         exchange.receipt = self._receipt(exchange)
         if exchange.route.capability is not None and exchange.answer is None:
             exchange.answer = routed.answer(exchange, exchange.receipt)
@@ -80,6 +85,29 @@ class Pipeline:
         if exchange.route.capability is not None and exchange.outcome is not None and exchange.outcome.kind == "empty":
             return  # every free provider found nothing: an empty answer, not an error
         exchange.answer = jsonrpc.result(exchange.call.request_id, jsonrpc.tool_error_result(self._failure(exchange)))
+
+    @staticmethod
+    def _needs_a_browser(exchange: Exchange) -> bool:
+        """An extraction that came back empty or nearly so: the page likely needs JavaScript."""
+        outcome = exchange.outcome
+        if outcome is None or outcome.kind not in ("ok", "empty"):
+            return False
+        return outcome.kind == "empty" or (isinstance(outcome.data, Page) and outcome.data.is_empty(MIN_EXTRACT_CHARS))
+
+    async def _fall_forward(self, exchange: Exchange, then: Route) -> None:
+        """Try the follow-on route (a browse) with the same page; its attempts and costs add to
+        the extraction's."""
+        size = "empty" if exchange.outcome is None or exchange.outcome.kind == "empty" else "nearly empty"
+        exchange.trace.append(
+            Decision("dispatch", "execute", "fell forward", f"the extraction came back {size}: rendered in a browser")
+        )
+        exchange.route = then
+        exchange.request = browse_from(exchange.request)
+        exchange.answer = None
+        exchange.candidates = [self.providers[name].spec for name in then.providers]
+        for policy in self.policies:
+            policy.route(exchange)
+        await self._dispatch(exchange)
 
     @staticmethod
     def _failure(exchange: Exchange) -> str:

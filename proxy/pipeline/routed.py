@@ -29,7 +29,9 @@ from frugal_proxy.capabilities import Page
 from frugal_proxy.governor.shaping import est_tokens
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
-from frugal_proxy.records import Attempt, Exchange, Receipt
+from frugal_proxy.records import Attempt, Decision, Exchange, Receipt
+
+EXECUTE = "frugal__execute"
 
 _encoder = msgspec.json.Encoder(decimal_format="number")
 _OUTCOME = {"ok": "won", "empty": "empty"}
@@ -72,11 +74,7 @@ def receipt_fields(exchange: Exchange, receipt: Receipt) -> dict[str, Any]:
 def reason_line(exchange: Exchange, receipt: Receipt) -> str:
     """`policy=cheap: effective cost ascending; provider=marginalia won on attempt 1`, with each
     skip and drop the route phase noted."""
-    parts = [
-        f"policy={d.policy}: {d.detail}" if d.verdict == "ordered" else f"{d.policy}: {d.detail}"
-        for d in exchange.trace
-        if d.phase == "route"
-    ]
+    parts = [_part(d) for d in exchange.trace if d.phase == "route" or d.verdict == "fell forward"]
     if receipt.provider_used is None:
         parts.append(f"no provider answered after {len(receipt.attempts)} attempt(s)")
     else:
@@ -84,6 +82,14 @@ def reason_line(exchange: Exchange, receipt: Receipt) -> str:
         verb = "won" if receipt.attempts[number - 1].outcome == "ok" else "answered with nothing"
         parts.append(f"provider={receipt.provider_used} {verb} on attempt {number}")
     return "; ".join(parts)
+
+
+def _part(decision: Decision) -> str:
+    if decision.verdict == "ordered":
+        return f"policy={decision.policy}: {decision.detail}"
+    if decision.verdict in ("classified", "fell forward"):
+        return decision.detail
+    return f"{decision.policy}: {decision.detail}"
 
 
 def answer(exchange: Exchange, receipt: Receipt) -> Frame:
@@ -98,6 +104,8 @@ def answer(exchange: Exchange, receipt: Receipt) -> Frame:
         body["results"] = list(data or [])
         if not body["results"]:
             warnings.append("no provider found anything for this query")
+    if exchange.route.name == EXECUTE:
+        body["capability"] = exchange.route.capability
     body.update(receipt_fields(exchange, receipt))
     if warnings:
         body["warnings"] = warnings

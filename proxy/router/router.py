@@ -20,7 +20,7 @@ import msgspec
 
 from frugal_proxy.bridge.downstream import ClientGone, ClientUnreachable, DownstreamPeer
 from frugal_proxy.bridge.link import Client, UpstreamLink
-from frugal_proxy.capabilities import TOOLS, request_of
+from frugal_proxy.capabilities import EXECUTE_TOOL, TOOLS, request_of
 from frugal_proxy.config import ToolFilter
 from frugal_proxy.errors import BridgeError, ProxyError, UpstreamDown
 from frugal_proxy.pipeline.assembly import Assembly, assemble
@@ -32,7 +32,7 @@ from frugal_proxy.providers import Provider
 from frugal_proxy.providers.mcp_tool import McpToolProvider
 from frugal_proxy.providers.own_tools import LISTING_TTL_MS, OwnToolProvider
 from frugal_proxy.providers.upstream_tool import UpstreamToolProvider
-from frugal_proxy.records import Call, Exchange, ProgressSink
+from frugal_proxy.records import Call, Decision, Exchange, ProgressSink
 from frugal_proxy.router.catalog import KINDS, Catalog, CatalogError
 from frugal_proxy.router.handshakes import Handshakes
 from frugal_proxy.router.routes import RouteTable, RouteUnavailable
@@ -111,7 +111,9 @@ class Router:
             self.routes.add(route)
         # What the proxy lists of its own beside the upstreams' tools: its own tools and the
         # routed capabilities that have a provider.
-        self.listed = [*self.own_tools.listings(), *(TOOLS[r.capability] for r in assembly.routes if r.capability)]
+        routed = [TOOLS[r.capability] for r in assembly.routes if r.capability]
+        self.listed_execute = bool(routed)
+        self.listed = [*self.own_tools.listings(), *routed, *([EXECUTE_TOOL] if routed else [])]
         self.handshakes = Handshakes(self.links, self.client, bool(self.listed))
 
     # -- reading the client --------------------------------------------------------------------------
@@ -326,19 +328,28 @@ class Router:
         origin: Origin,
     ) -> Frame:
         name = _string(params, "name", "tools/call")
-        try:
-            route, upstream_params = await self.routes.resolve(name, params, client)
-        except RouteUnavailable as exc:
-            log.warning("call to a tool of an upstream that is down", extra={"tool": name})
-            return jsonrpc.result(None, jsonrpc.tool_error_result(str(exc)))
-        request = None
-        if route.capability is not None:
-            arguments = jsonrpc.decode_any(params["arguments"]) if "arguments" in params else {}
+        request: Any = None
+        trace: list[Decision] = []
+        if name == EXECUTE_TOOL["name"] and self.listed_execute:
             try:
-                request = request_of(route.capability, arguments)
+                executed = self.routes.execute(request_of("execute", _arguments(params)))
             except ValueError as exc:
                 return jsonrpc.result(None, jsonrpc.tool_error_result(f"{name}: {exc}"))
+            route, request, upstream_params = executed.route, executed.request, params
+            trace.append(Decision("route", "execute", "classified", executed.why))
+        else:
+            try:
+                route, upstream_params = await self.routes.resolve(name, params, client)
+            except RouteUnavailable as exc:
+                log.warning("call to a tool of an upstream that is down", extra={"tool": name})
+                return jsonrpc.result(None, jsonrpc.tool_error_result(str(exc)))
+            if route.capability is not None:
+                try:
+                    request = request_of(route.capability, _arguments(params))
+                except ValueError as exc:
+                    return jsonrpc.result(None, jsonrpc.tool_error_result(f"{name}: {exc}"))
         exchange = Exchange(
+            trace=trace,
             request=request,
             call=Call(request_id=client_id, tool=name, params=upstream_params, forwarded_headers=origin.headers),
             route=route,
@@ -458,6 +469,10 @@ def _string(params: dict[str, msgspec.Raw], key: str, method: str) -> str:
     if not isinstance(value, str):
         raise jsonrpc.MessageError(jsonrpc.INVALID_PARAMS, f"{method} needs a string {key!r}")
     return value
+
+
+def _arguments(params: dict[str, msgspec.Raw]) -> Any:
+    return jsonrpc.decode_any(params["arguments"]) if "arguments" in params else {}
 
 
 def _error_data(exc: jsonrpc.MessageError) -> Any:

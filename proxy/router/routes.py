@@ -14,10 +14,22 @@ pipeline's route phase gets every candidate and dispatch makes the choice.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from frugal_proxy.bridge.link import Client, UpstreamLink
+from frugal_proxy.capabilities import (
+    EXECUTE_TOOL,
+    STRATEGY_OF_PRIORITY,
+    TOOL_NAMES,
+    BrowseRequest,
+    ExecuteRequest,
+    ExtractRequest,
+    SearchRequest,
+)
 from frugal_proxy.errors import ProxyError
+from frugal_proxy.intents import classify
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers.own_tools import OwnToolProvider
 from frugal_proxy.records import Route
@@ -26,6 +38,15 @@ from frugal_proxy.router.catalog import Catalog, CatalogError
 
 class RouteUnavailable(ProxyError):
     """A tool whose upstream is not running: answered as a tool error naming why."""
+
+
+class Executed(msgspec.Struct, frozen=True):
+    """frugal__execute's call as routed: the route of the capability it was classified onto,
+    that capability's request, and the classifier's one-line why."""
+
+    route: Route
+    request: Any
+    why: str
 
 
 class RouteTable:
@@ -61,6 +82,34 @@ class RouteTable:
                 raise
             raise RouteUnavailable(f"{name} is unavailable: {down}") from None
         return self._upstream_route(name, owner.link), {**params, "name": jsonrpc.raw(owner.original)}
+
+    def execute(self, request: ExecuteRequest) -> Executed:
+        """Classify an intent onto a capability that has providers; ValueError names what is
+        missing. A URL extraction gets the browse route to fall forward to, when there is one."""
+        intent = classify(request.intent)
+        found = self._defined.get(TOOL_NAMES[intent.capability])
+        if found is None and intent.capability == "browse":
+            found = self._defined.get(TOOL_NAMES["extract"])  # no browser: read the page instead
+            intent = msgspec.structs.replace(
+                intent, capability="extract", why=intent.why + " (no browser provider is on: read instead)"
+            )
+        if found is None:
+            raise ValueError(f"{intent.why}, but no {intent.capability} provider is on")
+        strategy = STRATEGY_OF_PRIORITY[request.priority] if request.priority else None
+        then = None
+        browse = self._defined.get(TOOL_NAMES["browse"])
+        if intent.capability == "extract" and browse is not None:
+            then = Route(EXECUTE_TOOL["name"], browse.providers, EXECUTE_TOOL["outputSchema"], "browse", strategy)
+        route = Route(
+            EXECUTE_TOOL["name"], found.providers, EXECUTE_TOOL["outputSchema"], intent.capability, strategy, then
+        )
+        if intent.capability == "search":
+            typed: Any = SearchRequest(str(intent.query), max_cost_usd=request.max_cost_usd)
+        elif intent.capability == "extract":
+            typed = ExtractRequest(str(intent.url), max_cost_usd=request.max_cost_usd)
+        else:
+            typed = BrowseRequest(str(intent.url), max_cost_usd=request.max_cost_usd)
+        return Executed(route, typed, intent.why)
 
     def _upstream_route(self, name: str, link: UpstreamLink) -> Route:
         return Route(name=name, providers=(link.name,), output_schema=self.catalog.output_schema(name))

@@ -122,3 +122,19 @@ async def test_a_config_without_upstreams_is_valid(tmp_path: Path, apis: FakeApi
         async with Client(serve(tmp_path / "home", config), mode="legacy", cache=None) as client:
             result = await client.call_tool("frugal__search", {"query": "frugal"})
     assert [hit["title"] for hit in structured(result)["results"]] == ["Frugality"]
+
+
+async def test_execute_routes_an_intent_and_says_where(tmp_path: Path, apis: FakeApis) -> None:
+    config = write(tmp_path, search_config(apis))
+    with anyio.fail_after(60):
+        async with Client(serve(tmp_path / "home", config), mode="auto", cache=None) as client:
+            names = [tool.name for tool in (await client.list_tools()).tools]
+            result = await client.call_tool("frugal__execute", {"intent": "look up model context protocol"})
+            nothing = await client.call_tool("frugal__execute", {"intent": "read https://example.com/page"})
+    assert "frugal__execute" in names
+    body = structured(result)
+    assert body["capability"] == "search" and body["provider_used"] == "wikipedia"
+    assert body["reason"].startswith("no URL: routed to a web search; policy=cheap")
+    assert [hit["title"] for hit in body["results"]] == ["Model Context Protocol"]
+    assert nothing.is_error  # a URL, but no extract provider is on here
+    assert "a URL: the page is read, but no extract provider is on" in nothing.content[0].text  # type: ignore[union-attr]

@@ -7,7 +7,7 @@ import json
 import msgspec
 import pytest
 
-from frugal_proxy.capabilities import SearchHit
+from frugal_proxy.capabilities import BrowseRequest, ExtractRequest, Page, SearchHit
 from frugal_proxy.pipeline.pipeline import build_pipeline
 from frugal_proxy.policies import Policy
 from frugal_proxy.protocol import jsonrpc
@@ -174,3 +174,48 @@ async def test_costs_add_up_exactly_over_many_attempts() -> None:
     assert body["total_cost_usd"] == 0.0001
     assert [a["outcome"] for a in body["attempts"]] == ["error"] * 10 + ["won"]  # type: ignore[union-attr]
     assert body["attempts"][0]["error_kind"] == "transient"  # type: ignore[index]
+
+
+# -- frugal__execute's fall-forward ---------------------------------------------------------------
+
+
+def paging(name: str, capability: str, text: str, price_micros: int = 0) -> FakeProvider:
+    async def read(ex: Exchange) -> Outcome:
+        page = Page(ex.request.url, markdown=text)
+        return Outcome("empty") if not text else Outcome("ok", data=page)
+
+    return FakeProvider(name, read, price_micros, capability=capability)
+
+
+def execute(extract: tuple[str, ...], browse: tuple[str, ...]) -> Exchange:
+    then = Route("frugal__execute", browse, capability="browse")
+    route = Route("frugal__execute", extract, capability="extract", then=then)
+    ex = Exchange(Call(5, "frugal__execute", {}), route)
+    ex.request = ExtractRequest("https://spa.example/")
+    return ex
+
+
+async def test_a_nearly_empty_extraction_falls_forward_to_a_browser_with_costs_summed() -> None:
+    reader = paging("jina", "extract", "Loading…", 1_000)  # a page whose text only JavaScript writes
+    chromium = paging("chromium", "browse", "The real text. " * 40)
+    browser = paging("browserless", "browse", "never asked", 2_000)
+    pipeline = build_pipeline({"jina": reader, "chromium": chromium, "browserless": browser})
+    ex = execute(("jina",), ("chromium", "browserless"))
+    body = structured(await pipeline.run(ex))
+    assert body["capability"] == "browse" and body["provider_used"] == "chromium"
+    assert body["page"]["markdown"].startswith("The real text.")  # type: ignore[index]
+    assert [(a["provider"], a["outcome"], a["cost_usd"]) for a in body["attempts"]] == [  # type: ignore[union-attr]
+        ("jina", "won", 0.001),
+        ("chromium", "won", 0),
+    ]
+    assert body["total_cost_usd"] == 0.001 and body["cost_usd"] == 0
+    assert "the extraction came back nearly empty: rendered in a browser" in body["reason"]  # type: ignore[operator]
+    assert browser.calls == [] and isinstance(chromium.calls[0].request, BrowseRequest)
+
+
+async def test_a_full_extraction_does_not_fall_forward() -> None:
+    reader = paging("readability", "extract", "A long article. " * 40)
+    chromium = paging("chromium", "browse", "never asked")
+    pipeline = build_pipeline({"readability": reader, "chromium": chromium})
+    body = structured(await pipeline.run(execute(("readability",), ("chromium",))))
+    assert body["capability"] == "extract" and chromium.calls == []

@@ -3,12 +3,14 @@ unchanged), several (prefixed names mapped back), a name nobody offers, a down u
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import msgspec
 import pytest
 
 from frugal_proxy.bridge.link import Client
+from frugal_proxy.capabilities import ExecuteRequest, ExtractRequest, SearchRequest
 from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.providers.own_tools import OwnTool, OwnToolProvider
 from frugal_proxy.records import Route
@@ -102,3 +104,35 @@ async def test_routes_the_proxy_defines_come_first_and_are_named_once() -> None:
             search,
             call("frugal__search"),
         )
+
+
+# -- frugal__execute ------------------------------------------------------------------------------
+
+
+def capability_table(*capabilities: str) -> RouteTable:
+    table = RouteTable([], Catalog([]), OWN)
+    for capability in capabilities:
+        table.add(Route(f"frugal__{capability}", (f"{capability}-a", f"{capability}-b"), capability=capability))
+    return table
+
+
+def test_execute_routes_an_intent_onto_its_capability_with_a_priority() -> None:
+    table = capability_table("search", "extract", "browse")
+    searched = table.execute(ExecuteRequest("find mcp proxies", priority="premium", max_cost_usd=Decimal("0.01")))
+    assert searched.route.name == "frugal__execute" and searched.route.capability == "search"
+    assert searched.route.providers == ("search-a", "search-b") and searched.route.strategy == "premium"
+    assert searched.request == SearchRequest("mcp proxies", max_cost_usd=Decimal("0.01"))
+    assert searched.why == "no URL: routed to a web search"
+    read = table.execute(ExecuteRequest("read https://a.example/post", priority="balanced"))
+    assert read.route.capability == "extract" and read.request == ExtractRequest("https://a.example/post")
+    assert read.route.strategy == "fast"
+    assert read.route.then is not None and read.route.then.providers == ("browse-a", "browse-b")
+
+
+def test_execute_without_a_browser_reads_instead_and_without_a_provider_says_so() -> None:
+    table = capability_table("search", "extract")
+    rendered = table.execute(ExecuteRequest("render https://app.example/"))
+    assert rendered.route.capability == "extract" and rendered.route.then is None
+    assert rendered.why.endswith("(no browser provider is on: read instead)")
+    with pytest.raises(ValueError, match="no URL: routed to a web search, but no search provider is on"):
+        capability_table("extract").execute(ExecuteRequest("mcp news"))
