@@ -52,6 +52,9 @@ class Pipeline:
         exchange.receipt = self._receipt(exchange)
         if exchange.route.capability is not None and exchange.answer is None:
             exchange.answer = routed.answer(exchange, exchange.receipt)
+        elif exchange.receipt.total_micros and exchange.answer is not None:
+            # A priced plain tool keeps its content; its receipt rides in _meta["frugal/route"].
+            exchange.answer = routed.with_route_meta(exchange.answer, exchange, exchange.receipt)
         for policy in self.policies:
             await policy.govern(exchange)
         for policy in self.policies:

@@ -32,6 +32,7 @@ from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.records import Attempt, Decision, Exchange, Receipt
 
 EXECUTE = "frugal__execute"
+ROUTE_META = "frugal/route"
 
 _encoder = msgspec.json.Encoder(decimal_format="number")
 _OUTCOME = {"ok": "won", "empty": "empty"}
@@ -82,6 +83,20 @@ def reason_line(exchange: Exchange, receipt: Receipt) -> str:
         verb = "won" if receipt.attempts[number - 1].outcome == "ok" else "answered with nothing"
         parts.append(f"provider={receipt.provider_used} {verb} on attempt {number}")
     return "; ".join(parts)
+
+
+def with_route_meta(answer: Frame, exchange: Exchange, receipt: Receipt) -> Frame:
+    """A plain tool's result with its routing receipt in `_meta["frugal/route"]`, the rest of
+    the result untouched (its other members stay the upstream's bytes)."""
+    if "result" not in answer:
+        return answer
+    body = jsonrpc.sub_object(answer, "result")
+    if not body:
+        return answer
+    meta = jsonrpc.sub_object(body, "_meta")
+    meta[ROUTE_META] = msgspec.Raw(_encoder.encode(receipt_fields(exchange, receipt)))
+    body["_meta"] = msgspec.Raw(_encoder.encode(meta))
+    return {**answer, "result": msgspec.Raw(_encoder.encode(body))}
 
 
 def _part(decision: Decision) -> str:

@@ -138,3 +138,18 @@ async def test_execute_routes_an_intent_and_says_where(tmp_path: Path, apis: Fak
     assert [hit["title"] for hit in body["results"]] == ["Model Context Protocol"]
     assert nothing.is_error  # a URL, but no extract provider is on here
     assert "a URL: the page is read, but no extract provider is on" in nothing.content[0].text  # type: ignore[union-attr]
+
+
+async def test_a_priced_upstream_tool_carries_its_receipt_in_meta(tmp_path: Path) -> None:
+    config = write(
+        tmp_path,
+        f"[upstreams.notes]\ncommand = {json.dumps(notes_command())}\ncost_per_call = 0.0025\n"
+        f"[routing.search]\ndeny = {json.dumps([*OTHERS, 'wikipedia'])}\n",
+    )
+    with anyio.fail_after(60):
+        async with Client(serve(tmp_path / "home", config), mode="legacy", cache=None) as client:
+            result = await client.call_tool("add", {"a": 2, "b": 3})
+    assert result.structured_content == {"result": 5}  # the upstream's own answer, untouched
+    route = (result.meta or {})["frugal/route"]
+    assert route["provider_used"] == "notes" and route["cost_usd"] == 0.0025
+    assert [(a["provider"], a["outcome"]) for a in route["attempts"]] == [("notes", "won")]

@@ -81,3 +81,15 @@ def test_an_empty_search_answer_warns() -> None:
         {"title": "t", "url": "https://x.example/", "snippet": "s", "source": "wiki"}
     ]
     assert "warnings" not in found["structuredContent"]
+
+
+def test_a_priced_plain_tool_gets_its_receipt_in_meta_and_keeps_its_content() -> None:
+    ex = Exchange(Call(4, "read", {}), Route("read", ("files",)))
+    upstream = jsonrpc.result(4, {"content": [{"type": "text", "text": "kept"}], "_meta": {"theirs": 1}})
+    receipt = Receipt("files", 2_000, (Attempt("files", "ok", 3.0, 2_000),), 2_000, "")
+    body = jsonrpc.decode_any(routed.with_route_meta(upstream, ex, receipt)["result"])
+    assert body["content"] == [{"type": "text", "text": "kept"}] and body["_meta"]["theirs"] == 1
+    route = body["_meta"]["frugal/route"]
+    assert route["provider_used"] == "files" and route["cost_usd"] == 0.002 and route["total_cost_usd"] == 0.002
+    error = jsonrpc.error(4, -32602, "bad")
+    assert routed.with_route_meta(error, ex, receipt) is error
