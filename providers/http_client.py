@@ -6,6 +6,8 @@ every request names the project and its version in `User-Agent`, has a timeout o
 never follows a redirect it was not asked to. Tests hand it `httpx2.MockTransport(handler)` as
 `transport=` (or point a driver's `base_url` at a loopback server); nothing patches a driver.
 
+`HttpClient.fetch_json` is the sequence every driver runs: send, classify a failure, decode the
+documented JSON; it answers the decoded body or the Outcome of what went wrong. Underneath it,
 `fault(response)` and `network_fault(exc)` classify what went wrong:
 
     429                          rate_limited, with the server's Retry-After (retry-after-ms,
@@ -20,8 +22,8 @@ Messages name the provider and the status, never a key or the request's query.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import httpx2
 import msgspec
@@ -35,6 +37,10 @@ log = logging.getLogger("frugal_proxy.providers")
 USER_AGENT = f"frugal-proxy/{__version__} (+https://github.com/frugal-proxy/frugal-proxy)"
 DEFAULT_TIMEOUT = 20.0
 MAX_BODY_BYTES = 16 * 1024 * 1024  # no documented answer comes near it
+
+T = TypeVar("T")
+# A driver's own reading of a failed answer: (status, headers, the generic Outcome) -> its Outcome.
+Refine = Callable[[int, Mapping[str, str], Outcome], Outcome]
 
 _MEANING = {
     401: "refused the key (401): check it",
@@ -94,6 +100,37 @@ class HttpClient:
             await response.aclose()
         response._content = bytes(body)  # read once, bounded: .content, .json() and .text work
         return response
+
+    async def fetch_json(
+        self,
+        provider: str,
+        method: str,
+        url: str,
+        kind: type[T],
+        *,
+        request_timeout: float,
+        params: Mapping[str, Any] | None = None,
+        json: Any = None,
+        headers: Mapping[str, str] | None = None,
+        refine: Refine | None = None,
+    ) -> T | Outcome:
+        """One request whose 2xx answer is decoded as `kind`; anything else is its Outcome: no
+        answer (`network_fault`), a failure status (`fault`, then the driver's `refine`), or a
+        body that is not the documented JSON (transient)."""
+        try:
+            response = await self.send(
+                method, url, request_timeout=request_timeout, params=params, json=json, headers=headers
+            )
+        except NETWORK_ERRORS as exc:
+            return network_fault(provider, exc)
+        failed = fault(provider, response)
+        if failed is not None:
+            return failed if refine is None else refine(response.status_code, response.headers, failed)
+        try:
+            decoded: T = json_body(provider, response, kind)
+        except BadAnswer as exc:
+            return Outcome("transient", message=str(exc))
+        return decoded
 
     async def close(self) -> None:
         if self._client is not None:
