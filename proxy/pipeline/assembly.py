@@ -16,6 +16,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import anyio.abc
+
 from frugal_proxy.capabilities import CAPABILITIES, TOOLS
 from frugal_proxy.config import CapabilityRouting, Config, GovernorSettings, ProviderConfig
 from frugal_proxy.governor.engine import Governor
@@ -44,6 +46,14 @@ class Assembly:
     upstream_tools: list[tuple[ProviderSpec, ProviderConfig]] = field(default_factory=list)
     off: dict[str, str] = field(default_factory=dict)
     http: HttpClient | None = None
+
+    async def start(self, task_group: anyio.abc.TaskGroup) -> None:
+        """Start what providers keep running for the life of the process (a remote MCP server's
+        shared connection); each has a `serve(task_status=...)`."""
+        for provider in self.providers:
+            serve = getattr(provider, "serve", None)
+            if serve is not None:
+                await task_group.start(serve)
 
     async def aclose(self) -> None:
         """Release what the providers hold (the shared HTTP client, a browser, a remote MCP
