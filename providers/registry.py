@@ -140,7 +140,8 @@ def _make(builtin: Builtin, options: ProviderConfig, env: Mapping[str, str], htt
     key = env.get(key_env) if key_env else None
     if builtin.key_required and not key:
         return f"no key: set {key_env}"
-    if builtin.needs is not None:
+    # A self-hosted provider (no documented endpoint) needs its URL; a config base_url is one.
+    if builtin.needs is not None and not (options.base_url and not builtin.endpoint):
         missing = builtin.needs(env)
         if missing is not None:
             return missing
