@@ -10,6 +10,7 @@ import argparse
 import importlib
 import logging
 import os
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -135,13 +136,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     if args_in and args_in[0] in COMMANDS:
         return COMMANDS[args_in[0]](args_in[1:])
+    parser = build_parser()
     if "--" in args_in:
         split = args_in.index("--")
         own, command = args_in[:split], args_in[split + 1 :]
+        options = parser.parse_args(own)
     else:
-        own, command = args_in, []
-    parser = build_parser()
-    options = parser.parse_args(own)
+        # Without `--` (the MCP Inspector consumes the first one), the upstream command starts at
+        # the first argument that is not one of our options: `frugal-proxy node server.js`.
+        parser.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        options = parser.parse_args(args_in)
+        command = list(options.command)
+        if command and not _runnable(command[0]):
+            known = ", ".join(COMMANDS)
+            print(
+                f"frugal-proxy: error: {command[0]!r} is neither a subcommand ({known}) nor a program or URL "
+                "to wrap; put the upstream command after --",
+                file=sys.stderr,
+            )
+            return 2
     if not command:
         parser.print_usage(sys.stderr)
         print("frugal-proxy: error: give the upstream command after --", file=sys.stderr)
@@ -184,6 +197,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 _LAUNCHERS = frozenset({"node", "npx", "uvx", "uv", "bun", "bunx", "deno", "pipx", "docker", "run", "exec"})
 _GENERIC = frozenset({"index", "main", "server", "cli", "__main__", "app"})
 _BUILD_DIRS = frozenset({"dist", "build", "lib", "bin", "src", "out"})
+
+
+def _runnable(word: str) -> bool:
+    """Whether a word can start an upstream: a URL, a path, or a program on PATH."""
+    return remote_url([word]) is not None or os.sep in word or shutil.which(word) is not None
 
 
 def remote_url(command: Sequence[str]) -> str | None:
