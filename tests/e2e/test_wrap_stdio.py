@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -201,3 +202,29 @@ def test_a_word_that_is_no_subcommand_nor_program_is_refused_clearly() -> None:
     )
     assert done.returncode == 2
     assert "'statz' is neither a subcommand" in done.stderr and "put the upstream command after --" in done.stderr
+
+
+async def test_the_wrap_form_reads_the_governor_of_a_config_file(tmp_path: Path) -> None:
+    """`--config` (or FRUGAL_CONFIG) gives a wrapped server the file's budgets; its [upstreams]
+    are the wrapped command's to replace, and a flag wins over the file."""
+    config = tmp_path / "frugal.toml"
+    config.write_text('[upstreams.ignored]\ncommand = ["/nonexistent"]\n[governor]\nmax_bytes = 2048\n')
+    upstream = notes_command()
+    with anyio.fail_after(60):
+        async with Client(params(proxy_command(upstream, "--config", str(config))), mode="legacy") as client:
+            shaped = await client.call_tool("blob", {"size": 10_000})
+        flagged = params(proxy_command(upstream, "--config", str(config), "--max-bytes", "65536"))
+        async with Client(flagged, mode="legacy") as client:
+            whole = await client.call_tool("blob", {"size": 10_000})
+    assert "frugal/governor" in (shaped.meta or {})
+    assert "frugal/governor" not in (whole.meta or {})
+
+
+def test_a_bad_config_file_stops_the_wrap_form_with_its_message(tmp_path: Path) -> None:
+    upstream = notes_command()
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[governor]\nmax_bytes = 10\n")
+    done = subprocess.run(
+        proxy_command(upstream, "--config", str(broken)), capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 2 and "at governor: max_bytes must be at least 1024" in done.stderr
