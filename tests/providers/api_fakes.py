@@ -131,3 +131,19 @@ async def assert_fault(
     assert SECRET not in outcome.message and "mcp proxy" not in outcome.message
     assert SECRET not in caplog.text
     return outcome
+
+def loopback_setup(
+    builtin: Builtin, http: HttpClient, *, environ: Mapping[str, str] | None = None, timeout: float | None = None
+) -> Setup:
+    """The Setup of a driver that talks to real servers on loopback through a real shared client
+    (the local extractor, the local browser)."""
+    spec = ProviderSpec(builtin.name, builtin.capability, builtin.price_micros, premium=builtin.premium)
+    return Setup(
+        spec=spec,
+        base_url=builtin.endpoint.rstrip("/"),
+        key=None,
+        timeout=timeout or builtin.timeout,
+        http=http,
+        options=ProviderConfig(),
+        environ=dict(environ or {}),
+    )
