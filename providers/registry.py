@@ -32,7 +32,19 @@ from frugal_proxy.records import ProviderSpec
 
 # The driver modules, in the documented order of their built-ins (ties in the cheap strategy
 # keep it). A module that is missing here is not loaded.
-DRIVERS: tuple[str, ...] = ("searxng", "youcom", "marginalia", "wikipedia", "serper", "brave", "readability", "jina", "firecrawl", "browserless", "chromium")
+DRIVERS: tuple[str, ...] = (
+    "searxng",
+    "youcom",
+    "marginalia",
+    "wikipedia",
+    "serper",
+    "brave",
+    "readability",
+    "jina",
+    "firecrawl",
+    "browserless",
+    "chromium",
+)
 
 
 @dataclass(frozen=True)
