@@ -25,6 +25,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+import anyio
+import anyio.to_thread
 import httpx2
 import msgspec
 
@@ -58,17 +60,24 @@ class HttpClient:
     def __init__(self, transport: httpx2.AsyncBaseTransport | None = None) -> None:
         self._transport = transport
         self._client: httpx2.AsyncClient | None = None  # made on first use: most runs never call an API
+        self._making = anyio.Lock()
 
-    @property
-    def client(self) -> httpx2.AsyncClient:
+    def _build(self) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(
+            transport=self._transport,
+            headers={"User-Agent": USER_AGENT},
+            follow_redirects=False,
+            timeout=DEFAULT_TIMEOUT,
+            limits=httpx2.Limits(max_connections=64, max_keepalive_connections=16),
+        )
+
+    async def client(self) -> httpx2.AsyncClient:
+        """The shared client, made on first use in a worker thread: making one reads the CA
+        bundle and package metadata from disk, which must not block the event loop."""
         if self._client is None:
-            self._client = httpx2.AsyncClient(
-                transport=self._transport,
-                headers={"User-Agent": USER_AGENT},
-                follow_redirects=False,
-                timeout=DEFAULT_TIMEOUT,
-                limits=httpx2.Limits(max_connections=64, max_keepalive_connections=16),
-            )
+            async with self._making:
+                if self._client is None:
+                    self._client = await anyio.to_thread.run_sync(self._build)
         return self._client
 
     async def send(
@@ -85,7 +94,7 @@ class HttpClient:
         """One request, bounded by `request_timeout` (httpx2's per-operation timeout: connect,
         each read); the body is read up to MAX_BODY_BYTES. Raises httpx2 errors and BodyTooLarge,
         which `network_fault` classifies."""
-        client = self.client
+        client = await self.client()
         request = client.build_request(
             method, url, params=params, json=json, headers=dict(headers or {}), timeout=request_timeout
         )

@@ -95,7 +95,6 @@ def test_the_system_browser_comes_before_playwrights_own(tmp_path: Path) -> None
 async def test_chromium_reads_what_only_javascript_writes(pages: PageServer) -> None:
     http = HttpClient()
     reader = readability.Readability(loopback_setup(readability.BUILTINS[0], http))
-    assert http.client is not None  # made here: httpx2's first client loads its CA bundle, a blocking read
     with blockbuster_ctx(["frugal_proxy"]):  # launching, rendering and extracting never block the loop
         async with browser() as provider:
             outcome = await browse(provider, f"{pages.base}/js-only")
