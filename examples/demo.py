@@ -120,12 +120,9 @@ async def routed_tour(env: dict[str, str]) -> None:
     show("endpoint", f"frugal-proxy serve --config {CONFIG}")
     show("providers", "the library server's tools (examples/servers/library_server.py, 30 bundled documents)")
     show("offline", "every built-in provider denied; HTTP(S) proxy variables at a port that refuses")
-    show("client", "the mcp SDK's Client in session-era mode (see the note in examples/demo.py)")
-    # A session-era client: a 2026-07-28 client's routed calls to an upstream tool are refused by
-    # that upstream today (the proxy sends them without the per-request _meta envelope), see the
-    # strict xfail in tests/e2e/test_demo.py.
+    show("client", "the mcp SDK's Client (mode auto: 2026-07-28)")
     with anyio.fail_after(STEP_TIMEOUT_S):
-        async with Client(params, mode="legacy") as client:
+        async with Client(params, mode="auto") as client:
             listed = {tool.name for tool in (await client.list_tools()).tools}
             show("routed tools", ", ".join(name for name in ROUTED if name in listed))
             show("own tools", ", ".join(sorted(n for n in listed if n.startswith("frugal__") and n not in ROUTED)))

@@ -66,6 +66,13 @@ class Assembly:
             await self.http.close()
 
 
+def provider_key(spec: ProviderSpec) -> str:
+    """A routed provider's key in a pipeline's providers: `search/serper`, apart from the plain
+    tools' providers, which are keyed by their upstream's name (a provider may share a name with
+    the upstream that serves it). Receipts and routing rules use `spec.name`."""
+    return f"{spec.capability}/{spec.name}"
+
+
 def assemble(
     governor: GovernorSettings | None = None,
     metrics: CallSink | None = None,
@@ -100,7 +107,7 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
     assembly.off = enabled.off
     specs = [provider.spec for provider in enabled.providers] + [spec for spec, _ in enabled.upstream_tools]
     for capability in CAPABILITIES:
-        names = tuple(spec.name for spec in specs if spec.capability == capability)
+        names = tuple(provider_key(spec) for spec in specs if spec.capability == capability)
         if names:
             tool = TOOLS[capability]
             assembly.routes.append(Route(tool["name"], names, tool["outputSchema"], capability=capability))

@@ -18,6 +18,8 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
+import msgspec
+
 from frugal_proxy.capabilities import Page, browse_from
 from frugal_proxy.intents import MIN_EXTRACT_CHARS
 from frugal_proxy.pipeline import routed
@@ -32,7 +34,9 @@ from frugal_proxy.records import Attempt, Decision, Exchange, Receipt, Route, re
 class Pipeline:
     def __init__(self, policies: Sequence[Policy], providers: Mapping[str, Provider]) -> None:
         self.policies = list(policies)
-        self.providers = dict(providers)
+        self.providers = dict(providers)  # by the keys routes name them with
+        # The same providers by what their spec says (a candidate is a spec).
+        self._by_spec = {(provider.spec.capability, provider.spec.name): provider for provider in providers.values()}
 
     async def run(self, exchange: Exchange) -> Frame:
         """Take one call through every phase; the frame returned is what the client gets."""
@@ -65,7 +69,7 @@ class Pipeline:
     async def _dispatch(self, exchange: Exchange) -> None:
         """Try the candidates in order until one answers (see the module docstring)."""
         for spec in exchange.candidates:
-            provider = self.providers[spec.name]
+            provider = self._by_spec[(spec.capability, spec.name)]
             started = time.monotonic()
             outcome = await provider.call(exchange)
             billed = spec.price_micros if outcome.kind in ("ok", "empty") else 0
@@ -104,6 +108,9 @@ class Pipeline:
         exchange.trace.append(
             Decision("dispatch", "execute", "fell forward", f"the extraction came back {size}: rendered in a browser")
         )
+        last = exchange.attempts[-1] if exchange.attempts else None
+        if last is not None and last.outcome == "ok":  # it answered, with (nearly) nothing: not a win
+            exchange.attempts[-1] = msgspec.structs.replace(last, outcome="empty")
         exchange.route = then
         exchange.request = browse_from(exchange.request)
         exchange.answer = None

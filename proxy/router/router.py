@@ -23,7 +23,7 @@ from frugal_proxy.bridge.link import Client, UpstreamLink
 from frugal_proxy.capabilities import EXECUTE_TOOL, TOOLS, request_of
 from frugal_proxy.config import ToolFilter
 from frugal_proxy.errors import BridgeError, ProxyError, UpstreamDown
-from frugal_proxy.pipeline.assembly import Assembly, assemble
+from frugal_proxy.pipeline.assembly import Assembly, assemble, provider_key
 from frugal_proxy.pipeline.pipeline import Pipeline, build_pipeline
 from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame, RequestId
@@ -101,10 +101,10 @@ class Router:
             for link in self.links
         }
         providers[self.own_tools.name] = self.own_tools
-        providers.update((provider.spec.name, provider) for provider in assembly.providers)
+        providers.update((provider_key(provider.spec), provider) for provider in assembly.providers)
         for spec, options in assembly.upstream_tools:
             link = self._link_by_name[str(options.upstream)]
-            providers[spec.name] = UpstreamToolProvider(spec, options, link.forward)
+            providers[provider_key(spec)] = UpstreamToolProvider(spec, options, link.forward)
         self.pipeline: Pipeline = build_pipeline(providers, assembly.policies)
         self.routes = RouteTable(self.links, self.catalog, self.own_tools)
         for route in assembly.routes:

@@ -132,6 +132,7 @@ async def assert_fault(
     assert SECRET not in caplog.text
     return outcome
 
+
 def loopback_setup(
     builtin: Builtin, http: HttpClient, *, environ: Mapping[str, str] | None = None, timeout: float | None = None
 ) -> Setup:

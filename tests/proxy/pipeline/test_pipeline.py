@@ -205,7 +205,7 @@ async def test_a_nearly_empty_extraction_falls_forward_to_a_browser_with_costs_s
     assert body["capability"] == "browse" and body["provider_used"] == "chromium"
     assert body["page"]["markdown"].startswith("The real text.")  # type: ignore[index]
     assert [(a["provider"], a["outcome"], a["cost_usd"]) for a in body["attempts"]] == [  # type: ignore[union-attr]
-        ("jina", "won", 0.001),
+        ("jina", "empty", 0.001),  # it answered (and billed), with nearly nothing
         ("chromium", "won", 0),
     ]
     assert body["total_cost_usd"] == 0.001 and body["cost_usd"] == 0
