@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
-from frugal_proxy.capabilities import Page, browse_from
+from frugal_proxy.capabilities import PAYLOAD_SCHEMAS, Page, browse_from
 from frugal_proxy.intents import MIN_EXTRACT_CHARS
 from frugal_proxy.pipeline import routed
 from frugal_proxy.policies import Policy
@@ -55,12 +55,13 @@ class Pipeline:
                 await self._fall_forward(exchange, then)
         exchange.receipt = self._receipt(exchange)
         if exchange.route.capability is not None and exchange.answer is None:
-            exchange.answer = routed.answer(exchange, exchange.receipt)
-        elif exchange.receipt.total_micros and exchange.answer is not None:
-            # A priced plain tool keeps its content; its receipt rides in _meta["frugal/route"].
-            exchange.answer = routed.with_route_meta(exchange.answer, exchange, exchange.receipt)
-        for policy in self.policies:
-            await policy.govern(exchange)
+            await self._govern_routed(exchange, exchange.receipt)
+        else:
+            if exchange.receipt.total_micros and exchange.answer is not None:
+                # A priced plain tool keeps its content; its receipt rides in _meta["frugal/route"].
+                exchange.answer = routed.with_route_meta(exchange.answer, exchange, exchange.receipt)
+            for policy in self.policies:
+                await policy.govern(exchange)
         for policy in self.policies:
             await policy.seal(exchange)
         assert exchange.answer is not None
@@ -92,6 +93,19 @@ class Pipeline:
         if exchange.route.capability is not None and exchange.outcome is not None and exchange.outcome.kind == "empty":
             return  # every free provider found nothing: an empty answer, not an error
         exchange.answer = jsonrpc.result(exchange.call.request_id, jsonrpc.tool_error_result(self._failure(exchange)))
+
+    async def _govern_routed(self, exchange: Exchange, receipt: Receipt) -> None:
+        """The governor shapes a routed answer's payload (the hits, the page) against the
+        payload's schema; the receipt goes on after, so it is never what is cut."""
+        route = exchange.route
+        exchange.answer = routed.payload(exchange)
+        exchange.route = msgspec.structs.replace(route, output_schema=PAYLOAD_SCHEMAS.get(route.capability or ""))
+        try:
+            for policy in self.policies:
+                await policy.govern(exchange)
+        finally:
+            exchange.route = route
+        exchange.answer = routed.answer(exchange, receipt, exchange.answer)
 
     @staticmethod
     def _needs_a_browser(exchange: Exchange) -> bool:
