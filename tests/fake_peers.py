@@ -94,6 +94,7 @@ class FakeUpstream(UpstreamBase):
         self.notifications: list[tuple[str, Any]] = []
         self.replies: list[Frame] = []
         self.cancelled: list[str] = []
+        self.on_notify: Callable[[str, Any], Awaitable[None]] | None = None  # the server hearing a notification
         self._up = False
         self._refusal: str | None = None
         self._asked: dict[int, _Asked] = {}
@@ -170,6 +171,8 @@ class FakeUpstream(UpstreamBase):
         if not self._up:
             raise self._down_error()
         self.notifications.append((method, decoded(params)))
+        if self.on_notify is not None:
+            await self.on_notify(method, params)
 
     async def send_reply(self, frame: Frame) -> None:
         self.replies.append(frame)

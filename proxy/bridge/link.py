@@ -28,6 +28,7 @@ import msgspec
 from frugal_proxy.bridge.downstream import ClientGone, DownstreamPeer
 from frugal_proxy.bridge.listen_hub import ListenHub
 from frugal_proxy.bridge.mrtr import HeldCalls, fulfil_input_required
+from frugal_proxy.bridge.roots import GrantedRoots
 from frugal_proxy.errors import BridgeError, UpstreamDown
 from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame, RequestId
@@ -82,7 +83,8 @@ class UpstreamLink:
         self.downstream = downstream
         self._tg = task_group
         self._on_change = on_change
-        self.held = HeldCalls(upstream, task_group)
+        self.held = HeldCalls(upstream, task_group, on_answer=self._client_answered)
+        self.roots = GrantedRoots(upstream)
         self.hub = ListenHub(downstream.send, self._subscribe_upstream, self._unsubscribe_upstream)
         self._init_lock = anyio.Lock()
         self._legacy_uris: set[str] = set()
@@ -124,7 +126,10 @@ class UpstreamLink:
             return await upstream.request(method, params, on_progress=on_progress)
         out = eras.strip_modern_meta(params)
         if method in eras.INPUT_REQUIRED_METHODS:
-            reply = await self.held.call(method, out, client.capabilities, on_progress)
+            # Until the upstream holds the client's roots it may serve more than the client
+            # granted: they are asked first, and the call goes up once the upstream has them.
+            first = self.roots.question() if "roots" in client.capabilities and "requestState" not in out else None
+            reply = await self.held.call(method, out, client.capabilities, on_progress, first=first)
         else:
             reply = await upstream.request(method, out, on_progress=on_progress)
         return complete_for_modern(method, reply)
@@ -187,6 +192,7 @@ class UpstreamLink:
         async with self._init_lock:
             if upstream.session_open or upstream.era != "legacy":
                 return
+            self.roots.started()
             reply = await upstream.initialize(
                 {
                     "protocolVersion": eras.LATEST_HANDSHAKE,
@@ -345,8 +351,14 @@ class UpstreamLink:
             await upstream.send_reply(jsonrpc.result(upstream_id, {}))
         elif self.client.era == "legacy":
             self._tg.start_soon(self._relay_server_request, upstream, frame)
+        elif method == "roots/list" and (self.roots.answers_here or not self.held.open):
+            await self.roots.answer(frame)  # outside any call: never refused, never wider than granted
         else:
             await self.held.attach(frame)
+
+    async def _client_answered(self, method: str, reply: Frame) -> None:
+        if method == "roots/list":
+            await self.roots.delivered(reply)
 
     async def _relay_server_request(self, upstream: UpstreamBase, frame: Frame) -> None:
         upstream_id = jsonrpc.id_of(frame)

@@ -8,7 +8,9 @@ and the client retries it (MRTR). The proxy converts in both directions:
   proxy. Each server-to-client request it makes becomes an `input_required` result carrying the
   request and a sealed `requestState` naming the held call; the client's retry delivers the
   answer upstream and waits for the next event of the same call. A held call that the client
-  does not come back to is cancelled upstream when its hold expires.
+  does not come back to is cancelled upstream when its hold expires. A call may first carry a
+  `Question` of the proxy's own (the client's roots, say): the call goes upstream only once the
+  client's retry has answered it.
 - `fulfil_input_required` (modern upstream, session-era client): the proxy asks the client each
   embedded request as a real server-to-client request and retries the call upstream with the
   answers, until it completes.
@@ -50,6 +52,19 @@ class _Final:
     failure: BaseException | None
 
 
+Answered = Callable[[str, Frame], Awaitable[None]]
+
+
+@dataclass(frozen=True, eq=False)
+class Question:
+    """A request the proxy itself asks a modern client before a call goes upstream; `answered`
+    takes the client's reply (an error frame when it gave none), and the call waits for it."""
+
+    method: str
+    params: dict[str, Any]
+    answered: Callable[[Frame], Awaitable[None]]
+
+
 @dataclass(eq=False)
 class HeldCall:
     hold_id: str
@@ -59,6 +74,9 @@ class HeldCall:
     receive: MemoryObjectReceiveStream[Frame | _Final]
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     waiting_for: dict[str, jsonrpc.RequestId] = field(default_factory=dict)
+    asked: dict[str, str] = field(default_factory=dict)  # input key -> the method asked
+    own: dict[jsonrpc.RequestId, Question] = field(default_factory=dict)  # the proxy's questions, by id
+    gate: anyio.Event | None = None  # set once the proxy's own question is answered
     on_progress: ProgressHandler | None = None  # the current leg's; None between legs
     # Progress the upstream reported between two legs (after one answered input_required, before
     # the client's retry): delivered on the next leg, the last PROGRESS_KEPT of it.
@@ -77,8 +95,12 @@ class HeldCalls:
         task_group: anyio.abc.TaskGroup,
         sealer: RequestStateSealer | None = None,
         hold_seconds: float = DEFAULT_HOLD_SECONDS,
+        *,
+        on_answer: Answered | None = None,
     ) -> None:
+        """`on_answer` hears each answer the client gives to an upstream request (method, reply)."""
         self._upstream = upstream
+        self._on_answer = on_answer
         self._tg = task_group
         self._sealer = sealer or RequestStateSealer()
         self._hold_seconds = hold_seconds
@@ -88,17 +110,25 @@ class HeldCalls:
     def __len__(self) -> int:
         return len(self._calls)
 
+    @property
+    def open(self) -> bool:
+        """Whether some call is held open, so that an upstream request has a call to ride on."""
+        return any(not held.finished for held in self._calls.values())
+
     async def call(
         self,
         method: str,
         params: dict[str, msgspec.Raw],
         capabilities: dict[str, Any],
         on_progress: ProgressHandler | None,
+        *,
+        first: Question | None = None,
     ) -> Frame:
-        """One leg of a modern client's call: the first, or a retry carrying inputResponses."""
+        """One leg of a modern client's call: the first (asking `first` of the client before the
+        call goes upstream, when given), or a retry carrying inputResponses."""
         state = jsonrpc.decode_any(params["requestState"]) if "requestState" in params else None
         if state is None:
-            held = self._open(method, params, capabilities)
+            held = self._open(method, params, capabilities, first)
         else:
             held = await self._resume(state, params)
         held.on_progress = on_progress
@@ -116,11 +146,18 @@ class HeldCalls:
         finally:
             held.on_progress = None  # this leg's stream is answered; what comes next waits for the retry
 
-    def _open(self, method: str, params: dict[str, msgspec.Raw], capabilities: dict[str, Any]) -> HeldCall:
+    def _open(
+        self, method: str, params: dict[str, msgspec.Raw], capabilities: dict[str, Any], first: Question | None
+    ) -> HeldCall:
         self._sweep()
         send, receive = anyio.create_memory_object_stream[Frame | _Final](math.inf)
         held = HeldCall(secrets.token_urlsafe(12), method, capabilities, send, receive)
         self._calls[held.hold_id] = held
+        if first is not None:
+            own_id = f"frugal-{held.hold_id}"
+            held.own[own_id] = first
+            held.gate = anyio.Event()
+            send.send_nowait(jsonrpc.request(own_id, first.method, first.params))
 
         async def progress(progress_params: dict[str, msgspec.Raw]) -> None:
             if held.on_progress is not None:
@@ -132,6 +169,8 @@ class HeldCalls:
             final = _Final(None, None)
             with held.scope:
                 try:
+                    if held.gate is not None:
+                        await held.gate.wait()  # the proxy's own question comes first
                     final.reply = await self._upstream.request(method, params, on_progress=progress)
                 except Exception as exc:
                     final.failure = exc
@@ -169,14 +208,24 @@ class HeldCalls:
         answers = jsonrpc.sub_object(params, "inputResponses")
         for key in claims.keys:
             upstream_id = held.waiting_for.pop(key, None)
+            method = held.asked.pop(key, "")
             if upstream_id is None:
                 continue
             if key in answers:
-                await self._upstream.send_reply(jsonrpc.result(upstream_id, answers[key]))
+                reply = jsonrpc.result(upstream_id, answers[key])
             else:
-                await self._upstream.send_reply(
-                    jsonrpc.error(upstream_id, jsonrpc.INTERNAL_ERROR, "the client gave no answer")
-                )
+                reply = jsonrpc.error(upstream_id, jsonrpc.INTERNAL_ERROR, "the client gave no answer")
+            question = held.own.pop(upstream_id, None)
+            if question is not None:
+                try:
+                    await question.answered(reply)
+                finally:
+                    if held.gate is not None:
+                        held.gate.set()
+                continue
+            await self._upstream.send_reply(reply)
+            if self._on_answer is not None:
+                await self._on_answer(method, reply)
         return held
 
     async def _next_event(self, held: HeldCall) -> Frame:
@@ -202,6 +251,7 @@ class HeldCalls:
             method = jsonrpc.method_of(frame) or ""
             key = f"{method.rsplit('/', 1)[-1]}-{next(self._keys)}"
             held.waiting_for[key] = jsonrpc.id_of(frame) or 0
+            held.asked[key] = method
             body: dict[str, msgspec.Raw] = {"method": jsonrpc.raw(method)}
             if "params" in frame:
                 body["params"] = frame["params"]

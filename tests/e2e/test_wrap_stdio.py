@@ -19,7 +19,7 @@ from mcp_types import (
     TextContent,
 )
 
-from tests.conftest import notes_command, params, proxy_command
+from tests.conftest import ROOT, notes_command, params, proxy_command
 
 pytestmark = pytest.mark.anyio
 
@@ -168,6 +168,46 @@ async def test_resources_and_prompts_pass_through(upstream: tuple[str, list[str]
             )
             prompt, arguments = ("review", {"topic": "caching"}) if name == "notes" else ("simple-prompt", None)
             assert dump(await proxied.get_prompt(prompt, arguments)) == dump(await direct.get_prompt(prompt, arguments))
+
+
+FILESYSTEM_JS = (
+    ROOT / ".deps" / "node" / "node_modules" / "@modelcontextprotocol" / "server-filesystem" / "dist" / "index.js"
+)
+
+
+async def test_a_modern_clients_roots_bound_a_session_era_server(tmp_path: Path) -> None:
+    """server-filesystem asks roots/list right after initialize, outside any call: through the
+    proxy a 2026-07-28 client's roots must narrow it as they do directly (security)."""
+    data = tmp_path / "data"
+    (data / "sub").mkdir(parents=True)
+    (data / "secret.txt").write_text("above the root\n")
+    (data / "sub" / "inside.txt").write_text("inside the root\n")
+    granted = ListRootsResult(roots=[Root(uri=(data / "sub").as_uri(), name="sub")])
+
+    async def sub_roots(context: Any) -> ListRootsResult:
+        return granted
+
+    command = ["node", str(FILESYSTEM_JS), str(data)]
+
+    def fs_client(argv: list[str]) -> Client:
+        return Client(params(argv), mode="auto", list_roots_callback=sub_roots, cache=None)
+
+    outcomes: dict[str, tuple[bool, bool]] = {}
+    with anyio.fail_after(60):
+        for via, argv in (("direct", command), ("proxy", proxy_command(command))):
+            async with fs_client(argv) as client:
+                assert client.protocol_version == ("2026-07-28" if via == "proxy" else "2025-11-25")
+                while via == "direct":  # directly the server applies the roots a moment after initialize
+                    allowed = await client.call_tool("list_allowed_directories", {})
+                    if "sub" in str(allowed.content):
+                        break
+                    await anyio.sleep(0.05)
+                # Through the proxy the first call is the read: the roots must be in place before it.
+                above = await client.call_tool("read_text_file", {"path": str(data / "secret.txt")})
+                inside = await client.call_tool("read_text_file", {"path": str(data / "sub" / "inside.txt")})
+            outcomes[via] = (bool(above.is_error), bool(inside.is_error))
+            assert "above the root" not in str(above.content), via
+    assert outcomes == {"direct": (True, False), "proxy": (True, False)}
 
 
 async def test_a_modern_upstream_that_answers_discover_late_is_still_served(mode: str) -> None:

@@ -81,29 +81,68 @@ async def test_modern_to_legacy_initializes_strips_meta_and_completes_results() 
 async def test_modern_to_legacy_turns_a_server_request_into_input_required() -> None:
     upstream = FakeUpstream(era="legacy")
 
-    async def asks_for_roots(call: FakeCall) -> Any:
-        answer = await upstream.ask("roots/list", {})
-        roots = body(answer)["roots"]
-        return {"content": [{"type": "text", "text": f"{len(roots)} roots"}]}
+    async def samples(call: FakeCall) -> Any:
+        answer = await upstream.ask("sampling/createMessage", {"messages": [], "maxTokens": 5})
+        return {"content": [{"type": "text", "text": body(answer)["model"]}]}
 
-    upstream.handlers["tools/call"] = asks_for_roots
+    upstream.handlers["tools/call"] = samples
+    client = Client("modern", {"sampling": {}})
+    async with link_to(upstream, Client("modern")) as link:
+        first = body(await link.forward("tools/call", params(name="write", _meta=MODERN_META), client, None))
+        assert first["resultType"] == "input_required"
+        ((key, asked),) = first["inputRequests"].items()
+        assert asked["method"] == "sampling/createMessage"
+        retry = params(
+            name="write",
+            _meta=MODERN_META,
+            requestState=first["requestState"],
+            inputResponses={key: {"model": "m1", "role": "assistant"}},
+        )
+        final = body(await link.forward("tools/call", retry, client, None))
+    assert final["content"][0]["text"] == "m1" and final["resultType"] == "complete"
+    (reply,) = upstream.replies
+    assert jsonrpc.id_of(reply) == 9001 and body(reply)["model"] == "m1"
+    assert upstream.methods().count("tools/call") == 1  # the retry continued the held call
+
+
+async def test_modern_to_legacy_never_leaves_the_upstream_wider_roots_than_granted() -> None:
+    """A session-era server that asks roots/list right after initialize (outside any call) gets
+    an empty list, not a refusal; the client's next call asks the client's roots first, the
+    upstream hears roots/list_changed, asks again, gets them, and only then sees the call."""
+    upstream = FakeUpstream(era="legacy")
+    granted = [{"uri": "file:///data/sub", "name": "sub"}]
+    seen_by_call: list[Any] = []
+
+    async def reads(call: FakeCall) -> Any:
+        seen_by_call.append([body(reply) for reply in upstream.replies])
+        return {"content": [{"type": "text", "text": "read"}]}
+
+    upstream.handlers["tools/call"] = reads
     client = Client("modern", {"roots": {}})
     async with link_to(upstream, Client("modern")) as link:
-        first = body(await link.forward("tools/call", params(name="scan", _meta=MODERN_META), client, None))
+        await link.forward("tools/list", params(_meta=MODERN_META), client, None)
+        early = await upstream.ask("roots/list", {})  # as server-filesystem does once initialized
+        assert body(early) == {"roots": []}
+
+        async def reask(method: str, params: Any = None) -> None:
+            if method == "notifications/roots/list_changed":
+                await upstream.ask("roots/list", {})
+
+        upstream.on_notify = reask
+        first = body(await link.forward("tools/call", params(name="read", _meta=MODERN_META), client, None))
         assert first["resultType"] == "input_required"
         ((key, asked),) = first["inputRequests"].items()
         assert asked["method"] == "roots/list"
+        assert "tools/call" not in upstream.methods()  # nothing reaches the upstream before the roots
         retry = params(
-            name="scan",
-            _meta=MODERN_META,
-            requestState=first["requestState"],
-            inputResponses={key: {"roots": [{"uri": "file:///a"}]}},
+            name="read", _meta=MODERN_META, requestState=first["requestState"], inputResponses={key: {"roots": granted}}
         )
         final = body(await link.forward("tools/call", retry, client, None))
-    assert final["content"][0]["text"] == "1 roots" and final["resultType"] == "complete"
-    (reply,) = upstream.replies
-    assert jsonrpc.id_of(reply) == 9001 and body(reply) == {"roots": [{"uri": "file:///a"}]}
-    assert upstream.methods().count("tools/call") == 1  # the retry continued the held call
+        later = await upstream.ask("roots/list", {})  # outside a call again: the granted roots
+    assert final["content"][0]["text"] == "read"
+    assert ("notifications/roots/list_changed", None) in upstream.notifications
+    assert seen_by_call == [[{"roots": []}, {"roots": granted}]]  # the call came after the narrowing
+    assert body(later) == {"roots": granted}
 
 
 # -- session-era client ------------------------------------------------------------------------
