@@ -247,6 +247,9 @@ class Router:
             return jsonrpc.result(None, {})  # a ping before initialize
         if method == "server/discover":
             return await self.handshakes.discover()
+        removed = removed_in_modern(method, client.protocol_version) if client.modern else None
+        if removed is not None:
+            raise jsonrpc.MessageError(jsonrpc.METHOD_NOT_FOUND, removed, client_id)
         if not client.modern:
             if method == "ping":
                 return jsonrpc.result(None, {})
@@ -470,6 +473,14 @@ class Router:
                 await upstream.notify(method or "", frame.get("params"))
             except UpstreamDown:
                 log.warning("client notification dropped: upstream is down", extra={"method": method})
+
+
+def removed_in_modern(method: str, version: str | None) -> str | None:
+    """Why a 2026-07-28 request for a method that revision removed (ping, logging/setLevel,
+    resources/subscribe, ...) is refused, on every transport; None when the method exists."""
+    if method not in eras.HANDSHAKE_ONLY_METHODS:
+        return None
+    return f"{method} is not part of MCP {version}: the 2026-07-28 revision has no handshake or session"
 
 
 def _string(params: dict[str, msgspec.Raw], key: str, method: str) -> str:

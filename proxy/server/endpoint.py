@@ -35,7 +35,7 @@ from frugal_proxy.protocol import eras, jsonrpc, subscriptions
 from frugal_proxy.protocol.headers import decode_header_value, learn_param_headers, param_header_problem
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.records import ProgressSink
-from frugal_proxy.router.router import Router
+from frugal_proxy.router.router import Router, removed_in_modern
 from frugal_proxy.server.events import EventLog
 from frugal_proxy.server.guard import GuardSettings, operator_of, read_messages
 from frugal_proxy.server.sessions import HttpSession, HttpSessions
@@ -126,9 +126,9 @@ class Endpoint:
         if version not in eras.MODERN_VERSIONS:
             unsupported = eras.UnsupportedVersion(ident or 0, str(version))
             return rpc_error(400, unsupported.code, str(unsupported), ident, unsupported.data())
-        if method in eras.HANDSHAKE_ONLY_METHODS:
-            message = f"{method} is not part of MCP {version}: the 2026-07-28 revision has no handshake or session"
-            return rpc_error(404, jsonrpc.METHOD_NOT_FOUND, message, ident)
+        removed = removed_in_modern(method, version)
+        if removed is not None:  # the router's rule; checked here too, so initialize never reaches a router
+            return rpc_error(404, jsonrpc.METHOD_NOT_FOUND, removed, ident)
         if decode_header_value(request.headers.get("mcp-method", "")) != method:
             return rpc_error(400, jsonrpc.HEADER_MISMATCH, f"Mcp-Method header does not match method {method!r}", ident)
         key = NAME_KEYS.get(method)

@@ -159,6 +159,18 @@ async def test_a_session_era_initialize_passes_through_and_ping_is_answered_here
     assert upstream.notifications == [("notifications/initialized", None)]  # the proxy's own, not the client's
 
 
+async def test_a_2026_07_28_ping_is_refused_as_on_http() -> None:
+    """ping (and the other session-era methods) are not part of 2026-07-28: refused on stdio as
+    the HTTP endpoint refuses them, never forwarded."""
+    upstream = FakeUpstream(era="legacy")
+    async with served(upstream) as (_, wire):
+        ping = await wire.request(1, "ping")
+        level = await wire.request(2, "logging/setLevel", {"level": "info"})
+    assert ping["error"]["code"] == level["error"]["code"] == jsonrpc.METHOD_NOT_FOUND
+    assert ping["error"]["message"].startswith("ping is not part of MCP 2026-07-28")
+    assert "ping" not in upstream.methods() and "logging/setLevel" not in upstream.methods()
+
+
 async def test_server_discover_is_answered_with_the_own_tools_cache_bound() -> None:
     upstream = FakeUpstream(era="modern", cache=(10 * LISTING_TTL_MS, "public"))
     async with served(upstream, assembly=Assembly(own_tools=[SHOUT])) as (_, wire):
