@@ -47,6 +47,9 @@ LIST_CHANGED = frozenset(
     }
 )
 ACKNOWLEDGED = "notifications/subscriptions/acknowledged"
+# A listen filter's change kinds, and the capability section whose `listChanged` each answers for.
+LISTEN_KINDS = {"toolsListChanged": "tools", "promptsListChanged": "prompts", "resourcesListChanged": "resources"}
+LEGACY_ACK_WAIT = 2.0  # how long a session-era client's initialize waits for the listen stream's acknowledgement
 ChangeHandler = Callable[["UpstreamLink", Frame], Awaitable[None]]
 
 
@@ -89,6 +92,8 @@ class UpstreamLink:
         self._init_lock = anyio.Lock()
         self._legacy_uris: set[str] = set()
         self._legacy_listen: anyio.CancelScope | None = None
+        self._legacy_heard = anyio.Event()  # the legacy client's listen stream was acknowledged or refused
+        self._legacy_honoured: dict[str, Any] | None = None  # what that acknowledgement accepted
         self._resubscribing = False
         upstream.on_server_request = self.on_server_request
         upstream.on_notification = self.on_upstream_notification
@@ -169,17 +174,20 @@ class UpstreamLink:
                 await self.ensure_initialized()
         if upstream.era == "legacy":
             return jsonrpc.result(None, dict(upstream.initialize_result or {}))
+        if self._legacy_listen is None:
+            self._legacy_listen = anyio.CancelScope()
+            self._tg.start_soon(self._listen_for_legacy_client)
+        with anyio.move_on_after(LEGACY_ACK_WAIT):
+            await self._legacy_heard.wait()  # the client is told of the changes the stream delivers
         discovered = upstream.discover_result or {}
+        capabilities = capabilities_for_legacy(discovered.get("capabilities"))
         result: dict[str, Any] = {
             "protocolVersion": eras.negotiate_handshake(params.get("protocolVersion")),
-            "capabilities": capabilities_for_legacy(discovered.get("capabilities")),
+            "capabilities": delivered_changes(capabilities, self._legacy_honoured),
             "serverInfo": server_info(discovered, upstream.name),
         }
         if discovered.get("instructions"):
             result["instructions"] = discovered["instructions"]
-        if self._legacy_listen is None:
-            self._legacy_listen = anyio.CancelScope()
-            self._tg.start_soon(self._listen_for_legacy_client)
         return jsonrpc.result(None, result)
 
     async def ensure_initialized(self) -> None:
@@ -289,11 +297,19 @@ class UpstreamLink:
             with self._legacy_listen:
                 try:
                     await self.upstream.ensure_ready()
-                    wanted = filter_for_legacy(self.capabilities(), self._legacy_uris)
+                    # Every list the upstream has is asked for, whatever its listChanged flags say
+                    # (servers set them by other rules): the acknowledgement says what it delivers.
+                    wanted = filter_for_legacy(listenable(self.capabilities()), self._legacy_uris)
                     if not wanted:
+                        self._legacy_heard.set()
                         return
                     params = {"notifications": wanted, "_meta": self.stamp()}
-                    await self.upstream.request("subscriptions/listen", params, on_related=self._relay_untagged)
+                    reply = await self.upstream.request("subscriptions/listen", params, on_related=self._relay_untagged)
+                    problem = jsonrpc.error_of(reply)
+                    if problem is not None:
+                        log.info("upstream refused subscriptions/listen", extra={"reason": problem[1][:200]})
+                        self._legacy_heard.set()  # its own flags stand
+                        return
                 except UpstreamDown as exc:
                     log.info("change stream lost; reopening", extra={"reason": str(exc)[:200]})
                 await anyio.sleep(1.0)
@@ -308,6 +324,9 @@ class UpstreamLink:
 
     async def _relay_untagged(self, frame: Frame) -> None:
         if jsonrpc.method_of(frame) == ACKNOWLEDGED:
+            notifications = jsonrpc.sub_object(jsonrpc.params_of(frame), "notifications")
+            self._legacy_honoured = {key: jsonrpc.decode_any(value) for key, value in notifications.items()}
+            self._legacy_heard.set()
             return
         await self._changed(tag(frame, None))
         await self.downstream.send(tag(frame, None))
@@ -394,6 +413,28 @@ def capabilities_for_legacy(capabilities: Any) -> dict[str, Any]:
     are a 2026-07-28 notion; change notifications are bridged through subscriptions/listen)."""
     caps = dict(capabilities) if isinstance(capabilities, dict) else {}
     caps.pop("extensions", None)
+    return caps
+
+
+def listenable(capabilities: dict[str, Any]) -> dict[str, Any]:
+    """The capabilities with `listChanged` set on each list the server has, so that a listen
+    filter asks for all of them."""
+    caps = dict(capabilities)
+    for section in LISTEN_KINDS.values():
+        if isinstance(caps.get(section), dict):
+            caps[section] = {**caps[section], "listChanged": True}
+    return caps
+
+
+def delivered_changes(capabilities: dict[str, Any], honoured: dict[str, Any] | None) -> dict[str, Any]:
+    """The capabilities with each list's `listChanged` saying whether the listen stream
+    delivers its changes (unchanged while the stream has not answered)."""
+    if honoured is None:
+        return capabilities
+    caps = dict(capabilities)
+    for key, section in LISTEN_KINDS.items():
+        if isinstance(caps.get(section), dict):
+            caps[section] = {**caps[section], "listChanged": honoured.get(key) is True}
     return caps
 
 

@@ -220,6 +220,38 @@ async def test_legacy_to_modern_gets_list_changes_through_one_listen_stream() ->
     assert changed == ["notifications/tools/list_changed"]
 
 
+async def test_legacy_to_modern_declares_the_list_changes_the_listen_stream_delivers() -> None:
+    """A modern server's listChanged flags follow its own rules; a session-era client is told
+    what the proxy's listen stream was acknowledged for, and gets those notifications."""
+    upstream = FakeUpstream(era="modern", capabilities={"tools": {"listChanged": False}, "prompts": {}})
+    listening = anyio.Event()
+
+    async def listen(call: FakeCall) -> Any:
+        assert call.on_related is not None
+        accepted = {key: True for key, value in call.params["notifications"].items() if value is True}
+        await call.on_related(
+            jsonrpc.notification("notifications/subscriptions/acknowledged", {"notifications": accepted})
+        )
+        await call.on_related(jsonrpc.notification("notifications/tools/list_changed", {}))
+        listening.set()
+        await anyio.sleep_forever()
+
+    upstream.handlers["subscriptions/listen"] = listen
+    downstream = FakeClient()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            link = UpstreamLink(upstream, Client("legacy"), downstream.peer, tg)
+            handshake = body(await link.initialize_for_client({"protocolVersion": "2025-06-18"}, passthrough=True))
+            await listening.wait()
+            tg.cancel_scope.cancel()
+    assert upstream.last("subscriptions/listen").params["notifications"] == {
+        "toolsListChanged": True,
+        "promptsListChanged": True,
+    }
+    assert handshake["capabilities"] == {"tools": {"listChanged": True}, "prompts": {"listChanged": True}}
+    assert downstream.methods() == ["notifications/tools/list_changed"]
+
+
 async def test_legacy_to_legacy_passes_the_clients_own_initialize_through() -> None:
     upstream = FakeUpstream(era="legacy", capabilities={"tools": {}, "tasks": {}})
     client = Client("legacy", {"sampling": {}})
