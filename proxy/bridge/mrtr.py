@@ -219,6 +219,8 @@ class HeldCalls:
             if question is not None:
                 try:
                     await question.answered(reply)
+                except Exception as exc:  # the call goes on; the upstream's own answer will tell
+                    log.warning("the proxy's own question failed", extra={"reason": str(exc)[:200]})
                 finally:
                     if held.gate is not None:
                         held.gate.set()

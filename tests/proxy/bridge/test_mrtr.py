@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from frugal_proxy.bridge.downstream import ClientGone
-from frugal_proxy.bridge.mrtr import HeldCalls, fulfil_input_required
+from frugal_proxy.bridge.mrtr import HeldCalls, Question, fulfil_input_required
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
 
@@ -120,3 +120,44 @@ async def test_progress_between_two_legs_reaches_the_next_leg() -> None:
     assert jsonrpc.decode_any(final["result"])["resultType"] == "complete"
     assert first == [] and second == [1, 2]
     assert jsonrpc.id_of(upstream.replies[0]) == 50
+
+
+class _QuickUpstream:
+    """An upstream call that answers at once; the calls it got are recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def send_reply(self, frame: Frame) -> None:
+        raise AssertionError("no upstream request was asked")
+
+    async def request(self, method: str, params: Any, *, on_progress: Any = None) -> Frame:
+        self.calls.append(method)
+        return jsonrpc.result(1, {"content": [], "resultType": "complete"})
+
+
+async def test_a_call_goes_up_after_the_proxys_own_question_even_when_handling_it_fails() -> None:
+    upstream = _QuickUpstream()
+    answers: list[Frame] = []
+
+    async def answered(reply: Frame) -> None:
+        answers.append(reply)
+        raise RuntimeError("the upstream went away")
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            held = HeldCalls(upstream, tg)  # type: ignore[arg-type]
+            question = Question("roots/list", {}, answered)
+            first = jsonrpc.decode_any(
+                (await held.call("tools/call", {}, {"roots": {}}, None, first=question))["result"]
+            )
+            assert first["resultType"] == "input_required" and upstream.calls == []
+            ((key, asked),) = first["inputRequests"].items()
+            assert asked == {"method": "roots/list", "params": {}}
+            retry = {
+                "requestState": jsonrpc.raw(first["requestState"]),
+                "inputResponses": jsonrpc.raw({key: {"roots": []}}),
+            }
+            final = await held.call("tools/call", retry, {"roots": {}}, None)
+    assert jsonrpc.decode_any(final["result"])["resultType"] == "complete"
+    assert upstream.calls == ["tools/call"] and jsonrpc.decode_any(answers[0]["result"]) == {"roots": []}
