@@ -32,7 +32,7 @@ from typing import Any, Literal
 import msgspec
 
 from frugal_proxy.config import Budget, Mode
-from frugal_proxy.governor import cuts, lazy_json, schema_check
+from frugal_proxy.governor import cuts, json_shape, lazy_json, schema_check
 
 Kind = Literal["markdown", "text", "html"]
 PRIORITY: dict[Kind, int] = {"markdown": 0, "text": 1, "html": 2}
@@ -68,6 +68,8 @@ class Cut:
     sha256: str = ""
     # The outputSchema's minItems, when it made the cut keep more items than the budget holds.
     schema_floor: int | None = None
+    # The last kept item, shrunk (json_shape) because not even it fitted whole.
+    head: bytes | None = None
 
     @property
     def resume_offset(self) -> int:
@@ -77,8 +79,9 @@ class Cut:
 
 def marker(cut: Cut, artifact_id: str | None) -> str:
     """The line that ends a shortened field, telling the model what is missing and how to get it."""
-    if cut.mode == "records":
+    if cut.mode == "records" and cut.total_records is not None:
         what = f"{cut.returned_records} of {cut.total_records} records"
+        what += ", the last one shortened" if cut.head is not None else ""
     elif cut.mode == "lines":
         lines = f"{cut.returned_records} of {cut.total_records} lines"
         what = f"{lines} ({cut.chars_returned} of {cut.chars_total} chars)"
@@ -336,40 +339,55 @@ class _TextGroup:
 
 
 class _RecordsGroup:
-    """A JSON array that carries the result, in structuredContent or in a text block's JSON,
-    with the copies of it that the result carries (one text block per item, or the whole JSON)."""
+    """A JSON value that carries the result, in structuredContent or in a text (a text block, or
+    a string of structuredContent), with the copies of it that the result carries: one text
+    block per item, the whole structuredContent's JSON, the same text again (`copies`: an SDK
+    string result), or its bare array (`array_copies`: a list result rendered as one block).
+    Its carrying array keeps its first items; `found` None is a JSON object with no array,
+    shrunk as a whole (json_shape)."""
 
     kind: Kind = "text"
     mode: Mode = "records"
 
-    def __init__(self, text: _Text | None, payload: bytes, found: _Found) -> None:
+    def __init__(self, text: _Text | None, payload: bytes, found: _Found | None) -> None:
         self.location: tuple[Any, ...] = text.location if text else ("structuredContent",)
         self.name = text.name if text else "structuredContent"
         self.payload = payload
-        self.container, self.key, self.items = found
-        self.records: int | None = len(self.items)
+        self.whole = found is None
+        self.container, self.key, self.items = found if found is not None else (None, None, [])
+        self.records: int | None = None if self.whole else len(self.items)
         # Whether the content blocks are one per item (the SDK's rendering of a list result).
         self.item_blocks = False
         # The fewest items the tool's outputSchema allows (structuredContent's array only).
         self.floor = 0
+        # Whether an item alone over budget is shrunk rather than left out (not against a schema).
+        self.descend = True
         self.json_copies: list[int] = []
+        self.copies: list[tuple[Any, ...]] = []
+        self.array_copies: list[tuple[Any, ...]] = []
         self.chars = text.chars if text else cuts.char_count(payload)
+        # Bytes a copy inside a JSON string takes per payload byte (escapes make it more than one).
+        self.escaped = len(text.raw) / max(1, len(payload)) if text is not None else 1.0
 
     @property
     def share(self) -> int:
-        return 1 + len(self.json_copies) + (1 if self.item_blocks else 0)
+        copies = len(self.json_copies) + len(self.copies) + len(self.array_copies)
+        return 1 + copies + (1 if self.item_blocks else 0)
 
     @property
     def touches_structured(self) -> bool:
-        return bool(self.location[0] == "structuredContent")
+        return any(location[0] == "structuredContent" for location in (self.location, *self.copies))
 
     @property
     def weight(self) -> float:
-        return float(self.share)
+        """Bytes the result carries per kept payload byte, over every copy."""
+        strings = sum(1 for location in (self.location, *self.copies) if location[:1] == ("structuredContent",))
+        strings -= 1 if self.location == ("structuredContent",) else 0
+        return strings * self.escaped + (self.share - strings)
 
     @property
     def cost(self) -> int:
-        return len(self.payload) * self.share
+        return math.ceil(len(self.payload) * self.weight)
 
     @property
     def chars_total(self) -> int:
@@ -378,8 +396,16 @@ class _RecordsGroup:
     def fits(self, budget: Budget) -> bool:
         return len(self.items) <= budget.max_records
 
-    def _encoded(self, count: int) -> bytes:
-        array = b"[" + b",".join(bytes(item) for item in self.items[:count]) + b"]"
+    def _array(self, count: int, head: bytes | None) -> bytes:
+        items = [bytes(item) for item in self.items[:count]]
+        if head is not None:
+            items[-1] = head
+        return b"[" + b",".join(items) + b"]"
+
+    def _encoded(self, count: int, head: bytes | None = None) -> bytes:
+        if self.whole:
+            return head if head is not None else self.payload
+        array = self._array(count, head)
         if self.container is None or self.key is None:
             return array
         container = dict(self.container)
@@ -387,12 +413,21 @@ class _RecordsGroup:
         return _encoder.encode(container)
 
     def cut(self, max_bytes: int, max_chars: int, budget: Budget) -> Cut:
-        frame = len(self._encoded(0)) - 2
-        room = max(0, min(max_bytes, max_chars) // self.share - frame)
-        sizes = [len(item) for item in self.items[: budget.max_records]]
-        count = cuts.fit_records(sizes, room, budget.max_records)
+        room = max(0, int(min(max_bytes, max_chars) / self.weight))
+        head: bytes | None = None
+        if self.whole:
+            count = 0
+            if len(self.payload) > room:
+                head = json_shape.shrink(self.payload, room, budget.max_records) or b"{}"
+        else:
+            room = max(0, room - (len(self._encoded(0)) - 2))
+            sizes = [len(item) for item in self.items[: budget.max_records]]
+            count = cuts.fit_records(sizes, room, budget.max_records)
+            if count == 0 and self.floor == 0 and self.descend and self.items and budget.max_records > 0:
+                head = json_shape.shrink(self.items[0], room - 2, budget.max_records)
+                count = 1 if head is not None else 0
         floor = min(self.floor, len(self.items))
-        kept = self._encoded(max(count, floor))
+        kept = self._encoded(max(count, floor), head)
         return Cut(
             field=self.name,
             mode="records",
@@ -400,21 +435,30 @@ class _RecordsGroup:
             returned_bytes=len(kept),
             chars_total=self.chars,
             chars_returned=cuts.char_count(kept),
-            total_records=len(self.items),
-            returned_records=max(count, floor),
+            total_records=self.records,
+            returned_records=None if self.whole else max(count, floor),
             schema_floor=floor if floor > count else None,
+            head=head,
         )
 
     def apply(self, out: _Output, cut: Cut, artifact_id: str | None) -> int:
         count = cut.returned_records or 0
-        kept = self._encoded(count)
-        if self.location[0] == "structuredContent":
+        kept = self._encoded(count, cut.head)
+        if self.location == ("structuredContent",):
             out.structured = msgspec.Raw(kept)
         else:
             out.set_text(self.location, kept.decode())
+        for location in self.copies:
+            out.set_text(location, kept.decode())
+        if self.array_copies:
+            array = self._array(count, cut.head).decode()
+            for location in self.array_copies:
+                out.set_text(location, array)
         out.json_blocks.update(self.json_copies)
         if self.item_blocks:
             out.keep_blocks = count
+            if cut.head is not None:
+                out.set_text(("content", count - 1, "text"), cut.head.decode())
         line = marker(cut, artifact_id)
         out.extra.append(line)
         return len(line)
@@ -621,12 +665,28 @@ def _groups(
         for i in claimed:
             texts.pop(i, None)
     for text in texts.values():
-        array = _carrying_array(text.payload) if budget.mode in (None, "records") else None
-        if array is not None:
-            groups.append(_RecordsGroup(text, text.payload, array))
-        else:
-            groups.append(_TextGroup(text, _kind_of(text.name, text.mime, text.payload), budget.mode))
+        groups.append(_text_group(text, budget))
     return groups, fixed, fixed
+
+
+def _text_group(text: _Text, budget: Budget) -> Group:
+    """A text's group: records when it is JSON (a JSON text is never cut as lines or prose,
+    unless the route forces a mode), lines or text otherwise."""
+    if budget.mode in (None, "records") and _first(text.payload) in (b"[", b"{"):
+        array = _carrying_array(text.payload)
+        if array is not None:
+            return _RecordsGroup(text, text.payload, array)
+        if _first(text.payload) == b"{" and _is_json(text.payload):
+            return _RecordsGroup(text, text.payload, None)
+    return _TextGroup(text, _kind_of(text.name, text.mime, text.payload), budget.mode)
+
+
+def _is_json(payload: bytes) -> bool:
+    try:
+        _object.decode(payload)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return False
+    return True
 
 
 def _structured_groups(
@@ -639,8 +699,11 @@ def _structured_groups(
     if array is not None:
         group = _RecordsGroup(None, parts.structured_payload(), array)
         group.floor = schema_check.array_floor(schema, array[1]) if schema is not None else 0
+        group.descend = schema is None
         group.json_copies = [i for i, text in texts.items() if _is_json_of(text.payload, array)]
-        return set(group.json_copies), [group], 0
+        bare = [i for i, text in texts.items() if i not in group.json_copies and _is_array_of(text.payload, array)]
+        group.array_copies = [texts[i].location for i in bare]
+        return {*group.json_copies, *bare}, [group], 0
     try:
         container = parts.fields()
     except (msgspec.ValidationError, msgspec.DecodeError):
@@ -659,7 +722,9 @@ def _structured_groups(
             if mirror is not None
             else _Text(("structuredContent", key), f"structuredContent.{key}", value, None)
         )
-        field_group = _TextGroup(field_text, _kind_of(key, None, field_text.payload), budget.mode)
+        field_group = _text_group(field_text, budget)
+        if isinstance(field_group, _TextGroup):
+            field_group.kind = _kind_of(key, None, field_text.payload)
         if mirror is not None:
             field_group.copies.append(("structuredContent", key))
             claimed.add(mirror)
@@ -667,6 +732,19 @@ def _structured_groups(
         groups.append(field_group)
         fixed -= len(value)
     return claimed, groups, max(0, fixed) * (1 + len(json_copies))
+
+
+def _is_array_of(payload: bytes, array: _Found) -> bool:
+    """Whether a text block is the bare JSON array of the structured result's carrying array
+    (a list result rendered as one block beside `{"result": [...]}`): as many items, the same
+    first one."""
+    _, key, items = array
+    if key is None or _first(payload) != b"[":
+        return False
+    found = _carrying_array(payload)
+    if found is None or len(found[2]) != len(items):
+        return False
+    return not items or _any.decode(found[2][0]) == _any.decode(items[0])
 
 
 def _is_json_of(payload: bytes, array: _Found) -> bool:
