@@ -4,6 +4,10 @@ Every tool is deterministic, so a result seen through the proxy (and reassembled
 slices) can be compared byte for byte with the direct one. An `mcp` SDK server over stdio.
 
     list_papers {count}         `count` paper records (a JSON array: records mode)
+    papers_json {count}         the same records as a JSON string (`-> str`: text block and
+                                structuredContent.result both hold the array's JSON)
+    papers_one_block {count}    the same records as fastmcp renders a list: one text block with
+                                the array's JSON beside structuredContent {"result": [...]}
     shelf_papers {count}        a shelf of `count` papers whose outputSchema sets minItems 60
     read_log {lines}            `lines` log lines (line-oriented text: lines mode)
     read_prose {paragraphs}     paragraphs of prose with multi-byte characters (text mode)
@@ -15,7 +19,10 @@ slices) can be compared byte for byte with the direct one. An `mcp` SDK server o
 
 from __future__ import annotations
 
+import json
+
 from mcp.server.mcpserver import MCPServer
+from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel, Field
 
 server = MCPServer("bulky", instructions="Deterministic large results for exercising the size governor.")
@@ -49,6 +56,21 @@ def paper(number: int) -> Paper:
 def list_papers(count: int) -> list[Paper]:
     """`count` paper records, numbered from 0."""
     return [paper(number) for number in range(count)]
+
+
+@server.tool()
+def papers_json(count: int) -> str:
+    """`count` paper records as a JSON array in a string, the way many Python tools return lists."""
+    return json.dumps([paper(number).model_dump() for number in range(count)])
+
+
+@server.tool()
+def papers_one_block(count: int) -> CallToolResult:
+    """`count` paper records as one text block of JSON plus structuredContent {"result": [...]}."""
+    records = [paper(number).model_dump() for number in range(count)]
+    return CallToolResult(
+        content=[TextContent(type="text", text=json.dumps(records))], structured_content={"result": records}
+    )
 
 
 # More than the governor's default 50 records: the schema, not the budget, decides what is kept.

@@ -1,12 +1,14 @@
 """The size governor end to end: the SDK client, in both eras, through `frugal-proxy --` in front
-of the bulky fixture server. Exact counts, reassembly equal to the direct output, receipts, the
-repeat denial."""
+of the bulky fixture server and the npm filesystem server. Exact counts, reassembly equal to the
+direct output, receipts, the repeat denial, JSON kept valid in every copy under one marker."""
 
 from __future__ import annotations
 
 import base64
 import json
+import shutil
 import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -18,6 +20,10 @@ from tests.conftest import ROOT, params, proxy_command
 pytestmark = pytest.mark.anyio
 
 BULKY = [sys.executable, str(ROOT / "examples" / "servers" / "bulky_server.py")]
+FILESYSTEM_JS = (
+    ROOT / ".deps" / "node" / "node_modules" / "@modelcontextprotocol" / "server-filesystem" / "dist" / "index.js"
+)
+MARKER = "[frugal: output truncated"
 
 
 def client(command: list[str], mode: str) -> Client:
@@ -111,3 +117,78 @@ async def test_no_govern_passes_everything_through(mode: str) -> None:
             assert not any(name.startswith("frugal__") for name in names)
             blob = dump(await proxied.call_tool("big_blob", {"bytes": 100_000}))
             assert len(blob["content"][0]["text"]) == 100_000
+
+
+def markers(result: dict[str, Any]) -> list[str]:
+    texts = [block["text"] for block in result["content"]]
+    texts += [value for value in (result.get("structuredContent") or {}).values() if isinstance(value, str)]
+    return [text for text in texts if MARKER in text]
+
+
+async def test_a_json_string_result_is_shaped_as_records(mode: str) -> None:
+    with anyio.fail_after(60):
+        async with client(BULKY, mode) as direct, client(proxy_command(BULKY), mode) as proxied:
+            want = json.loads(dump(await direct.call_tool("papers_json", {"count": 1000}))["content"][0]["text"])
+            shaped = dump(await proxied.call_tool("papers_json", {"count": 1000}))
+            text, structured = shaped["content"][0]["text"], shaped["structuredContent"]["result"]
+            assert json.loads(text) == json.loads(structured) == want[:50]
+            assert markers(shaped) == [shaped["content"][-1]["text"]] and "50 of 1000 records" in markers(shaped)[0]
+            (receipt,) = governor_meta(shaped)["receipts"]
+            assert (receipt["mode"], receipt["field"]) == ("records", "content[0].text")
+            assert (receipt["total_records"], receipt["returned_records"], receipt["omitted_records"]) == (
+                1000,
+                50,
+                950,
+            )
+            assert json.loads(await fetch_all(proxied, receipt["artifact_id"])) == want
+
+
+async def test_a_list_in_one_block_and_structured_content_is_one_payload(mode: str) -> None:
+    with anyio.fail_after(60):
+        async with client(BULKY, mode) as direct, client(proxy_command(BULKY), mode) as proxied:
+            want = dump(await direct.call_tool("papers_one_block", {"count": 1000}))["structuredContent"]
+            shaped = dump(await proxied.call_tool("papers_one_block", {"count": 1000}))
+            assert json.loads(shaped["content"][0]["text"]) == shaped["structuredContent"]["result"]
+            assert shaped["structuredContent"]["result"] == want["result"][:50]
+            (line,) = markers(shaped)
+            (receipt,) = governor_meta(shaped)["receipts"]
+            assert receipt["artifact_id"] in line and "50 of 1000 records" in line
+            assert json.loads(await fetch_all(proxied, receipt["artifact_id"])) == want
+
+
+def make_tree(root: Path, depth: int, width: int) -> None:
+    for i in range(width):
+        if depth == 0:
+            (root / f"notes-{i:02d}.txt").write_text("x")
+        else:
+            child = root / f"dir-{depth}-{i:02d}"
+            child.mkdir()
+            make_tree(child, depth - 1, width)
+
+
+async def test_an_indented_json_tree_stays_valid_json(tmp_path: Path, mode: str) -> None:
+    make_tree(tmp_path, 3, 9)
+    node = shutil.which("node")
+    assert node is not None
+    files = [node, str(FILESYSTEM_JS), str(tmp_path)]
+    with anyio.fail_after(60):
+        async with client(files, mode) as direct, client(proxy_command(files), mode) as proxied:
+            whole = dump(await direct.call_tool("directory_tree", {"path": str(tmp_path)}))["content"][0]["text"]
+            assert whole.startswith("[\n  {") and len(whole) > 100_000  # indented JSON, over budget
+            shaped = dump(await proxied.call_tool("directory_tree", {"path": str(tmp_path)}))
+            text, structured = shaped["content"][0]["text"], shaped["structuredContent"]["content"]
+            kept, tree = json.loads(text), json.loads(whole)
+            assert json.loads(structured) == kept
+            # The first directory kept, with its own first entries, down to the first files.
+            assert kept[0]["name"] == tree[0]["name"]
+            assert kept[0]["children"][0]["name"] == tree[0]["children"][0]["name"]
+            leaves = kept[0]["children"][0]["children"][0]["children"]
+            assert leaves and leaves == tree[0]["children"][0]["children"][0]["children"][: len(leaves)]
+            (line,) = markers(shaped)
+            assert line == shaped["content"][-1]["text"] and MARKER not in text
+            (receipt,) = governor_meta(shaped)["receipts"]
+            assert (receipt["mode"], receipt["total_records"], receipt["returned_records"]) == ("records", 9, 1)
+            assert "1 of 9 records, the last one shortened" in line  # each top directory alone is over budget
+            assert (await fetch_all(proxied, receipt["artifact_id"])).decode() == whole
+            size = len(text.encode()) + len(json.dumps(shaped["structuredContent"], ensure_ascii=False).encode())
+            assert size <= 32_768

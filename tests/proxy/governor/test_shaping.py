@@ -201,3 +201,68 @@ def test_a_structured_cut_that_would_break_the_schema_leaves_it_whole() -> None:
     loose = {"type": "object", "properties": {"body": {"type": "string"}}}
     _, kept = render_with(result, loose)
     assert kept["structuredContent"]["body"] == kept["content"][0]["text"] != body
+
+
+def markers(out: dict[str, Any]) -> list[str]:
+    texts = [block["text"] for block in out["content"]]
+    texts += [value for value in out.get("structuredContent", {}).values() if isinstance(value, str)]
+    return [text for text in texts if "[frugal: output truncated" in text]
+
+
+def test_a_json_array_in_a_string_result_is_shaped_as_records() -> None:
+    items = papers(1000)
+    for text in (json.dumps(items), json.dumps(items, indent=2)):
+        shaped, out = render(sdk_string(text))
+        (cut,) = shaped.cuts
+        assert (cut.field, cut.mode) == ("content[0].text", "records")
+        assert (cut.total_records, cut.returned_records) == (1000, 50)
+        assert json.loads(out["content"][0]["text"]) == json.loads(out["structuredContent"]["result"]) == items[:50]
+        assert markers(out) == [out["content"][-1]["text"]] and "50 of 1000 records" in markers(out)[0]
+        assert cut.payload == text.encode() and measured(out) <= BUDGET.max_bytes
+
+
+def tree(depth: int, width: int) -> list[dict[str, Any]]:
+    if depth == 0:
+        return [{"name": f"f{i}.txt", "type": "file"} for i in range(width)]
+    return [{"name": f"d{depth}_{i}", "type": "directory", "children": tree(depth - 1, width)} for i in range(width)]
+
+
+def test_indented_json_is_shaped_structurally_with_the_marker_outside() -> None:
+    whole = tree(3, 10)  # server-filesystem's directory_tree: each top directory alone over budget
+    text = json.dumps(whole, indent=2)
+    result = {"content": [{"type": "text", "text": text}], "structuredContent": {"content": text}}
+    shaped, out = render(result)
+    (cut,) = shaped.cuts
+    assert (cut.mode, cut.total_records, cut.returned_records) == ("records", 10, 1)
+    kept = json.loads(out["content"][0]["text"])
+    assert json.loads(out["structuredContent"]["content"]) == kept
+    assert kept[0]["name"] == "d3_0" and kept[0]["children"][0]["name"] == "d2_0"
+    leaves = kept[0]["children"][0]["children"][0]["children"]
+    assert leaves and leaves == whole[0]["children"][0]["children"][0]["children"][: len(leaves)]
+    assert markers(out) == [out["content"][-1]["text"]] and "the last one shortened" in markers(out)[0]
+    assert measured(out) <= BUDGET.max_bytes
+    # A JSON object without any array is shrunk inside, never cut as prose.
+    page = json.dumps({"url": "https://example.org", "body": "word " * 20_000}, indent=2)
+    shaped, out = render({"content": [{"type": "text", "text": page}]})
+    assert shaped.cuts[0].mode == "records" and shaped.cuts[0].total_records is None
+    assert json.loads(out["content"][0]["text"])["url"] == "https://example.org"
+    assert markers(out) == [out["content"][-1]["text"]]
+    # A log that starts with a bracket is still a log.
+    log = "".join(f"[job {i}] done\n" for i in range(500))
+    assert render(sdk_string(log))[0].cuts[0].mode == "lines"
+
+
+def test_a_list_in_one_block_beside_its_structured_copy_is_one_cut() -> None:
+    items = papers(1000)
+    for text in (json.dumps(items), json.dumps(items, indent=2)):
+        result = {"content": [{"type": "text", "text": text}], "structuredContent": {"result": items}}
+        shaped, out = render(result)
+        (cut,) = shaped.cuts
+        assert (cut.field, cut.total_records, cut.returned_records) == ("structuredContent", 1000, 50)
+        assert json.loads(out["content"][0]["text"]) == out["structuredContent"]["result"] == items[:50]
+        assert markers(out) == [out["content"][-1]["text"]] and "art_0" in markers(out)[0]
+        assert measured(out) <= BUDGET.max_bytes
+    # Another array of as many items is not taken for a copy.
+    numbers = json.dumps(list(range(1000)))
+    other = {"content": [{"type": "text", "text": numbers}], "structuredContent": {"result": items}}
+    assert len(render(other)[0].cuts) == 2
