@@ -329,13 +329,20 @@ class _TextGroup:
         )
 
     def apply(self, out: _Output, cut: Cut, artifact_id: str | None) -> int:
+        """The kept text in every copy; the marker once, ending the first text block (a copy in
+        structuredContent is the tool's data, and stays only what was kept of it)."""
         kept = cut.payload[: cut.returned_bytes].decode("utf-8", "surrogatepass")
+        line = marker(cut, artifact_id)
         separator = "" if not kept or kept.endswith("\n") else "\n"
-        tail = separator + marker(cut, artifact_id)
-        for location in (self.location, *self.copies):
-            out.set_text(location, kept + tail)
+        locations = (self.location, *self.copies)
+        block = next((location for location in locations if location[0] == "content"), None)
+        for location in locations:
+            out.set_text(location, kept + separator + line if location is block else kept)
         out.json_blocks.update(self.json_copies)
-        return len(tail) * self.share
+        if block is None:
+            out.extra.append(line)
+            return len(line)
+        return len(separator + line)
 
 
 class _RecordsGroup:

@@ -30,6 +30,12 @@ def measured(result: dict[str, Any]) -> int:
     return texts + (len(msgspec.json.encode(structured)) if structured is not None else 0)
 
 
+def markers(out: dict[str, Any]) -> list[str]:
+    texts = [block["text"] for block in out["content"]]
+    texts += [value for value in out.get("structuredContent", {}).values() if isinstance(value, str)]
+    return [text for text in texts if "[frugal: output truncated" in text]
+
+
 def sdk_string(text: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "structuredContent": {"result": text}, "isError": False}
 
@@ -93,7 +99,13 @@ def test_log_text_keeps_whole_lines() -> None:
     text = out["content"][0]["text"]
     assert text.startswith("".join(f"2026-01-01 INFO job={i} done\n" for i in range(50)))
     assert "50 of 500 lines" in text.splitlines()[-1]
-    assert out["structuredContent"]["result"] == text
+    # The structured copy has the same cut and no marker: one payload, one marker.
+    assert (
+        out["structuredContent"]["result"]
+        == text[: text.rindex("[frugal:")]
+        == cut.payload[: cut.returned_bytes].decode()
+    )
+    assert markers(out) == [text]
 
 
 def test_prose_is_cut_on_a_word_and_both_copies_share_the_budget() -> None:
@@ -104,7 +116,10 @@ def test_prose_is_cut_on_a_word_and_both_copies_share_the_budget() -> None:
     kept = cut.payload[: cut.returned_bytes]
     assert kept.decode() == prose.encode()[: cut.returned_bytes].decode()
     assert kept[-1:] in (b" ", b"\n")
-    assert out["content"][0]["text"] == out["structuredContent"]["result"]
+    assert out["content"][0]["text"].startswith(out["structuredContent"]["result"]) and markers(out) == [
+        out["content"][0]["text"]
+    ]
+    assert out["structuredContent"]["result"] == kept.decode()
     assert measured(out) <= BUDGET.max_bytes
     meta = out["_meta"][META_KEY]
     assert meta["truncated"] is True and meta["est_tokens"] == -(-meta["chars_returned"] // 4)
@@ -200,13 +215,8 @@ def test_a_structured_cut_that_would_break_the_schema_leaves_it_whole() -> None:
     # A schema the cut keeps to changes nothing about the usual shaping.
     loose = {"type": "object", "properties": {"body": {"type": "string"}}}
     _, kept = render_with(result, loose)
-    assert kept["structuredContent"]["body"] == kept["content"][0]["text"] != body
-
-
-def markers(out: dict[str, Any]) -> list[str]:
-    texts = [block["text"] for block in out["content"]]
-    texts += [value for value in out.get("structuredContent", {}).values() if isinstance(value, str)]
-    return [text for text in texts if "[frugal: output truncated" in text]
+    assert kept["content"][0]["text"].startswith(kept["structuredContent"]["body"])
+    assert kept["structuredContent"]["body"] != body and "[frugal:" not in kept["structuredContent"]["body"]
 
 
 def test_a_json_array_in_a_string_result_is_shaped_as_records() -> None:
