@@ -3,10 +3,13 @@
 A result is read as *groups*: one payload the model sees, plus the copies of it that the same
 result carries (SDK servers send a string result both as a text block and as
 `structuredContent.result`; a structured result both as `structuredContent` and as its JSON in a
-text block, or one text block per item). A group is cut once and its copies follow the same cut,
-so the budget holds for the result as a whole. Modes:
+text block, its bare array in one block, or one text block per item). A group is cut once, its
+copies follow the same cut, and it gets one marker and one spill: the budget holds for the
+result as a whole. Modes:
 
-    records   a JSON array that carries the result keeps its first N items; the JSON stays valid
+    records   a JSON array that carries the result keeps its first N items (an item alone over
+              budget is shrunk by the same rule, json_shape); the JSON stays valid. Any text
+              that parses as JSON is shaped this way, never as lines or prose
     lines     line-oriented text (a log) keeps whole lines
     text      anything else is cut rune-safe, backing off to a word boundary
 
