@@ -391,8 +391,11 @@ class _RecordsGroup:
     @property
     def weight(self) -> float:
         """Bytes the result carries per kept payload byte, over every copy."""
-        strings = sum(1 for location in (self.location, *self.copies) if location[:1] == ("structuredContent",))
-        strings -= 1 if self.location == ("structuredContent",) else 0
+        if self.location == ("structuredContent",):
+            return float(self.share)
+        # A text: escaped in each string of structuredContent and in each JSON copy of it.
+        strings = sum(1 for location in (self.location, *self.copies) if location[0] == "structuredContent")
+        strings += len(self.json_copies)
         return strings * self.escaped + (self.share - strings)
 
     @property
@@ -666,6 +669,7 @@ def _groups(
         group = _RecordsGroup(None, parts.structured_payload(), array)
         group.item_blocks = True
         group.floor = schema_check.array_floor(schema, array[1]) if schema is not None else 0
+        group.descend = schema is None
         return [group], 0, 0
     texts = parts.texts() if texts is None else texts
     fixed = len(parts.structured) if structured_whole and parts.structured is not None else 0

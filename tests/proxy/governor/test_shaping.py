@@ -276,3 +276,24 @@ def test_a_list_in_one_block_beside_its_structured_copy_is_one_cut() -> None:
     numbers = json.dumps(list(range(1000)))
     other = {"content": [{"type": "text", "text": numbers}], "structuredContent": {"result": items}}
     assert len(render(other)[0].cuts) == 2
+
+
+def test_json_in_a_structured_string_and_its_json_copy_hold_the_budget() -> None:
+    rows = [{"n": i, "c": list(range(100))} for i in range(2000)]
+    structured = {"content": json.dumps(rows, indent=1), "count": 2000}
+    shaped, out = render(
+        {"content": [{"type": "text", "text": json.dumps(structured)}], "structuredContent": structured}
+    )
+    (cut,) = shaped.cuts
+    assert (cut.field, cut.mode, cut.total_records) == ("structuredContent.content", "records", 2000)
+    assert json.loads(out["structuredContent"]["content"]) == rows[: cut.returned_records]
+    assert json.loads(out["content"][0]["text"]) == out["structuredContent"]
+    assert markers(out) == [out["content"][-1]["text"]] and measured(out) <= BUDGET.max_bytes
+    # An SDK list result whose items are each over budget keeps the first one, shortened.
+    big = [{"id": i, "rows": [{"k": j, "v": "x" * 50} for j in range(1000)]} for i in range(3)]
+    blocks = [{"type": "text", "text": json.dumps(item, indent=2)} for item in big]
+    shaped, out = render({"content": blocks, "structuredContent": {"result": big}})
+    assert (shaped.cuts[0].total_records, shaped.cuts[0].returned_records) == (3, 1)
+    (first,) = out["structuredContent"]["result"]
+    assert json.loads(out["content"][0]["text"]) == first and first["rows"] == big[0]["rows"][:50]
+    assert len(out["content"]) == 2 and measured(out) <= BUDGET.max_bytes
