@@ -9,6 +9,8 @@ from typing import Any
 import jsonschema
 import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from frugal_proxy.config import Budget
 from frugal_proxy.governor.shaping import MARKER_RESERVE, META_KEY, plan
@@ -297,3 +299,37 @@ def test_json_in_a_structured_string_and_its_json_copy_hold_the_budget() -> None
     (first,) = out["structuredContent"]["result"]
     assert json.loads(out["content"][0]["text"]) == first and first["rows"] == big[0]["rows"][:50]
     assert len(out["content"]) == 2 and measured(out) <= BUDGET.max_bytes
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=300),
+    lambda inner: st.lists(inner, max_size=30) | st.dictionaries(st.text(max_size=8), inner, max_size=6),
+    max_leaves=400,
+)
+json_texts = st.one_of(
+    st.lists(json_values, min_size=1, max_size=80),
+    st.dictionaries(st.text(max_size=8), json_values, min_size=1, max_size=8),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(json_texts, st.booleans(), st.integers(1024, 4096), st.sampled_from([None, "result", "content"]))
+def test_any_json_text_stays_valid_json_in_every_copy(
+    value: Any, indent: bool, max_bytes: int, key: str | None
+) -> None:
+    text = json.dumps(value, indent=2 if indent else None, ensure_ascii=False)
+    result: dict[str, Any] = {"content": [{"type": "text", "text": text}]}
+    if key is not None:
+        result["structuredContent"] = {key: text}
+    budget = Budget(max_bytes=max_bytes, max_records=10)
+    shaped = plan(msgspec.json.encode(result), budget)
+    if shaped is None:
+        return
+    out = json.loads(bytes(shaped.render(["art_" + "x" * 32], [{}])))
+    (cut,) = shaped.cuts
+    assert cut.mode == "records"
+    kept = json.loads(out["content"][0]["text"])
+    if key is not None:
+        assert json.loads(out["structuredContent"][key]) == kept
+    assert markers(out) == [out["content"][-1]["text"]]
+    assert shaped.over_budget or measured(out) <= max_bytes
