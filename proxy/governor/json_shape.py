@@ -3,7 +3,8 @@
 The records rule, applied inside a value that alone is over budget: an array keeps its first
 items that fit (at most `max_records`), and when not even its first one fits, that one is shrunk
 by the same rule; an object keeps every field and shrinks the one that carries it (its largest
-array, else its largest object, else its largest string); a string is cut rune-safe on a word.
+array, else its largest object, else its largest string, whichever leaves the rest within the
+room); a string is cut rune-safe on a word.
 So a nested tree keeps its top levels. Numbers, booleans and null cannot shrink.
 
     shrink   the value within `room` bytes (raw JSON), or None when even its frame is larger
@@ -53,25 +54,25 @@ def _array(items: list[msgspec.Raw], room: int, max_records: int, depth: int) ->
 
 
 def _object(fields: dict[str, msgspec.Raw], room: int, max_records: int, depth: int) -> bytes | None:
-    carrier = _carrier(fields)
-    if carrier is None:
-        return None
-    value = fields[carrier]
-    empty = _EMPTY[lazy_json.first(value)]
-    frame = len(_encoder.encode({**fields, carrier: msgspec.Raw(empty)}))
-    if frame > room:
-        return None
-    inner = shrink(value, room - frame + len(empty), max_records, depth + 1)
-    return _encoder.encode({**fields, carrier: msgspec.Raw(inner if inner is not None else empty)})
+    for carrier in _carriers(fields):
+        value = fields[carrier]
+        empty = _EMPTY[lazy_json.first(value)]
+        frame = len(_encoder.encode({**fields, carrier: msgspec.Raw(empty)}))
+        if frame <= room:
+            inner = shrink(value, room - frame + len(empty), max_records, depth + 1)
+            return _encoder.encode({**fields, carrier: msgspec.Raw(inner if inner is not None else empty)})
+    return None
 
 
-def _carrier(fields: dict[str, msgspec.Raw]) -> str | None:
-    """The field that carries an object: its largest array, else object, else string."""
+def _carriers(fields: dict[str, msgspec.Raw]) -> list[str]:
+    """The fields that may carry an object, best first: its largest array, object and string
+    (a later one serves when the others left whole are already over the room)."""
+    found: list[str] = []
     for start in (b"[", b"{", b'"'):
         sized = [(len(value), key) for key, value in fields.items() if lazy_json.first(value) == start]
         if sized:
-            return max(sized)[1]
-    return None
+            found.append(max(sized)[1])
+    return found
 
 
 def _string(raw: bytes | msgspec.Raw, room: int) -> bytes:

@@ -411,12 +411,12 @@ class _RecordsGroup:
 
     def _array(self, count: int, head: bytes | None) -> bytes:
         items = [bytes(item) for item in self.items[:count]]
-        if head is not None:
+        if head is not None and items:
             items[-1] = head
         return b"[" + b",".join(items) + b"]"
 
     def _encoded(self, count: int, head: bytes | None = None) -> bytes:
-        if self.whole:
+        if self.whole or (head is not None and count == 0):  # shrunk as a whole
             return head if head is not None else self.payload
         array = self._array(count, head)
         if self.container is None or self.key is None:
@@ -432,6 +432,9 @@ class _RecordsGroup:
             count = 0
             if len(self.payload) > room:
                 head = json_shape.shrink(self.payload, room, budget.max_records) or b"{}"
+        elif self.location != ("structuredContent",) and len(self._encoded(0)) > room:
+            # A JSON text whose other fields alone are over budget: shrunk as a whole.
+            count, head = 0, json_shape.shrink(self.payload, room, budget.max_records) or b"{}"
         else:
             room = max(0, room - (len(self._encoded(0)) - 2))
             sizes = [len(item) for item in self.items[: budget.max_records]]
@@ -441,6 +444,7 @@ class _RecordsGroup:
                 count = 1 if head is not None else 0
         floor = min(self.floor, len(self.items))
         kept = self._encoded(max(count, floor), head)
+        whole = self.whole or (head is not None and count == 0)  # no record counts then
         return Cut(
             field=self.name,
             mode="records",
@@ -448,8 +452,8 @@ class _RecordsGroup:
             returned_bytes=len(kept),
             chars_total=self.chars,
             chars_returned=cuts.char_count(kept),
-            total_records=self.records,
-            returned_records=None if self.whole else max(count, floor),
+            total_records=None if whole else self.records,
+            returned_records=None if whole else max(count, floor),
             schema_floor=floor if floor > count else None,
             head=head,
         )

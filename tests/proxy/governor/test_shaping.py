@@ -259,6 +259,12 @@ def test_indented_json_is_shaped_structurally_with_the_marker_outside() -> None:
     assert shaped.cuts[0].mode == "records" and shaped.cuts[0].total_records is None
     assert json.loads(out["content"][0]["text"])["url"] == "https://example.org"
     assert markers(out) == [out["content"][-1]["text"]]
+    # So is one whose fields beside its array are alone over budget.
+    page = json.dumps({"tags": ["a", "b"], "body": "word " * 20_000}, indent=2)
+    shaped, out = render(sdk_string(page))
+    kept = json.loads(out["content"][0]["text"])
+    assert kept == json.loads(out["structuredContent"]["result"]) and kept["tags"] == ["a", "b"]
+    assert 0 < len(kept["body"]) < 20_000 and not shaped.over_budget and measured(out) <= BUDGET.max_bytes
     # A log that starts with a bracket is still a log.
     log = "".join(f"[job {i}] done\n" for i in range(500))
     assert render(sdk_string(log))[0].cuts[0].mode == "lines"
