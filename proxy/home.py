@@ -5,9 +5,11 @@
     ├── keys/                        the receipt keys (governor.keys)
     ├── auth/operators.json          registered operators (server.operators)
     ├── install/wrapped.json         what `mcp install --wrap` rewrote (install.state)
+    ├── usage/YYYY-MM.jsonl          the usage ledger, one line per call, per UTC month (ledger)
     └── run/serve-<pid>.json         each running `serve`'s upstream states (cli.serve)
 
-`write_private` is the only writer of these files: owner-only, staged beside the target and
+`write_private` is the only writer of these files (the usage ledger, append-only, has its own:
+ledger.writer): owner-only, staged beside the target and
 renamed into place, so a reader never sees half a file and a crash leaves the old one. Blocking:
 async callers run it in a worker thread.
 """
@@ -45,6 +47,10 @@ def install_state() -> Path:
 
 def run_dir() -> Path:
     return home() / "run"
+
+
+def usage_dir() -> Path:
+    return home() / "usage"
 
 
 def write_private(path: Path, data: bytes, *, exclusive: bool = False) -> None:

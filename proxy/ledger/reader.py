@@ -1,0 +1,137 @@
+"""Reads a month of the usage ledger, fast, and never fails on what a crash left behind.
+
+A line that does not decode (torn by a crash mid-write, or damaged by hand) is skipped and
+counted, and one warning names the file and the line numbers; the rest is read. Lines are read in
+chunks of whole lines, each chunk decoded as one JSON array when it can be (one msgspec call per
+few thousand lines), line by line when it holds a bad one. A reader decodes only the fields it
+names in its own struct: the others are skipped at parse speed.
+
+    lines(path, Kind)          every readable line, oldest first (batches of them: `batches`)
+    newest_first(path, Kind)   from the end backwards, for readers that want the recent tail
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgspec
+
+from frugal_proxy import home
+
+log = logging.getLogger("frugal_proxy.ledger")
+
+T = TypeVar("T")
+CHUNK_BYTES = 4 * 1024 * 1024
+_decoders: dict[tuple[Any, bool], Any] = {}
+
+
+def month_path(month: str, directory: Path | None = None) -> Path:
+    """The file of one UTC month, `YYYY-MM`."""
+    return (directory or home.usage_dir()) / f"{month}.jsonl"
+
+
+@dataclass
+class Damage:
+    """What a read skipped: the line numbers (1-based) of lines that did not decode."""
+
+    path: Path
+    lines: list[int] = field(default_factory=list)
+
+    def warn(self) -> None:
+        if self.lines:
+            shown = ", ".join(map(str, self.lines[:10])) + (" …" if len(self.lines) > 10 else "")
+            log.warning(
+                "usage ledger: skipped %d unreadable line(s) (a crash mid-write leaves a torn one)",
+                len(self.lines),
+                extra={"path": str(self.path), "lines": shown},
+            )
+
+
+def _decoder(kind: type[T], many: bool) -> Any:
+    key = (kind, many)
+    if key not in _decoders:
+        _decoders[key] = msgspec.json.Decoder(list[kind] if many else kind)  # type: ignore[valid-type]
+    return _decoders[key]
+
+
+def batches(path: Path, kind: type[T], damage: Damage | None = None) -> Iterator[list[T]]:
+    """Every readable line of `path` as `kind`, in file order, a chunk at a time. A missing file
+    has none. Skipped lines go to `damage` (a warning is logged at the end when none is given)."""
+    report = damage or Damage(path)
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return
+    number = 0  # lines before the current chunk
+    with handle:
+        rest = b""
+        while True:
+            block = handle.read(CHUNK_BYTES)
+            if not block:
+                break
+            data = rest + block if rest else block
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                rest = data
+                continue
+            body, rest = data[:cut], data[cut + 1 :]
+            yield _decode(body, kind, number, report)
+            number += body.count(b"\n") + 1
+        if rest.strip():
+            yield _decode(rest, kind, number, report)
+    if damage is None:
+        report.warn()
+
+
+def lines(path: Path, kind: type[T], damage: Damage | None = None) -> Iterator[T]:
+    for batch in batches(path, kind, damage):
+        yield from batch
+
+
+def _decode(body: bytes, kind: type[T], before: int, damage: Damage) -> list[T]:
+    try:
+        decoded: list[T] = _decoder(kind, True).decode(b"[" + body.replace(b"\n", b",") + b"]")
+        return decoded
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        pass  # a torn or blank line in this chunk: line by line
+    one = _decoder(kind, False)
+    found: list[T] = []
+    for offset, raw in enumerate(body.split(b"\n"), before + 1):
+        if not raw.strip():
+            continue  # the newline a writer adds after a torn line
+        try:
+            found.append(one.decode(raw))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            damage.lines.append(offset)
+    return found
+
+
+def newest_first(path: Path, kind: type[T], block_bytes: int = 256 * 1024) -> Iterator[T]:
+    """The readable lines of `path` from the last one backwards; stop iterating to stop reading.
+    A torn last line is skipped (quietly: a writer may be in the middle of it)."""
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return
+    one = _decoder(kind, False)
+    with handle:
+        position = handle.seek(0, os.SEEK_END)
+        tail = b""
+        while position > 0:
+            step = min(block_bytes, position)
+            position -= step
+            handle.seek(position)
+            data = handle.read(step) + tail
+            parts = data.split(b"\n")
+            tail = parts[0] if position > 0 else b""  # may be the end of an earlier line
+            for raw in reversed(parts[1:] if position > 0 else parts):
+                if raw.strip():
+                    try:
+                        yield one.decode(raw)
+                    except (msgspec.DecodeError, msgspec.ValidationError):
+                        continue

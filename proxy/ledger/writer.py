@@ -1,0 +1,222 @@
+"""Appends usage lines to `$FRUGAL_HOME/usage/YYYY-MM.jsonl`, off the event loop, in batches.
+
+How several processes share one month's file: each opens it with O_APPEND and writes whole lines
+only, in chunks of at most PIPE_BUF bytes (4096 on Linux and macOS), one write() per chunk. With
+O_APPEND the kernel moves to the end of the file and writes as one step, so two appenders never
+land on the same offset; a write of at most PIPE_BUF bytes is not split (a page-sized write to a
+local file is never short but on a full disk or a fatal signal), so a line is never interleaved
+with another process's. This was chosen over one write per batch under an advisory lock
+(flock) because nothing can be held: a writer that stalls or is stopped cannot make the others
+wait, a reader needs no lock at all, and there is no lock file to clean up; the cost is one
+write() per 4 KiB instead of per batch, which is still well over 100,000 lines a second. Network
+file systems (NFS) do not honour O_APPEND across machines: keep FRUGAL_HOME on a local disk.
+
+When things go wrong:
+
+- a crash (kill -9) loses the lines still queued in the process, at most one batch; a write cut
+  short by it leaves a torn last line, which readers skip with a warning (ledger.reader). The
+  next writer to open the file ends that torn line with a newline first, so its own lines stay
+  whole;
+- a failed write (disk full, a read-only home) drops that batch with one warning per kind of
+  error and keeps going; the ledger never fails a call.
+
+`append` only puts the line on a queue: it never blocks. A worker thread writes what is queued,
+everything that has piled up since its last write at once, and ends itself after IDLE_SECONDS
+without work (a later `append` starts a new one). `flush` waits until what was queued is written;
+at interpreter exit the queue is flushed too.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import queue
+import threading
+from pathlib import Path
+
+from frugal_proxy.ledger.line import MAX_LINE, UsageLine, encode, month_of
+
+log = logging.getLogger("frugal_proxy.ledger")
+
+IDLE_SECONDS = 5.0
+MAX_BATCH = 10_000
+
+
+class _Flush:
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+
+class LedgerWriter:
+    """The usage ledger of one folder (one per folder per process: `writer_for`)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._queue: queue.SimpleQueue[UsageLine | _Flush] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._running = False
+        self._fds: dict[str, int] = {}
+        self._warned: set[str] = set()
+        self.written = 0  # lines written since start (tests and the benchmark read it)
+        self.dropped = 0
+
+    def append(self, line: UsageLine) -> None:
+        """Queue one line; the worker writes it soon. Never blocks, never raises."""
+        self._queue.put(line)
+        if not self._running:
+            self._start()
+
+    def flush(self, timeout: float | None = 10.0) -> bool:
+        """Wait until every line queued before this call is written (or dropped); False on timeout."""
+        marker = _Flush()
+        self._queue.put(marker)
+        if not self._running:
+            self._start()
+        return marker.done.wait(timeout)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Write what is queued: through the worker when it runs, else here (at exit, where a
+        new thread may no longer start)."""
+        if self._running:
+            self.flush(timeout)
+            return
+        batch: list[UsageLine | _Flush] = []
+        while True:
+            try:
+                batch.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        if batch:
+            self._write(batch)
+        self._close_files()
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._running:
+                return
+            self._running = True
+        threading.Thread(target=self._work, name="frugal-ledger", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            try:
+                first = self._queue.get(timeout=IDLE_SECONDS)
+            except queue.Empty:
+                if self._stop_if_idle():
+                    return
+                continue
+            batch = [first]
+            while len(batch) < MAX_BATCH:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            self._write(batch)
+
+    def _stop_if_idle(self) -> bool:
+        """End the worker when nothing is queued; an `append` racing with it starts a new one."""
+        self._close_files()
+        self._running = False
+        if self._queue.empty():
+            return True
+        with self._lock:
+            if self._running:
+                return True  # an append already started the next worker
+            self._running = True
+            return False
+
+    def _write(self, batch: list[UsageLine | _Flush]) -> None:
+        by_month: dict[str, list[bytes]] = {}
+        markers: list[_Flush] = []
+        for item in batch:
+            if isinstance(item, _Flush):
+                markers.append(item)
+            else:
+                by_month.setdefault(month_of(item.ts), []).append(encode(item))
+        for month, lines in by_month.items():
+            try:
+                self._append(month, lines)
+                self.written += len(lines)
+            except OSError as exc:
+                self.dropped += len(lines)
+                self._close_files()
+                self._warn(exc, len(lines))
+        for marker in markers:
+            marker.done.set()
+
+    def _append(self, month: str, lines: list[bytes]) -> None:
+        fd = self._fds.get(month)
+        if fd is None:
+            self._close_files()  # a new month: the old file is done
+            fd = self._fds[month] = _open(self.directory / f"{month}.jsonl")
+        chunk = bytearray()
+        for line in lines:
+            if len(chunk) + len(line) > MAX_LINE:
+                _write_all(fd, chunk)
+                chunk.clear()
+            chunk += line
+        if chunk:
+            _write_all(fd, chunk)
+
+    def _close_files(self) -> None:
+        for fd in self._fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds.clear()
+
+    def _warn(self, exc: OSError, count: int) -> None:
+        kind = f"{type(exc).__name__}:{exc.errno}"
+        if kind not in self._warned:
+            self._warned.add(kind)
+            log.warning(
+                "usage ledger: cannot write; these calls go unrecorded",
+                extra={"path": str(self.directory), "error": exc.strerror or str(exc), "lines": count},
+            )
+
+
+def _open(path: Path) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        size = os.fstat(fd).st_size
+        if size and _last_byte(path, size) != b"\n":
+            os.write(fd, b"\n")  # a torn line left by a crash: end it, so ours start on a line
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _last_byte(path: Path, size: int) -> bytes:
+    with path.open("rb") as handle:
+        handle.seek(size - 1)
+        return handle.read(1)
+
+
+def _write_all(fd: int, data: bytes | bytearray) -> None:
+    view = memoryview(data)
+    while view:
+        done = os.write(fd, view)
+        view = view[done:]
+
+
+_writers: dict[Path, LedgerWriter] = {}
+_writers_lock = threading.Lock()
+
+
+def writer_for(directory: Path) -> LedgerWriter:
+    """The process's one writer of `directory` (every pipeline of the process shares it)."""
+    with _writers_lock:
+        writer = _writers.get(directory)
+        if writer is None:
+            writer = _writers[directory] = LedgerWriter(directory)
+        return writer
+
+
+@atexit.register
+def _flush_all() -> None:
+    for writer in list(_writers.values()):
+        writer.close()

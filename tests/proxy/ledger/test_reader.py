@@ -1,0 +1,61 @@
+"""Reading a month: fast chunks of whole lines, torn and blank lines skipped and reported, and
+the tail read backwards."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from frugal_proxy.ledger import reader
+from frugal_proxy.ledger.line import UsageLine, encode
+from tests.ledger_lines import usage_line
+
+
+def write(path: Path, count: int, tail: bytes = b"") -> None:
+    path.write_bytes(b"".join(encode(usage_line(attempts=n)) for n in range(count)) + tail)
+
+
+def test_every_line_is_read_across_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 1000)  # a few lines a chunk, lines cut by chunks
+    path = tmp_path / "2026-07.jsonl"
+    write(path, 300)
+    assert [line.attempts for line in reader.lines(path, UsageLine)] == list(range(300))
+    assert sum(1 for _ in reader.batches(path, UsageLine)) > 50
+
+
+def test_torn_and_blank_lines_are_skipped_with_one_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 700)
+    path = tmp_path / "2026-07.jsonl"
+    torn = encode(usage_line(attempts=99))[:60]
+    good = b"".join(encode(usage_line(attempts=n)) for n in range(3))
+    path.write_bytes(good + torn + b"\n" + b"\n" + good + torn)  # a torn one ended by a writer, and one at the end
+    damage = reader.Damage(path)
+    with caplog.at_level(logging.WARNING, logger="frugal_proxy.ledger"):
+        found = [line.attempts for line in reader.lines(path, UsageLine, damage)]
+        damage.warn()
+    assert found == [0, 1, 2, 0, 1, 2]
+    assert damage.lines == [4, 9]
+    assert caplog.records[0].getMessage().startswith("usage ledger: skipped 2 unreadable line(s)")
+
+
+def test_a_missing_month_has_no_lines(tmp_path: Path) -> None:
+    assert list(reader.lines(tmp_path / "2026-01.jsonl", UsageLine)) == []
+    assert list(reader.newest_first(tmp_path / "2026-01.jsonl", UsageLine)) == []
+
+
+def test_the_month_path_is_under_frugal_home(frugal_home: Path) -> None:
+    assert reader.month_path("2026-07") == frugal_home / "usage" / "2026-07.jsonl"
+
+
+def test_newest_first_reads_backwards_across_blocks(tmp_path: Path) -> None:
+    path = tmp_path / "2026-07.jsonl"
+    write(path, 500, tail=encode(usage_line())[:30])  # and a torn line being written
+    found = [line.attempts for line in reader.newest_first(path, UsageLine, block_bytes=999)]
+    assert found == list(range(499, -1, -1))
+    newest = reader.newest_first(path, UsageLine, block_bytes=999)
+    assert [next(newest).attempts for _ in range(3)] == [499, 498, 497]
+    newest.close()
