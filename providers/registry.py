@@ -184,3 +184,30 @@ def _make(builtin: Builtin, options: ProviderConfig, env: Mapping[str, str], htt
 def price_line(spec: ProviderSpec) -> str:
     """`serper $0.0010/call` as the docs and errors show a price."""
     return f"{spec.name} {money.format_usd(spec.price_micros)}/call"
+
+
+def rack_rates(config: Config) -> dict[str, tuple[str, int]]:
+    """Per capability, its premium rack rate as (provider, micro-dollars): the highest list price
+    among its providers marked premium, or among all of them when none is. Every built-in counts,
+    on or not (with the config's `cost_per_call` and `premium` overrides), and so does every
+    provider of your own that is not disabled: the rate is what the premium route lists, not
+    what this machine happens to have keys for. Ties go to the first in documented order."""
+    rates: dict[str, tuple[str, int]] = {}
+    for capability in CAPABILITIES:
+        tables = config.providers_of(capability)
+        priced: list[tuple[bool, int, str]] = []
+        seen: set[str] = set()
+        for builtin in (b for b in built_ins() if b.capability == capability):
+            options = _options_of(tables, builtin)
+            seen.update((builtin.name, *builtin.aliases))
+            price = builtin.price_micros if options.price_micros is None else options.price_micros
+            premium = builtin.premium if options.premium is None else options.premium
+            priced.append((premium, price, builtin.name))
+        for name, options in tables.items():
+            if name not in seen and options.upstream is not None and options.enabled is not False:
+                priced.append((bool(options.premium), options.price_micros or 0, name))
+        pool = [entry for entry in priced if entry[0]] or priced
+        if pool:
+            _, price, name = max(pool, key=lambda entry: entry[1])
+            rates[capability] = (name, price)
+    return rates

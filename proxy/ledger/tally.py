@@ -108,13 +108,14 @@ def tally(month: str, lines: Iterable[Tallied]) -> MonthTally:
         day.paid += paid
         if line.outcome in CREDITED:
             day.rack += micros(line.rack_usd)
-        kept_out += line.tokens_total - line.tokens_returned
+        if line.tokens_total > line.tokens_returned:  # a shaped result can come out larger: its receipt
+            kept_out += line.tokens_total - line.tokens_returned
     result.rows = sorted(rows.values(), key=lambda r: (r.tool, _RANK.get(r.outcome, 2), r.outcome, -r.calls))
     result.days = [days[key] for key in sorted(days)]
     result.calls = sum(day.calls for day in result.days)
     result.paid = sum(day.paid for day in result.days)
     result.rack = sum(day.rack for day in result.days)
-    result.tokens_kept_out = max(0, kept_out)
+    result.tokens_kept_out = kept_out
     return result
 
 

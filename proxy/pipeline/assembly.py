@@ -7,7 +7,7 @@ has any (`frugal__search`, `frugal__extract`, `frugal__browse`). Every feature t
 tools/call (routing, the size governor, budgets, the loop guard, the ledger, metrics) is added
 here and nowhere else:
 
-    routing → governor → metrics → (build_pipeline adds the call log)
+    routing → governor → metrics → ledger → (build_pipeline adds the call log)
 """
 
 from __future__ import annotations
@@ -18,11 +18,14 @@ from dataclasses import dataclass, field
 
 import anyio.abc
 
+from frugal_proxy import home, ledger
 from frugal_proxy.capabilities import CAPABILITIES, TOOLS
 from frugal_proxy.config import CapabilityRouting, Config, GovernorSettings, ProviderConfig
 from frugal_proxy.governor.engine import Governor
+from frugal_proxy.ledger.writer import writer_for
 from frugal_proxy.policies import Policy
 from frugal_proxy.policies.governor import GovernorPolicy
+from frugal_proxy.policies.ledger import Ledger
 from frugal_proxy.policies.metrics import CallMetrics, CallSink
 from frugal_proxy.policies.routing import Routing
 from frugal_proxy.providers import Provider, registry
@@ -83,8 +86,9 @@ def assemble(
 ) -> Assembly:
     """The embedded default: the size governor (on unless `enabled = false`) with its in-memory
     spill store and its own tools, then the call metrics when there is somewhere to put them
-    (the HTTP endpoint's `/metrics`), last so that they see what every other policy decided.
-    With a `config` (serve), the routed capabilities and the routing policy before them."""
+    (the HTTP endpoint's `/metrics`), last so that they see what every other policy decided,
+    and the usage ledger beside them. With a `config` (serve), the routed capabilities and the
+    routing policy before them."""
     settings = governor or (config.governor if config is not None else GovernorSettings())
     assembly = Assembly()
     if config is not None:
@@ -96,6 +100,9 @@ def assemble(
         assembly.own_tools.extend(governor_tools(engine))
     if metrics is not None:
         assembly.policies.append(CallMetrics(metrics))
+    if ledger.enabled(environ):  # the usage ledger, unless FRUGAL_STATS=off
+        rack = registry.rack_rates(config) if config is not None else {}
+        assembly.policies.append(Ledger(writer_for(home.usage_dir()), rack))
     return assembly
 
 

@@ -119,3 +119,16 @@ def test_an_unknown_name_without_an_upstream_tool_is_refused() -> None:
 def test_a_self_hosted_provider_is_on_with_a_config_base_url_instead_of_its_variable() -> None:
     config = config_module.loads('[search_providers.needs-url]\nbase_url = "http://127.0.0.1:8888"\n', environ={})
     assert "needs-url" in enabled_names(config, {})
+
+
+def test_rack_rates_are_the_premium_list_prices_on_or_not() -> None:
+    # No provider is premium: the highest list price, keyed's, though its key is not set.
+    assert registry.rack_rates(config_module.loads("")) == {"search": ("keyed", 5_000), "extract": ("reader", 0)}
+    config = config_module.loads(
+        "[upstreams.tavily]\ncommand = ['tavily']\n"
+        "[search_providers.tavily]\nupstream = 'tavily'\ntool = 'search'\ncost_per_call = 0.008\npremium = true\n"
+        "[search_providers.keyed]\ncost_per_call = 0.003\npremium = true\n"
+        "[extract_providers.old-reader]\ncost_per_call = 0.001\n"
+        "[extract_providers.mine]\nupstream = 'tavily'\ntool = 'x'\ncost_per_call = 0.004\nenabled = false\n"
+    )
+    assert registry.rack_rates(config) == {"search": ("tavily", 8_000), "extract": ("reader", 1_000)}

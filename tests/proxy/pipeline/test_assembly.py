@@ -13,6 +13,7 @@ from frugal_proxy.pipeline.assembly import assemble
 from frugal_proxy.pipeline.pipeline import build_pipeline
 from frugal_proxy.policies.call_log import CallLog
 from frugal_proxy.policies.governor import GovernorPolicy
+from frugal_proxy.policies.ledger import Ledger
 from frugal_proxy.policies.metrics import CallMetrics
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers import FakeProvider
@@ -48,8 +49,9 @@ async def large(exchange: Exchange) -> Outcome:
 
 def test_the_default_is_the_governor_with_its_tools_and_no_metrics() -> None:
     assembly = assemble()
-    (policy,) = assembly.policies
+    policy, ledger = assembly.policies
     assert isinstance(policy, GovernorPolicy) and policy.governor is assembly.governor
+    assert isinstance(ledger, Ledger)
     assert [tool.name for tool in assembly.own_tools] == GOVERNOR_TOOLS
 
 
@@ -61,10 +63,10 @@ def test_settings_reach_the_exposed_governor() -> None:
 
 
 def test_a_disabled_governor_is_left_out_with_its_tools() -> None:
-    assembly = assemble(GovernorSettings(enabled=False))
+    assembly = assemble(GovernorSettings(enabled=False), environ={"FRUGAL_STATS": "off"})
     assert (assembly.policies, assembly.own_tools, assembly.governor) == ([], [], None)
     sink = Sink()
-    (only,) = assemble(GovernorSettings(enabled=False), metrics=sink).policies
+    (only,) = assemble(GovernorSettings(enabled=False), metrics=sink, environ={"FRUGAL_STATS": "off"}).policies
     assert isinstance(only, CallMetrics)
 
 
@@ -72,7 +74,7 @@ async def test_metrics_come_last_and_see_what_the_governor_cut() -> None:
     sink = Sink()
     assembly = assemble(metrics=sink)
     pipeline = build_pipeline({"up": FakeProvider("up", large)}, assembly.policies)
-    assert [type(policy) for policy in pipeline.policies] == [GovernorPolicy, CallMetrics, CallLog]
+    assert [type(policy) for policy in pipeline.policies] == [GovernorPolicy, CallMetrics, Ledger, CallLog]
     with anyio.fail_after(10):
         answer = await pipeline.run(exchange("read", "up"))
     assert "frugal__fetch_slice" in jsonrpc.decode_any(answer["result"])["content"][0]["text"]
