@@ -54,7 +54,8 @@ commands (each has its own --help):
   status                             each running serve's upstreams
   mcp install | uninstall            add frugal-proxy to (or remove it from) your MCP clients
   keys list | rotate                 the receipt signing keys
-  receipts verify FILE|-             check omission receipts offline"""
+  receipts verify FILE|-             check omission receipts offline
+  stats [--month YYYY-MM] [--json]   the month's receipt: calls, spend, what the premium route costs"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -135,6 +136,7 @@ COMMANDS: dict[str, Command] = {
     "keys": _command("cli.keys", "keys_command"),
     "receipts": _command("cli.keys", "receipts_command"),
     "mcp": _command("install.mcp_install", "mcp_command"),
+    "stats": _command("cli.stats", "stats_command"),
 }
 
 

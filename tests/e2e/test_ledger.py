@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -68,6 +69,14 @@ async def test_a_routed_call_and_a_plain_call_each_append_one_line(tmp_path: Pat
     assert (plain["cost_usd"], plain["rack_usd"]) == (0, 0)
     assert empty["outcome"] == "empty" and empty["provider"] == "wikipedia"
     assert "secret-query" not in (home / "usage").joinpath(f"{utc_month(time.time())}.jsonl").read_text()
+    # The receipt counts them.
+    environ = {**os.environ, "FRUGAL_HOME": str(home)}
+    with anyio.fail_after(30):
+        done = await anyio.run_process([sys.executable, "-m", "frugal_proxy", "stats", "--json"], env=environ)
+        shown = await anyio.run_process([sys.executable, "-m", "frugal_proxy", "stats"], env=environ)
+    figures = json.loads(done.stdout)
+    assert (figures["calls"], figures["failed_calls"], figures["paid_usd"]) == (3, 1, 0)
+    assert shown.returncode == 0 and re.search(rb"\nsearch +wikipedia +1 +\$0\.0000\n", shown.stdout)
 
 
 async def test_the_wrap_form_records_its_calls_too(tmp_path: Path) -> None:

@@ -1,0 +1,100 @@
+"""`frugal-proxy stats`: the month's receipt laid out as the issue draws it, the same figures as
+JSON, an empty month saying so. The fixture month and its figures are tests/ledger_month.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from frugal_proxy.cli.stats import as_json, render, stats_command
+from frugal_proxy.ledger.tally import tally_month
+from tests.ledger_month import write_month
+
+RECEIPT = """\
+frugal receipt · July 2026 (UTC)
+tool         provider            calls        paid
+add          notes                   1     $0.0025
+files__read  files                   1     $0.0000
+execute      browserless             1     $0.0030
+extract      —                       1     $0.0000  refused
+search       marginalia              1     $0.0000
+search       serper                  1     $0.0010
+search       (cache)                 1     $0.0000  cached
+search       serper                  1     $0.0010  no results
+search       wikipedia               1     $0.0000  failed: rate_limited
+total                                9     $0.0075
+same calls at premium rack rate*           $0.0195
+you paid                                   $0.0075
+you saved                                  $0.0120   (62%)
+context kept out of the model                8,900 tokens (cut by the governor, fetchable while spilled)
+* rack rate = list price of each capability's premium provider, snapshotted at call time.
+  failed calls excluded.
+1 unreadable ledger line(s) skipped
+
+per day (UTC)  █ paid  ░ saved
+07-01  ██░░░░░░░░░░░░░░░░░░░░░░░░░░░░░░      3 calls  paid $0.0010  saved $0.0140
+07-02  ██████████████                        6 calls  paid $0.0065  saved -$0.0020
+"""
+
+
+@pytest.fixture
+def month(frugal_home: Path) -> Path:
+    return write_month(frugal_home / "usage")
+
+
+def test_the_receipt_as_the_terminal_shows_it(month: Path) -> None:
+    assert render(tally_month("2026-07")).plain == RECEIPT
+
+
+def test_the_command_prints_it(month: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert stats_command(["--month", "2026-07"]) == 0
+    out, err = capsys.readouterr()
+    assert out == RECEIPT + "\n"
+    assert "skipped 1 unreadable line(s)" in err  # the torn last line: a warning, never fatal
+
+
+def test_json_has_the_same_figures(month: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert stats_command(["--month", "2026-07", "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures == json.loads(json.dumps(as_json(tally_month("2026-07")), default=float))
+    assert (figures["calls"], figures["failed_calls"], figures["tokens_kept_out"]) == (9, 3, 8_900)
+    assert (figures["paid_usd"], figures["rack_usd"], figures["saved_usd"]) == (0.0075, 0.0195, 0.012)
+    assert figures["saved_percent"] == 61.54 and figures["skipped_lines"] == 1
+    assert figures["days"][1] == {
+        "day": "2026-07-02",
+        "calls": 6,
+        "paid_usd": 0.0065,
+        "rack_usd": 0.0045,
+        "saved_usd": -0.002,
+    }
+    assert figures["rows"][3] == {
+        "tool": "frugal__extract",
+        "provider": None,
+        "outcome": "denied",
+        "credited": False,
+        "calls": 1,
+        "paid_usd": 0,
+    }
+
+
+def test_an_empty_month_says_so(frugal_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert stats_command(["--month", "2026-06"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("frugal receipt · June 2026 (UTC)\nno calls recorded in June 2026 (nothing in ")
+    assert stats_command(["--month", "2026-06", "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert (figures["calls"], figures["rows"], figures["days"], figures["saved_percent"]) == (0, [], [], None)
+
+
+def test_an_empty_month_says_when_nothing_is_recorded(frugal_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FRUGAL_STATS", "off")
+    assert "FRUGAL_STATS=off: this machine records no calls" in render(tally_month("2026-06")).plain
+
+
+def test_a_month_is_yyyy_mm(frugal_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        stats_command(["--month", "July"])
+    assert exited.value.code == 2
+    assert "'July' is not a month; write it as YYYY-MM" in capsys.readouterr().err
