@@ -50,7 +50,7 @@ Logs go to stderr (FRUGAL_LOG_LEVEL or --log-level).
 
 commands (each has its own --help):
   serve [--config F] [--http ADDR]   many upstreams from a config file, as one MCP server
-  config check | init                validate a config and print its catalog; write a starter
+  config check | init | import       validate a config and print its catalog; write a starter; convert YAML
   status                             each running serve's upstreams
   mcp install | uninstall            add frugal-proxy to (or remove it from) your MCP clients
   keys list | rotate                 the receipt signing keys

@@ -219,14 +219,22 @@ def _alive(pid: int) -> bool:
 
 
 def config_command(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="frugal-proxy config", description="Check or create the config file.")
+    parser = argparse.ArgumentParser(prog="frugal-proxy config", description="Check, create or import the config file.")
     commands = parser.add_subparsers(dest="action", required=True)
     check = commands.add_parser("check", help="validate the config and print the effective catalog")
     check.add_argument("--config")
     init = commands.add_parser("init", help="write a commented starter config")
     init.add_argument("--config")
     init.add_argument("--force", action="store_true", help="overwrite an existing file")
+    imports = commands.add_parser("import", help="convert the routing layer's models.yaml into frugal.toml")
+    imports.add_argument("file", help="the YAML config (search_providers, routing, limits, cache …)")
+    imports.add_argument("--out", metavar="FILE", help="write the TOML here instead of to stdout")
+    imports.add_argument("--force", action="store_true", help="overwrite an existing --out file")
     options = parser.parse_args(argv)
+    if options.action == "import":
+        from frugal_proxy.cli.config_import import import_command
+
+        return import_command(options.file, options.out, options.force)
     if options.action == "init":
         path = config_module.config_path(options.config)
         if path.exists() and not options.force:
