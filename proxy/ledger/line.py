@@ -11,8 +11,9 @@ Every encoded line fits in one atomic append (`MAX_LINE`, PIPE_BUF): the few fre
 
 from __future__ import annotations
 
-import datetime
+import math
 import select
+import time
 
 import msgspec
 
@@ -63,9 +64,17 @@ def micros(amount: float) -> int:
     return round(amount * MICROS_PER_USD)
 
 
+_second: tuple[int, str] = (-1, "")  # the last second formatted: calls come many a second
+
+
 def timestamp(epoch: float) -> str:
-    moment = datetime.datetime.fromtimestamp(epoch, datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    """`2026-07-14T09:30:01.123Z` (UTC, milliseconds truncated)."""
+    global _second
+    whole = math.floor(epoch)
+    known = _second
+    if known[0] != whole:
+        known = _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(whole)))
+    return f"{known[1]}{min(999, int((epoch - whole) * 1000)):03d}Z"
 
 
 def month_of(ts: str) -> str:

@@ -2,9 +2,9 @@
 
 A line that does not decode (torn by a crash mid-write, or damaged by hand) is skipped and
 counted, and one warning names the file and the line numbers; the rest is read. Lines are read in
-chunks of whole lines, each chunk decoded as one JSON array when it can be (one msgspec call per
-few thousand lines), line by line when it holds a bad one. A reader decodes only the fields it
-names in its own struct: the others are skipped at parse speed.
+chunks of whole lines, each chunk decoded by one msgspec call (`decode_lines`) when it can be,
+line by line when it holds a bad one. A reader decodes only the fields it names in its own
+struct: the others are skipped at parse speed.
 
     lines(path, Kind)          every readable line, oldest first (batches of them: `batches`)
     newest_first(path, Kind)   from the end backwards, for readers that want the recent tail
@@ -12,9 +12,11 @@ names in its own struct: the others are skipped at parse speed.
 
 from __future__ import annotations
 
+import functools
 import logging
+import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,7 +29,7 @@ log = logging.getLogger("frugal_proxy.ledger")
 
 T = TypeVar("T")
 CHUNK_BYTES = 4 * 1024 * 1024
-_decoders: dict[tuple[Any, bool], Any] = {}
+_decoders: dict[Any, Any] = {}
 
 
 def month_path(month: str, directory: Path | None = None) -> Path:
@@ -52,38 +54,38 @@ class Damage:
             )
 
 
-def _decoder(kind: type[T], many: bool) -> Any:
-    key = (kind, many)
-    if key not in _decoders:
-        _decoders[key] = msgspec.json.Decoder(list[kind] if many else kind)  # type: ignore[valid-type]
-    return _decoders[key]
+def _decoder(kind: type[T]) -> Any:
+    if kind not in _decoders:
+        _decoders[kind] = msgspec.json.Decoder(kind)
+    return _decoders[kind]
 
 
 def batches(path: Path, kind: type[T], damage: Damage | None = None) -> Iterator[list[T]]:
     """Every readable line of `path` as `kind`, in file order, a chunk at a time. A missing file
-    has none. Skipped lines go to `damage` (a warning is logged at the end when none is given)."""
+    has none. Skipped lines go to `damage` (a warning is logged at the end when none is given).
+    The file is mapped, not copied: each chunk is a view of it, up to its last whole line."""
     report = damage or Damage(path)
     try:
         handle = path.open("rb")
     except FileNotFoundError:
         return
-    number = 0  # lines before the current chunk
     with handle:
-        rest = b""
-        while True:
-            block = handle.read(CHUNK_BYTES)
-            if not block:
-                break
-            data = rest + block if rest else block
-            cut = data.rfind(b"\n")
-            if cut < 0:
-                rest = data
-                continue
-            body, rest = data[:cut], data[cut + 1 :]
-            yield _decode(body, kind, number, report)
-            number += body.count(b"\n") + 1
-        if rest.strip():
-            yield _decode(rest, kind, number, report)
+        size = os.fstat(handle.fileno()).st_size
+        if size == 0:
+            return
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped, memoryview(mapped) as view:
+            start = 0
+            while start < size:
+                end = min(start + CHUNK_BYTES, size)
+                if end < size:
+                    cut = mapped.rfind(b"\n", start, end)
+                    end = cut + 1 if cut >= start else (mapped.find(b"\n", end) + 1 or size)
+                chunk = view[start:end]
+                try:
+                    yield _decode(chunk, kind, functools.partial(_lines_in, mapped, start), report)
+                finally:
+                    chunk.release()
+                start = end
     if damage is None:
         report.warn()
 
@@ -93,15 +95,20 @@ def lines(path: Path, kind: type[T], damage: Damage | None = None) -> Iterator[T
         yield from batch
 
 
-def _decode(body: bytes, kind: type[T], before: int, damage: Damage) -> list[T]:
+def _lines_in(mapped: mmap.mmap, end: int) -> int:
+    """How many lines end before `end` (only when a chunk holds a bad line: to number it)."""
+    return mapped[:end].count(b"\n")
+
+
+def _decode(chunk: memoryview, kind: type[T], lines_before: Callable[[], int], damage: Damage) -> list[T]:
+    one = _decoder(kind)
     try:
-        decoded: list[T] = _decoder(kind, True).decode(b"[" + body.replace(b"\n", b",") + b"]")
+        decoded: list[T] = one.decode_lines(chunk)
         return decoded
     except (msgspec.DecodeError, msgspec.ValidationError):
-        pass  # a torn or blank line in this chunk: line by line
-    one = _decoder(kind, False)
+        pass  # a torn line in this chunk: line by line
     found: list[T] = []
-    for offset, raw in enumerate(body.split(b"\n"), before + 1):
+    for offset, raw in enumerate(bytes(chunk).split(b"\n"), lines_before() + 1):
         if not raw.strip():
             continue  # the newline a writer adds after a torn line
         try:
@@ -118,7 +125,7 @@ def newest_first(path: Path, kind: type[T], block_bytes: int = 256 * 1024) -> It
         handle = path.open("rb")
     except FileNotFoundError:
         return
-    one = _decoder(kind, False)
+    one = _decoder(kind)
     with handle:
         position = handle.seek(0, os.SEEK_END)
         tail = b""

@@ -15,6 +15,8 @@ row of its own); days give each UTC day's calls, paid and rack, for the per-day 
 
 from __future__ import annotations
 
+import operator
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +30,7 @@ CREDITED = frozenset({"ok", "cached"})
 _RANK = {"ok": 0, "cached": 1}  # within a tool: answered rows, then cached, then the rest
 
 
-class Tallied(msgspec.Struct, frozen=True):
+class Tallied(msgspec.Struct, frozen=True, gc=False):
     """The fields of a line the receipt reads (the others are skipped when decoding)."""
 
     ts: str
@@ -86,44 +88,55 @@ class MonthTally:
         return sum(row.calls for row in self.rows if row.outcome not in CREDITED)
 
 
-def tally(month: str, lines: Iterable[Tallied]) -> MonthTally:
-    """Fold a month's lines into its receipt."""
-    result = MonthTally(month)
+def tally(month: str, batches: Iterable[list[Tallied]]) -> MonthTally:
+    """Fold a month's lines (in batches, as ledger.reader gives them) into its receipt.
+
+    Lines are counted by their distinct (tool, provider, outcome, amounts, day) with C-level
+    iteration, and turned into micro-dollars once per distinct key: a million lines hold a few
+    thousand of them."""
+    counted: Counter[tuple[tuple[str, str | None, str, float, float], str]] = Counter()
+    kept_out = 0
+    for batch in batches:
+        counted.update(zip(map(_key, batch), map(_day, map(_ts, batch)), strict=True))
+        returned = list(map(_returned, batch))
+        kept_out += sum(map(max, map(_total, batch), returned)) - sum(returned)  # per line, never below 0
     rows: dict[tuple[str, str | None, str], Row] = {}
     days: dict[str, Day] = {}
-    kept_out = 0
-    for line in lines:
-        paid = micros(line.total_cost_usd)
-        key = (line.tool, line.provider, line.outcome)
-        row = rows.get(key)
+    for ((tool, provider, outcome, paid, rack), name), calls in counted.items():
+        row = rows.get((tool, provider, outcome))
         if row is None:
-            row = rows[key] = Row(line.tool, line.provider, line.outcome)
-        row.calls += 1
-        row.paid += paid
-        day_key = line.ts[:10]
-        day = days.get(day_key)
+            row = rows[(tool, provider, outcome)] = Row(tool, provider, outcome)
+        day = days.get(name)
         if day is None:
-            day = days[day_key] = Day(day_key)
-        day.calls += 1
-        day.paid += paid
-        if line.outcome in CREDITED:
-            day.rack += micros(line.rack_usd)
-        if line.tokens_total > line.tokens_returned:  # a shaped result can come out larger: its receipt
-            kept_out += line.tokens_total - line.tokens_returned
+            day = days[name] = Day(name)
+        spent = calls * micros(paid)
+        row.calls += calls
+        row.paid += spent
+        day.calls += calls
+        day.paid += spent
+        if outcome in CREDITED:
+            day.rack += calls * micros(rack)
+    result = MonthTally(month, tokens_kept_out=kept_out)
     result.rows = sorted(rows.values(), key=lambda r: (r.tool, _RANK.get(r.outcome, 2), r.outcome, -r.calls))
     result.days = [days[key] for key in sorted(days)]
     result.calls = sum(day.calls for day in result.days)
     result.paid = sum(day.paid for day in result.days)
     result.rack = sum(day.rack for day in result.days)
-    result.tokens_kept_out = kept_out
     return result
+
+
+_key = operator.attrgetter("tool", "provider", "outcome", "total_cost_usd", "rack_usd")
+_ts = operator.attrgetter("ts")
+_day = operator.itemgetter(slice(0, 10))
+_total = operator.attrgetter("tokens_total")
+_returned = operator.attrgetter("tokens_returned")
 
 
 def tally_month(month: str, directory: Path | None = None) -> MonthTally:
     """The receipt of one UTC month (`YYYY-MM`) from its file; a month with no file has no calls."""
     path = reader.month_path(month, directory)
     damage = reader.Damage(path)
-    result = tally(month, reader.lines(path, Tallied, damage))
+    result = tally(month, reader.batches(path, Tallied, damage))
     result.skipped_lines = len(damage.lines)
     damage.warn()
     return result

@@ -13,17 +13,17 @@ file systems (NFS) do not honour O_APPEND across machines: keep FRUGAL_HOME on a
 
 When things go wrong:
 
-- a crash (kill -9) loses the lines still queued in the process, at most one batch; a write cut
+- a crash (kill -9) loses the lines still queued in the process, at most BATCH_SECONDS' worth; a write cut
   short by it leaves a torn last line, which readers skip with a warning (ledger.reader). The
   next writer to open the file ends that torn line with a newline first, so its own lines stay
   whole;
 - a failed write (disk full, a read-only home) drops that batch with one warning per kind of
   error and keeps going; the ledger never fails a call.
 
-`append` only puts the line on a queue: it never blocks. A worker thread writes what is queued,
-everything that has piled up since its last write at once, and ends itself after IDLE_SECONDS
-without work (a later `append` starts a new one). `flush` waits until what was queued is written;
-at interpreter exit the queue is flushed too.
+`append` only puts the line on a queue: it never blocks, and it does not wake the worker. A
+worker thread writes everything that has piled up every BATCH_SECONDS (0.2 s), and ends itself
+after IDLE_SECONDS without work (a later `append` starts a new one). `flush` wakes it and waits
+until what was queued is written; at interpreter exit the queue is flushed too.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from frugal_proxy.ledger.line import MAX_LINE, UsageLine, encode, month_of
 
 log = logging.getLogger("frugal_proxy.ledger")
 
+BATCH_SECONDS = 0.2  # how long a line may wait in the queue: what a crash can lose
 IDLE_SECONDS = 5.0
 MAX_BATCH = 10_000
 
@@ -55,6 +56,7 @@ class LedgerWriter:
         self.directory = directory
         self._queue: queue.SimpleQueue[UsageLine | _Flush] = queue.SimpleQueue()
         self._lock = threading.Lock()
+        self._wake = threading.Event()
         self._running = False
         self._fds: dict[str, int] = {}
         self._warned: set[str] = set()
@@ -71,6 +73,7 @@ class LedgerWriter:
         """Wait until every line queued before this call is written (or dropped); False on timeout."""
         marker = _Flush()
         self._queue.put(marker)
+        self._wake.set()
         if not self._running:
             self._start()
         return marker.done.wait(timeout)
@@ -99,20 +102,28 @@ class LedgerWriter:
         threading.Thread(target=self._work, name="frugal-ledger", daemon=True).start()
 
     def _work(self) -> None:
+        idle, backlog = 0.0, False
         while True:
-            try:
-                first = self._queue.get(timeout=IDLE_SECONDS)
-            except queue.Empty:
-                if self._stop_if_idle():
-                    return
-                continue
-            batch = [first]
+            # Wake every BATCH_SECONDS (or at once for a flush), not per line: a call's `append`
+            # never wakes this thread, so it never contends with the loop for the GIL mid-call.
+            # After a full batch, straight on: there is more.
+            if not backlog:
+                self._wake.wait(BATCH_SECONDS)
+                self._wake.clear()
+            batch: list[UsageLine | _Flush] = []
             while len(batch) < MAX_BATCH:
                 try:
                     batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-            self._write(batch)
+            backlog = len(batch) == MAX_BATCH
+            if batch:
+                idle = 0.0
+                self._write(batch)
+                continue
+            idle += BATCH_SECONDS
+            if idle >= IDLE_SECONDS and self._stop_if_idle():
+                return
 
     def _stop_if_idle(self) -> bool:
         """End the worker when nothing is queued; an `append` racing with it starts a new one."""

@@ -45,7 +45,7 @@ def test_a_month_with_no_file_has_no_calls(tmp_path: Path) -> None:
 
 def test_calls_of_one_provider_add_up_on_one_row() -> None:
     lines = [Tallied(ts="2026-07-03T00:00:00.000Z", tool="frugal__search", provider="serper", total_cost_usd=0.001)] * 3
-    month = tally("2026-07", lines)
+    month = tally("2026-07", [lines[:1], lines[1:]])
     assert [(r.provider, r.calls, r.paid) for r in month.rows] == [("serper", 3, 3_000)]
     assert month.rack == 0  # no rack rate in these lines: nothing claimed as saved
 
