@@ -176,10 +176,10 @@ def test_usage_line_of_an_exchange_that_never_ran() -> None:
 
 
 async def test_assemble_adds_the_ledger_with_the_configs_rack_rates(frugal_home: Path) -> None:
-    config = loads("[search_providers.wikipedia]\ncost_per_call = 0.002\npremium = true\n")
+    config = loads("[search_providers.wikipedia]\ncost_per_call = 0.009\npremium = true\n")
     assembly = assemble(config=config, environ={})
     ledgers = [policy for policy in assembly.policies if isinstance(policy, Ledger)]
-    assert len(ledgers) == 1 and ledgers[0].rack["search"] == ("wikipedia", 2_000)
+    assert len(ledgers) == 1 and ledgers[0].rack["search"] == ("wikipedia", 9_000)  # above every built-in premium price
     # The wrap form (no config): plain tools only, each its own rack rate.
     assert next(p for p in assemble().policies if isinstance(p, Ledger)).rack == {}
     await assembly.aclose()
