@@ -7,7 +7,7 @@ has any (`frugal__search`, `frugal__extract`, `frugal__browse`). Every feature t
 tools/call (routing, the size governor, budgets, the loop guard, the ledger, metrics) is added
 here and nowhere else:
 
-    routing → governor → metrics → (build_pipeline adds the call log)
+    routing → ceiling → governor → metrics → (build_pipeline adds the call log)
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from frugal_proxy.capabilities import CAPABILITIES, TOOLS
 from frugal_proxy.config import CapabilityRouting, Config, GovernorSettings, ProviderConfig
 from frugal_proxy.governor.engine import Governor
 from frugal_proxy.policies import Policy
+from frugal_proxy.policies.ceiling import Ceiling
 from frugal_proxy.policies.governor import GovernorPolicy
 from frugal_proxy.policies.metrics import CallMetrics, CallSink
 from frugal_proxy.policies.routing import Routing
@@ -95,4 +96,8 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
             tool = TOOLS[capability]
             assembly.routes.append(Route(tool["name"], names, tool["outputSchema"], capability=capability))
     routing: dict[str, CapabilityRouting] = {name: getattr(config.routing, name) for name in CAPABILITIES}
-    assembly.policies.append(Routing(routing, MemoryUsage(time.time), MemoryLatency()))
+    usage = MemoryUsage(time.time)
+    assembly.policies += [
+        Routing(routing, usage, MemoryLatency()),  # route: order, deny, pin
+        Ceiling(usage),  # route: max_cost_usd
+    ]

@@ -117,7 +117,11 @@ class Pipeline:
         tool = exchange.call.tool
         failures = [(a.provider, a.error or a.outcome) for a in exchange.attempts]
         if not failures:
-            skipped = [d.detail for d in exchange.trace if d.phase == "route" and d.provider is not None]
+            # A guard that refused the call says why and what to do; otherwise list the skips.
+            refusal = next((d for d in exchange.trace if d.verdict == "refused"), None)
+            if refusal is not None:
+                return f"{tool}: {refusal.policy}: {refusal.detail}"
+            skipped = [f"{d.policy}: {d.detail}" for d in exchange.trace if d.verdict == "skipped" and d.provider]
             why = f" ({'; '.join(skipped)})" if skipped else ""
             return f"{tool} failed: no provider is available for this tool{why}"
         if len(failures) == 1 and exchange.route.capability is None:
