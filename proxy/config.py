@@ -9,6 +9,7 @@ Secrets come from the environment only.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tomllib
@@ -43,6 +44,19 @@ def parse_duration(text: str) -> float:
     if not text or position != len(text):
         raise ValueError(f"{text!r} is not a duration; write it like '90s', '2m' or '1h30m'")
     return total
+
+
+def format_duration(seconds: float) -> str:
+    """A duration as Go writes it, to the second: `48s`, `1m0s`, `1h2m3s` (rounded up, so a
+    wait it names is never too short)."""
+    whole = max(0, math.ceil(seconds - 1e-9))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"
 
 
 class ToolFilter(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -221,10 +235,24 @@ class CapabilityRouting(msgspec.Struct, forbid_unknown_fields=True, frozen=True)
     deny: list[str] = []
 
 
+COOLDOWN_DEFAULT = 60.0
+
+
 class Routing(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     search: CapabilityRouting = CapabilityRouting()
     extract: CapabilityRouting = CapabilityRouting()
     browse: CapabilityRouting = CapabilityRouting()
+    # How long a provider that answered 429 is fenced off (extended to its Retry-After). An
+    # invalid value is not fatal: the assembly warns and uses the default.
+    cooldown: str = "60s"
+
+    @property
+    def cooldown_seconds(self) -> float | None:
+        """The cooldown window, or None when `cooldown` is not a duration."""
+        try:
+            return parse_duration(self.cooldown)
+        except ValueError:
+            return None
 
 
 class Config(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

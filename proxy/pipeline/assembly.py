@@ -7,20 +7,29 @@ has any (`frugal__search`, `frugal__extract`, `frugal__browse`). Every feature t
 tools/call (routing, the size governor, budgets, the loop guard, the ledger, metrics) is added
 here and nowhere else:
 
-    routing → ceiling → governor → metrics → (build_pipeline adds the call log)
+    routing → ceiling → cooldown → governor → metrics → (build_pipeline adds the call log)
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from frugal_proxy.capabilities import CAPABILITIES, TOOLS
-from frugal_proxy.config import CapabilityRouting, Config, GovernorSettings, ProviderConfig
+from frugal_proxy.config import (
+    COOLDOWN_DEFAULT,
+    CapabilityRouting,
+    Config,
+    GovernorSettings,
+    ProviderConfig,
+    format_duration,
+)
 from frugal_proxy.governor.engine import Governor
 from frugal_proxy.policies import Policy
 from frugal_proxy.policies.ceiling import Ceiling
+from frugal_proxy.policies.cooldown import Cooldown
 from frugal_proxy.policies.governor import GovernorPolicy
 from frugal_proxy.policies.metrics import CallMetrics, CallSink
 from frugal_proxy.policies.routing import Routing
@@ -29,8 +38,11 @@ from frugal_proxy.providers.governor_tools import governor_tools
 from frugal_proxy.providers.http_client import HttpClient
 from frugal_proxy.providers.own_tools import OwnTool
 from frugal_proxy.records import ProviderSpec, Route
+from frugal_proxy.state.cooldowns import MemoryCooldowns
 from frugal_proxy.state.latency import MemoryLatency
 from frugal_proxy.state.usage import MemoryUsage
+
+log = logging.getLogger("frugal_proxy.pipeline")
 
 
 @dataclass
@@ -100,4 +112,16 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
     assembly.policies += [
         Routing(routing, usage, MemoryLatency()),  # route: order, deny, pin
         Ceiling(usage),  # route: max_cost_usd
+        Cooldown(_cooldown(config), MemoryCooldowns()),  # route, dispatch: fenced off after a 429
     ]
+
+
+def _cooldown(config: Config) -> float:
+    window = config.routing.cooldown_seconds
+    if window is None:
+        log.warning(
+            "routing.cooldown is not a duration; using the default",
+            extra={"value": config.routing.cooldown, "default": format_duration(COOLDOWN_DEFAULT)},
+        )
+        return COOLDOWN_DEFAULT
+    return window

@@ -141,3 +141,21 @@ def test_provider_tables_read_prices_exactly() -> None:
     serper = loaded.search_providers["serper"]
     assert serper.price_micros == 1_000 and serper.timeout_seconds == 30.0
     assert loaded.routing.search.order == ["serper"] and loaded.routing.extract.strategy == "cheap"
+
+
+def test_durations_are_written_back_as_go_does_rounded_up() -> None:
+    assert [config.format_duration(s) for s in (0, 0.2, 5, 47.1, 60, 90, 3723)] == [
+        "0s",
+        "1s",
+        "5s",
+        "48s",
+        "1m0s",
+        "1m30s",
+        "1h2m3s",
+    ]
+
+
+def test_a_cooldown_that_is_not_a_duration_is_not_fatal() -> None:
+    assert config.loads('[routing]\ncooldown = "2m"').routing.cooldown_seconds == 120.0
+    assert config.loads("").routing.cooldown_seconds == 60.0
+    assert config.loads('[routing]\ncooldown = "a while"').routing.cooldown_seconds is None

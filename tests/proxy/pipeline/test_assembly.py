@@ -3,6 +3,7 @@ last, the governor's own tools present and bound to the exposed engine."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import anyio
@@ -94,3 +95,16 @@ async def test_the_governor_tools_share_the_exposed_governors_store() -> None:
         (receipt,) = report["receipts"]
         artifact = await assembly.governor.store.get("local", receipt["artifact_id"])
     assert artifact.payload == ("word " * 20_000).encode()
+
+
+def test_an_invalid_cooldown_warns_and_falls_back(caplog: pytest.LogCaptureFixture) -> None:
+    from frugal_proxy import config
+    from frugal_proxy.policies.cooldown import Cooldown
+
+    with caplog.at_level(logging.WARNING, logger="frugal_proxy.pipeline"):
+        assembly = assemble(config=config.loads('[routing]\ncooldown = "a while"'), environ={})
+    (cooldown,) = [policy for policy in assembly.policies if isinstance(policy, Cooldown)]
+    assert cooldown.window == 60.0
+    (line,) = caplog.records
+    assert line.getMessage() == "routing.cooldown is not a duration; using the default"
+    assert line.__dict__["value"] == "a while" and line.__dict__["default"] == "1m0s"

@@ -1,0 +1,120 @@
+"""Dispatch: the one stage that calls providers, and owns failover.
+
+- the candidates are tried in the order the route phase left them, one attempt each;
+- just before a provider is called, each policy's `before_call` may still keep it back (a
+  budget another call used up, a cooldown another call started): a skip in the trace, and the
+  next candidate is tried;
+- after each answer, each policy's `after_call` sees it (a 429 starts a cooldown, a reservation
+  is settled), and is told when there was none (cancelled);
+- an answer ends the chain; so do zero hits from a paid provider (it billed for them);
+- an error, or zero hits from a free provider, falls through to the next candidate;
+- when every candidate failed, the error names each attempt.
+
+A client that cancels the call stops the chain at once: nothing further is called or paid.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+
+import anyio
+
+from frugal_proxy.policies import Policy
+from frugal_proxy.protocol import jsonrpc
+from frugal_proxy.providers import Provider
+from frugal_proxy.records import Attempt, Decision, Exchange, Outcome, ProviderSpec
+
+
+class Dispatch:
+    def __init__(self, providers: Mapping[str, Provider], policies: Sequence[Policy]) -> None:
+        self.providers = providers
+        # Only the policies that take part in dispatch are asked, so the others cost nothing here.
+        self._before = [p for p in policies if type(p).before_call is not Policy.before_call]
+        self._after = [p for p in policies if type(p).after_call is not Policy.after_call]
+
+    async def run(self, exchange: Exchange) -> None:
+        """Try the candidates in order until one answers (see the module docstring)."""
+        for spec in exchange.candidates:
+            if self._before and await self._kept_back(exchange, spec):
+                continue
+            outcome = await self._attempt(exchange, spec)
+            exchange.outcome = outcome
+            if outcome.kind == "ok":
+                if outcome.reply is not None:
+                    exchange.answer = outcome.reply
+                return
+            if outcome.kind == "empty" and not spec.free:
+                return  # a paid provider answered, with nothing: it billed, so the chain ends
+        if exchange.route.capability is not None and exchange.outcome is not None and exchange.outcome.kind == "empty":
+            return  # every free provider found nothing: an empty answer, not an error
+        exchange.answer = jsonrpc.result(exchange.call.request_id, jsonrpc.tool_error_result(failure(exchange)))
+
+    async def _kept_back(self, exchange: Exchange, spec: ProviderSpec) -> bool:
+        for number, policy in enumerate(self._before):
+            why = await policy.before_call(exchange, spec)
+            if why is not None:
+                exchange.trace.append(
+                    Decision("dispatch", policy.name, "skipped", f"skipped {spec.name} ({why})", provider=spec.name)
+                )
+                await self._settle(exchange, spec, None, self._before[:number])
+                return True
+        return False
+
+    async def _attempt(self, exchange: Exchange, spec: ProviderSpec) -> Outcome:
+        provider = self.providers[spec.name]
+        started = time.monotonic()
+        answered: Outcome | None = None
+        try:
+            answered = await provider.call(exchange)
+        finally:
+            if self._after:
+                answered = await self._settle(exchange, spec, answered, self._after)
+        outcome = answered
+        assert outcome is not None
+        billed = spec.price_micros if outcome.kind in ("ok", "empty") else 0
+        exchange.attempts.append(
+            Attempt(
+                provider=spec.name,
+                outcome=outcome.kind,
+                latency_ms=round((time.monotonic() - started) * 1000, 3),
+                cost_micros=billed,
+                error=outcome.message or None,
+            )
+        )
+        return outcome
+
+    @staticmethod
+    async def _settle(
+        exchange: Exchange, spec: ProviderSpec, outcome: Outcome | None, policies: Sequence[Policy]
+    ) -> Outcome | None:
+        """Each policy's after_call, in order, each seeing what the one before made of the answer;
+        shielded, so that a cancelled call still releases what it reserved."""
+        with anyio.CancelScope(shield=True):
+            for policy in policies:
+                replaced = await policy.after_call(exchange, spec, outcome)
+                if replaced is not None and outcome is not None:
+                    outcome = replaced
+        return outcome
+
+
+def failure(exchange: Exchange) -> str:
+    """The error of a call no provider answered: a guard's refusal, the skips, or every attempt."""
+    tool = exchange.call.tool
+    failures = [(a.provider, a.error or a.outcome) for a in exchange.attempts]
+    if not failures:
+        # A guard that refused the call says why and what to do; otherwise list the skips.
+        refusal = next((d for d in exchange.trace if d.verdict == "refused"), None)
+        if refusal is not None:
+            return f"{tool}: {refusal.policy}: {refusal.detail}"
+        skipped = [f"{d.policy}: {d.detail}" for d in exchange.trace if d.verdict == "skipped" and d.provider]
+        why = f" ({'; '.join(skipped)})" if skipped else ""
+        return f"{tool} failed: no provider is available for this tool{why}"
+    if len(failures) == 1 and exchange.route.capability is None:
+        return f"{tool} failed: {failures[0][1]}"
+    return f"{tool} failed on every provider ({len(failures)} attempt(s)): {tried(failures)}"
+
+
+def tried(failures: list[tuple[str, str]]) -> str:
+    # A provider's message names it already ("serper is rate-limiting (429)"); others get the name.
+    return "; ".join(message if message.startswith(name) else f"{name}: {message}" for name, message in failures)

@@ -1,0 +1,106 @@
+"""Dispatch's hooks around each provider: a policy keeping one back just before it is called,
+every after_call told of each answer (or of none), an outcome replaced, and a client that
+cancels mid-chain: nothing further is called and what was reserved is settled."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from frugal_proxy.capabilities import SearchHit, SearchRequest
+from frugal_proxy.pipeline.pipeline import build_pipeline
+from frugal_proxy.policies import Policy
+from frugal_proxy.protocol import jsonrpc
+from frugal_proxy.providers import FakeProvider
+from frugal_proxy.records import Call, Decision, Exchange, Outcome, ProviderSpec, Route
+
+pytestmark = pytest.mark.anyio
+
+
+def routed(*names: str) -> Exchange:
+    params = {"name": jsonrpc.raw("frugal__search"), "arguments": jsonrpc.raw({"query": "q"})}
+    ex = Exchange(Call(1, "frugal__search", params), Route("frugal__search", names, capability="search"))
+    ex.request = SearchRequest("q")
+    return ex
+
+
+async def fails(ex: Exchange) -> Outcome:
+    return Outcome("transient", message="503")
+
+
+async def answers(ex: Exchange) -> Outcome:
+    return Outcome("ok", data=[SearchHit("t", "https://a.example/", "s", "x")])
+
+
+class Recorder(Policy):
+    """Keeps back the providers named in `refuse`; notes every hook call."""
+
+    name = "recorder"
+
+    def __init__(self, refuse: tuple[str, ...] = ()) -> None:
+        self.refuse = refuse
+        self.seen: list[tuple[str, str, str | None]] = []
+
+    async def before_call(self, exchange: Exchange, spec: ProviderSpec) -> str | None:
+        self.seen.append(("before", spec.name, None))
+        return "not now" if spec.name in self.refuse else None
+
+    async def after_call(self, exchange: Exchange, spec: ProviderSpec, outcome: Outcome | None) -> Outcome | None:
+        self.seen.append(("after", spec.name, outcome.kind if outcome else None))
+        return None
+
+
+async def test_a_provider_kept_back_is_a_skip_and_earlier_policies_are_settled() -> None:
+    first, second = Recorder(), Recorder(refuse=("a",))
+    pipeline = build_pipeline(
+        {"a": FakeProvider("a", answers, capability="search"), "b": FakeProvider("b", answers, capability="search")},
+        [first, second],
+    )
+    ex = routed("a", "b")
+    with anyio.fail_after(5):
+        await pipeline.run(ex)
+    assert [a.provider for a in ex.attempts] == ["b"]
+    assert Decision("dispatch", "recorder", "skipped", "skipped a (not now)", provider="a") in ex.trace
+    # the first policy passed `a`, so it hears that `a` was not called after all
+    assert first.seen == [("before", "a", None), ("after", "a", None), ("before", "b", None), ("after", "b", "ok")]
+
+
+async def test_after_call_may_replace_the_outcome() -> None:
+    class Empties(Policy):
+        async def after_call(self, exchange: Exchange, spec: ProviderSpec, outcome: Outcome | None) -> Outcome | None:
+            return Outcome("empty", message="filtered") if spec.name == "a" else None
+
+    a, b = FakeProvider("a", answers, capability="search"), FakeProvider("b", answers, capability="search")
+    ex = routed("a", "b")
+    with anyio.fail_after(5):
+        await build_pipeline({"a": a, "b": b}, [Empties()]).run(ex)
+    assert [(at.provider, at.outcome) for at in ex.attempts] == [("a", "empty"), ("b", "ok")]
+
+
+async def test_a_client_cancelling_mid_chain_stops_it_and_settles_the_call_in_flight() -> None:
+    started = anyio.Event()
+
+    async def hangs(ex: Exchange) -> Outcome:
+        started.set()
+        await anyio.Event().wait()
+        raise AssertionError("not reached")
+
+    recorder = Recorder()
+    third = FakeProvider("c", answers, capability="search")
+    pipeline = build_pipeline(
+        {
+            "a": FakeProvider("a", fails, capability="search"),
+            "b": FakeProvider("b", hangs, capability="search"),
+            "c": third,
+        },
+        [recorder],
+    )
+    ex = routed("a", "b", "c")
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pipeline.run, ex)
+            await started.wait()
+            tg.cancel_scope.cancel()  # what the router does when the client cancels the request
+    assert third.calls == [] and ex.answer is None
+    assert recorder.seen[-1] == ("after", "b", None)
+    assert [a.provider for a in ex.attempts] == ["a"]
