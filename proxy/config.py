@@ -208,6 +208,7 @@ class ProviderConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     premium: bool | None = None
     base_url: str | None = None  # replaces scheme, host and path prefix of the documented endpoint
     timeout: str | None = None
+    daily_budget_usd: Decimal | None = None  # USD a UTC day, exact; once spent the provider is skipped
     upstream: str | None = None
     tool: str | None = None
     args: dict[str, Any] = {}
@@ -220,6 +221,12 @@ class ProviderConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     @property
     def timeout_seconds(self) -> float | None:
         return parse_duration(self.timeout) if self.timeout is not None else None
+
+    @property
+    def daily_budget_micros(self) -> int | None:
+        if self.daily_budget_usd is None:
+            return None
+        return money.to_micros(self.daily_budget_usd, "daily_budget_usd")
 
 
 Strategy = Literal["cheap", "fast", "premium"]
@@ -332,6 +339,7 @@ def _check_provider(source: str, where: str, provider: ProviderConfig, upstreams
     at = f"{source}: at {where}"
     try:
         provider.price_micros  # noqa: B018 - validates the amount
+        provider.daily_budget_micros  # noqa: B018 - validates the amount
         provider.timeout_seconds  # noqa: B018 - validates the duration
     except ValueError as exc:
         raise ConfigError(f"{at}: {exc}") from None

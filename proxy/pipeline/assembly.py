@@ -7,7 +7,7 @@ has any (`frugal__search`, `frugal__extract`, `frugal__browse`). Every feature t
 tools/call (routing, the size governor, budgets, the loop guard, the ledger, metrics) is added
 here and nowhere else:
 
-    routing → ceiling → cooldown → governor → metrics → (build_pipeline adds the call log)
+    routing → ceiling → budget → cooldown → governor → metrics → (build_pipeline adds the call log)
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from frugal_proxy.config import (
 )
 from frugal_proxy.governor.engine import Governor
 from frugal_proxy.policies import Policy
+from frugal_proxy.policies.budget import Budget, spend_key
 from frugal_proxy.policies.ceiling import Ceiling
 from frugal_proxy.policies.cooldown import Cooldown
 from frugal_proxy.policies.governor import GovernorPolicy
@@ -40,6 +41,7 @@ from frugal_proxy.providers.own_tools import OwnTool
 from frugal_proxy.records import ProviderSpec, Route
 from frugal_proxy.state.cooldowns import MemoryCooldowns
 from frugal_proxy.state.latency import MemoryLatency
+from frugal_proxy.state.spend import MemorySpend
 from frugal_proxy.state.usage import MemoryUsage
 
 log = logging.getLogger("frugal_proxy.pipeline")
@@ -112,8 +114,26 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
     assembly.policies += [
         Routing(routing, usage, MemoryLatency()),  # route: order, deny, pin
         Ceiling(usage),  # route: max_cost_usd
+        Budget(_daily_caps(config), MemorySpend(time.time)),  # route, dispatch: daily_budget_usd
         Cooldown(_cooldown(config), MemoryCooldowns()),  # route, dispatch: fenced off after a 429
     ]
+
+
+def _daily_caps(config: Config) -> dict[str, int]:
+    """`daily_budget_usd` of each provider table, keyed as the budget keys spend (a built-in
+    configured under an alias counts under its own name)."""
+    names = {
+        (builtin.capability, alias): builtin.name
+        for builtin in registry.built_ins()
+        for alias in (builtin.name, *builtin.aliases)
+    }
+    caps: dict[str, int] = {}
+    for capability in CAPABILITIES:
+        for name, options in config.providers_of(capability).items():
+            cap = options.daily_budget_micros
+            if cap is not None:
+                caps[spend_key(capability, names.get((capability, name), name))] = cap
+    return caps
 
 
 def _cooldown(config: Config) -> float:

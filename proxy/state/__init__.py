@@ -5,4 +5,5 @@ shared store can back several `--stateless` replicas later without touching its 
 
     spill      the full payloads of shaped results, per operator (SpillStore, MemorySpillStore)
     cooldowns  which providers are fenced off after a rate limit (CooldownBook, MemoryCooldowns)
+    spend      each provider's spend this UTC day, for the daily caps (SpendBook, MemorySpend)
 """

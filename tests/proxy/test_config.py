@@ -159,3 +159,10 @@ def test_a_cooldown_that_is_not_a_duration_is_not_fatal() -> None:
     assert config.loads('[routing]\ncooldown = "2m"').routing.cooldown_seconds == 120.0
     assert config.loads("").routing.cooldown_seconds == 60.0
     assert config.loads('[routing]\ncooldown = "a while"').routing.cooldown_seconds is None
+
+
+def test_a_daily_budget_is_exact_and_checked() -> None:
+    loaded = config.loads("[search_providers.serper]\ndaily_budget_usd = 0.25")
+    assert loaded.search_providers["serper"].daily_budget_micros == 250_000
+    with pytest.raises(ConfigError, match=r"at search_providers.serper: daily_budget_usd: must be a finite amount"):
+        config.loads("[search_providers.serper]\ndaily_budget_usd = -1.0")

@@ -108,3 +108,15 @@ def test_an_invalid_cooldown_warns_and_falls_back(caplog: pytest.LogCaptureFixtu
     (line,) = caplog.records
     assert line.getMessage() == "routing.cooldown is not a duration; using the default"
     assert line.__dict__["value"] == "a while" and line.__dict__["default"] == "1m0s"
+
+
+def test_daily_caps_are_keyed_by_capability_and_provider() -> None:
+    from frugal_proxy import config
+    from frugal_proxy.policies.budget import Budget
+
+    loaded = config.loads(
+        '[upstreams.tools]\ncommand = ["x"]\n[search_providers.wikipedia]\ndaily_budget_usd = 1.5\n'
+        '[extract_providers.reader]\nupstream = "tools"\ntool = "read"\ndaily_budget_usd = 0.01'
+    )
+    (budget,) = [policy for policy in assemble(config=loaded, environ={}).policies if isinstance(policy, Budget)]
+    assert budget.caps == {"search/wikipedia": 1_500_000, "extract/reader": 10_000}
