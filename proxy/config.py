@@ -98,14 +98,28 @@ class Upstream(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         return parse_duration(self.read_timeout) if self.read_timeout is not None else None
 
 
+PLAIN_CALL_TIMEOUT = 300.0  # a plain upstream tool's deadline when limits.call_timeout is not set
+ROUTED_CALL_TIMEOUT = 60.0  # a routed call's whole chain, when it is not set
+
+
 class Limits(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    call_timeout: str = "5m"
+    # Unset: 5m for a plain tool (bounded further by its upstream's `timeout`), 60s over a routed
+    # call's whole failover chain. Set, it is both; "0s" turns the routed deadline off.
+    call_timeout: str | None = None
     max_message_bytes: int = 64 * 1024 * 1024
     page_size: int = 500
 
     @property
     def call_timeout_seconds(self) -> float:
-        return parse_duration(self.call_timeout)
+        """The deadline of a plain tool's call."""
+        return parse_duration(self.call_timeout) if self.call_timeout is not None else PLAIN_CALL_TIMEOUT
+
+    @property
+    def routed_timeout_seconds(self) -> float | None:
+        """The deadline over a routed call's whole chain; None when it is turned off ("0s")."""
+        if self.call_timeout is None:
+            return ROUTED_CALL_TIMEOUT
+        return parse_duration(self.call_timeout) or None
 
 
 class OperatorEntry(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -497,7 +511,8 @@ tools = { deny = ["get-env"] }      # glob lists: allow = [...] and/or deny = [.
 # cost_per_call = 0.0               # USD, for routing and the ledger
 
 [limits]
-call_timeout = "5m"                 # deadline of one call, whatever the upstream
+# call_timeout = "60s"              # deadline of one call: unset, 5m for a plain tool and 60s
+#                                   # over a routed tool's whole failover chain ("0s": none)
 
 # The size governor cuts results over budget, spills the rest and signs a receipt.
 # [governor]

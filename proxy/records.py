@@ -160,3 +160,5 @@ class Exchange(msgspec.Struct):
     outcome: Outcome | None = None
     answer: Frame | None = None
     receipt: Receipt | None = None
+    # When a routed call's whole chain must be done (dispatch's clock, monotonic); None: no deadline.
+    deadline: float | None = None

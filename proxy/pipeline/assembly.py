@@ -27,6 +27,7 @@ from frugal_proxy.config import (
     format_duration,
 )
 from frugal_proxy.governor.engine import Governor
+from frugal_proxy.pipeline.dispatch import DispatchSettings
 from frugal_proxy.policies import Policy
 from frugal_proxy.policies.budget import Budget, spend_key
 from frugal_proxy.policies.ceiling import Ceiling
@@ -59,6 +60,7 @@ class Assembly:
     upstream_tools: list[tuple[ProviderSpec, ProviderConfig]] = field(default_factory=list)
     off: dict[str, str] = field(default_factory=dict)
     http: HttpClient | None = None
+    dispatch: DispatchSettings = field(default_factory=DispatchSettings)  # the deadline
 
     async def aclose(self) -> None:
         """Release what the providers hold (the shared HTTP client, a browser, a remote MCP
@@ -103,6 +105,7 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
     assembly.providers = enabled.providers
     assembly.upstream_tools = enabled.upstream_tools
     assembly.off = enabled.off
+    assembly.dispatch = DispatchSettings(deadline=config.limits.routed_timeout_seconds)
     specs = [provider.spec for provider in enabled.providers] + [spec for spec, _ in enabled.upstream_tools]
     for capability in CAPABILITIES:
         names = tuple(spec.name for spec in specs if spec.capability == capability)

@@ -10,35 +10,66 @@
 - an error, or zero hits from a free provider, falls through to the next candidate;
 - when every candidate failed, the error names each attempt.
 
-A client that cancels the call stops the chain at once: nothing further is called or paid.
+A routed call has one deadline over its whole chain (`limits.call_timeout`, 60 s unless set):
+each attempt gets only what remains, none starts once it has run out, and the call then fails
+with `frugal: call deadline exceeded; search failover stopped after N attempt(s): …` naming
+each attempt's error. A plain tool keeps its upstream's own deadline. A client that cancels the
+call stops the chain at once: nothing further is called or paid.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import anyio
 
+from frugal_proxy.config import format_duration
 from frugal_proxy.policies import Policy
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers import Provider
 from frugal_proxy.records import Attempt, Decision, Exchange, Outcome, ProviderSpec
 
 
+@dataclass(frozen=True)
+class DispatchSettings:
+    """`deadline`: seconds over a routed call's whole chain (None: none). `clock` is what the
+    deadline is read on (tests hand a fake one)."""
+
+    deadline: float | None = None
+    clock: Callable[[], float] = time.monotonic
+
+
 class Dispatch:
-    def __init__(self, providers: Mapping[str, Provider], policies: Sequence[Policy]) -> None:
+    def __init__(
+        self, providers: Mapping[str, Provider], policies: Sequence[Policy], settings: DispatchSettings
+    ) -> None:
         self.providers = providers
+        self.settings = settings
+        self.clock = settings.clock
         # Only the policies that take part in dispatch are asked, so the others cost nothing here.
         self._before = [p for p in policies if type(p).before_call is not Policy.before_call]
         self._after = [p for p in policies if type(p).after_call is not Policy.after_call]
 
+    def start(self, exchange: Exchange) -> None:
+        """Start a routed call's deadline (a plain tool keeps its upstream's own)."""
+        if self.settings.deadline is not None and exchange.route.capability is not None and exchange.deadline is None:
+            exchange.deadline = self.clock() + self.settings.deadline
+
+    def expired(self, exchange: Exchange) -> bool:
+        return exchange.deadline is not None and self.clock() >= exchange.deadline
+
     async def run(self, exchange: Exchange) -> None:
         """Try the candidates in order until one answers (see the module docstring)."""
+        stopped = False
         for spec in exchange.candidates:
+            if self.expired(exchange):
+                stopped = True
+                break
             if self._before and await self._kept_back(exchange, spec):
                 continue
-            outcome = await self._attempt(exchange, spec)
+            outcome, cut = await self._attempt(exchange, spec)
             exchange.outcome = outcome
             if outcome.kind == "ok":
                 if outcome.reply is not None:
@@ -46,7 +77,14 @@ class Dispatch:
                 return
             if outcome.kind == "empty" and not spec.free:
                 return  # a paid provider answered, with nothing: it billed, so the chain ends
-        if exchange.route.capability is not None and exchange.outcome is not None and exchange.outcome.kind == "empty":
+            if cut or self.expired(exchange):
+                stopped = True
+                break
+        if stopped:
+            within = format_duration(self.settings.deadline or 0)
+            why = f"the call deadline ({within}) ran out after {len(exchange.attempts)} attempt(s)"
+            exchange.trace.append(Decision("dispatch", "deadline", "stopped", why))
+        elif exchange.route.capability and exchange.outcome is not None and exchange.outcome.kind == "empty":
             return  # every free provider found nothing: an empty answer, not an error
         exchange.answer = jsonrpc.result(exchange.call.request_id, jsonrpc.tool_error_result(failure(exchange)))
 
@@ -61,12 +99,17 @@ class Dispatch:
                 return True
         return False
 
-    async def _attempt(self, exchange: Exchange, spec: ProviderSpec) -> Outcome:
-        provider = self.providers[spec.name]
+    async def _attempt(self, exchange: Exchange, spec: ProviderSpec) -> tuple[Outcome, bool]:
+        """One attempt: the outcome, and whether the deadline cut it short."""
         started = time.monotonic()
         answered: Outcome | None = None
         try:
-            answered = await provider.call(exchange)
+            answered = await self._call(exchange, spec)
+            cut = answered is None
+            if answered is None:
+                within = format_duration(self.settings.deadline or 0)
+                late = f"{spec.name} did not answer within the call deadline ({within})"
+                answered = Outcome("transient", message=late)
         finally:
             if self._after:
                 answered = await self._settle(exchange, spec, answered, self._after)
@@ -82,7 +125,16 @@ class Dispatch:
                 error=outcome.message or None,
             )
         )
-        return outcome
+        return outcome, cut
+
+    async def _call(self, exchange: Exchange, spec: ProviderSpec) -> Outcome | None:
+        """One call of the provider with what remains of the deadline; None when it ran out."""
+        provider = self.providers[spec.name]
+        if exchange.deadline is None:
+            return await provider.call(exchange)
+        with anyio.move_on_after(exchange.deadline - self.clock()):
+            return await provider.call(exchange)
+        return None
 
     @staticmethod
     async def _settle(
@@ -102,6 +154,10 @@ def failure(exchange: Exchange) -> str:
     """The error of a call no provider answered: a guard's refusal, the skips, or every attempt."""
     tool = exchange.call.tool
     failures = [(a.provider, a.error or a.outcome) for a in exchange.attempts]
+    if any(d.policy == "deadline" and d.verdict == "stopped" for d in exchange.trace):
+        capability = exchange.route.capability or "tool"
+        attempts = f"{capability} failover stopped after {len(failures)} attempt(s)"
+        return f"frugal: call deadline exceeded; {attempts}" + (f": {tried(failures)}" if failures else "")
     if not failures:
         # A guard that refused the call says why and what to do; otherwise list the skips.
         refusal = next((d for d in exchange.trace if d.verdict == "refused"), None)

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from frugal_proxy.capabilities import Page, browse_from
 from frugal_proxy.intents import MIN_EXTRACT_CHARS
 from frugal_proxy.pipeline import routed
-from frugal_proxy.pipeline.dispatch import Dispatch
+from frugal_proxy.pipeline.dispatch import Dispatch, DispatchSettings
 from frugal_proxy.policies import Policy
 from frugal_proxy.policies.call_log import CallLog
 from frugal_proxy.protocol.jsonrpc import Frame
@@ -23,13 +23,16 @@ from frugal_proxy.records import Decision, Exchange, Receipt, Route, reason
 
 
 class Pipeline:
-    def __init__(self, policies: Sequence[Policy], providers: Mapping[str, Provider]) -> None:
+    def __init__(
+        self, policies: Sequence[Policy], providers: Mapping[str, Provider], settings: DispatchSettings | None = None
+    ) -> None:
         self.policies = list(policies)
         self.providers = dict(providers)
-        self.dispatch = Dispatch(self.providers, self.policies)
+        self.dispatch = Dispatch(self.providers, self.policies, settings or DispatchSettings())
 
     async def run(self, exchange: Exchange) -> Frame:
         """Take one call through every phase; the frame returned is what the client gets."""
+        self.dispatch.start(exchange)
         for policy in self.policies:
             await policy.admit(exchange)
             if exchange.answer is not None:
@@ -41,7 +44,8 @@ class Pipeline:
                 policy.route(exchange)
             await self.dispatch.run(exchange)
             then = exchange.route.then
-            if then is not None and self._needs_a_browser(exchange):
+            # A nearly empty page is still an answer: with no time left it is not rendered again.
+            if then is not None and self._needs_a_browser(exchange) and not self.dispatch.expired(exchange):
                 await self._fall_forward(exchange, then)
         exchange.receipt = self._receipt(exchange)
         if exchange.route.capability is not None and exchange.answer is None:
@@ -92,8 +96,10 @@ class Pipeline:
         )
 
 
-def build_pipeline(providers: Mapping[str, Provider], extra: Sequence[Policy] = ()) -> Pipeline:
-    """The whole pipeline in one place. Later phases' policies (the size governor, budgets,
-    the loop guard, the ledger) are added here, in the order they run."""
+def build_pipeline(
+    providers: Mapping[str, Provider], extra: Sequence[Policy] = (), settings: DispatchSettings | None = None
+) -> Pipeline:
+    """The whole pipeline in one place: the policies `assemble` built (`extra`, in the order
+    they run), the call log last, and dispatch with its deadline."""
     policies: list[Policy] = [*extra, CallLog()]
-    return Pipeline(policies, providers)
+    return Pipeline(policies, providers, settings)

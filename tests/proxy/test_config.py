@@ -166,3 +166,11 @@ def test_a_daily_budget_is_exact_and_checked() -> None:
     assert loaded.search_providers["serper"].daily_budget_micros == 250_000
     with pytest.raises(ConfigError, match=r"at search_providers.serper: daily_budget_usd: must be a finite amount"):
         config.loads("[search_providers.serper]\ndaily_budget_usd = -1.0")
+
+
+def test_call_timeout_unset_is_5m_for_plain_tools_and_60s_for_routed_ones() -> None:
+    unset = config.loads("").limits
+    assert (unset.call_timeout_seconds, unset.routed_timeout_seconds) == (300.0, 60.0)
+    both = config.loads('[limits]\ncall_timeout = "90s"').limits
+    assert (both.call_timeout_seconds, both.routed_timeout_seconds) == (90.0, 90.0)
+    assert config.loads('[limits]\ncall_timeout = "0s"').limits.routed_timeout_seconds is None

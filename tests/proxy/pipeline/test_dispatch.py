@@ -1,6 +1,7 @@
 """Dispatch's hooks around each provider: a policy keeping one back just before it is called,
 every after_call told of each answer (or of none), an outcome replaced, and a client that
-cancels mid-chain: nothing further is called and what was reserved is settled."""
+cancels mid-chain: nothing further is called and what was reserved is settled. Then the
+deadline over a routed call's chain, on a fake clock."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import anyio
 import pytest
 
 from frugal_proxy.capabilities import SearchHit, SearchRequest
+from frugal_proxy.pipeline.dispatch import DispatchSettings
 from frugal_proxy.pipeline.pipeline import build_pipeline
 from frugal_proxy.policies import Policy
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers import FakeProvider
 from frugal_proxy.records import Call, Decision, Exchange, Outcome, ProviderSpec, Route
+from tests.fake_clock import Clock
 
 pytestmark = pytest.mark.anyio
 
@@ -104,3 +107,76 @@ async def test_a_client_cancelling_mid_chain_stops_it_and_settles_the_call_in_fl
     assert third.calls == [] and ex.answer is None
     assert recorder.seen[-1] == ("after", "b", None)
     assert [a.provider for a in ex.attempts] == ["a"]
+
+
+# -- the deadline ---------------------------------------------------------------------------------
+
+
+def taking(name: str, clock: Clock, seconds: float, outcome: Outcome) -> FakeProvider:
+    """A provider that takes `seconds` of the fake clock to answer."""
+
+    async def answer(ex: Exchange) -> Outcome:
+        clock.now += seconds
+        return outcome
+
+    return FakeProvider(name, answer, capability="search")
+
+
+async def test_no_provider_is_called_once_the_deadline_ran_out() -> None:
+    clock = Clock()
+    busy = Outcome("rate_limited", message="marginalia is rate-limiting (429)")
+    providers = {
+        "marginalia": taking("marginalia", clock, 25, busy),
+        "wikipedia": taking("wikipedia", clock, 40, Outcome("transient", message="wikipedia failed (503)")),
+        "serper": taking("serper", clock, 1, Outcome("ok", data=[])),
+    }
+    pipeline = build_pipeline(providers, settings=DispatchSettings(deadline=60.0, clock=clock))
+    ex = routed("marginalia", "wikipedia", "serper")
+    with anyio.fail_after(5):
+        answer = await pipeline.run(ex)
+    assert providers["serper"].calls == []
+    body = jsonrpc.decode_any(answer["result"])
+    assert body["isError"] is True
+    assert body["content"][0]["text"] == (
+        "frugal: call deadline exceeded; search failover stopped after 2 attempt(s): "
+        "marginalia is rate-limiting (429); wikipedia failed (503)"
+    )
+    assert ex.trace[-1] == Decision(
+        "dispatch", "deadline", "stopped", "the call deadline (1m0s) ran out after 2 attempt(s)"
+    )
+
+
+async def test_an_attempt_gets_only_what_remains_and_is_cut_there() -> None:
+    clock = Clock()
+    hanging = anyio.Event()
+
+    async def hangs(ex: Exchange) -> Outcome:
+        await hanging.wait()
+        raise AssertionError("not reached")
+
+    recorder = Recorder()
+    providers = {
+        "slow": taking("slow", clock, 59.95, Outcome("transient", message="slow failed (502)")),
+        "hangs": FakeProvider("hangs", hangs, capability="search"),
+        "never": FakeProvider("never", answers, capability="search"),
+    }
+    pipeline = build_pipeline(providers, [recorder], DispatchSettings(deadline=60.0, clock=clock))
+    ex = routed("slow", "hangs", "never")
+    with anyio.fail_after(5):  # "hangs" is cut after the 50 ms that were left (real time)
+        answer = await pipeline.run(ex)
+    assert providers["never"].calls == []
+    assert jsonrpc.decode_any(answer["result"])["content"][0]["text"] == (
+        "frugal: call deadline exceeded; search failover stopped after 2 attempt(s): "
+        "slow failed (502); hangs did not answer within the call deadline (1m0s)"
+    )
+    assert ("after", "hangs", "transient") in recorder.seen  # settled: a reservation is given back
+
+
+async def test_a_plain_tool_keeps_its_own_deadline() -> None:
+    clock = Clock()
+    plain = taking("notes", clock, 3600, Outcome("ok", reply=jsonrpc.result(None, {"content": []})))
+    pipeline = build_pipeline({"notes": plain}, settings=DispatchSettings(deadline=60.0, clock=clock))
+    ex = Exchange(Call(1, "add", {}), Route("add", ("notes",)))
+    with anyio.fail_after(5):
+        await pipeline.run(ex)
+    assert ex.deadline is None and ex.attempts[0].outcome == "ok"
