@@ -184,6 +184,7 @@ _ATTEMPT = {
         "error": {"type": "string"},
         "latency_ms": {"type": "number"},
         "cost_usd": {"type": "number"},
+        "retries": {"type": "integer"},
     },
     "required": ["provider", "outcome", "latency_ms", "cost_usd"],
 }

@@ -100,12 +100,15 @@ class Upstream(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 PLAIN_CALL_TIMEOUT = 300.0  # a plain upstream tool's deadline when limits.call_timeout is not set
 ROUTED_CALL_TIMEOUT = 60.0  # a routed call's whole chain, when it is not set
+MAX_RETRIES = 5
 
 
 class Limits(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     # Unset: 5m for a plain tool (bounded further by its upstream's `timeout`), 60s over a routed
     # call's whole failover chain. Set, it is both; "0s" turns the routed deadline off.
     call_timeout: str | None = None
+    # How often a free provider of a routed tool is tried again after a transient error (0: never).
+    retries: int = 2
     max_message_bytes: int = 64 * 1024 * 1024
     page_size: int = 500
 
@@ -343,6 +346,8 @@ def loads(text: str, source: str = "<config>", environ: dict[str, str] | None = 
         config.limits.call_timeout_seconds  # noqa: B018 - validates the duration
     except ValueError as exc:
         raise ConfigError(f"{source}: at limits.call_timeout: {exc}") from None
+    if not 0 <= config.limits.retries <= MAX_RETRIES:
+        raise ConfigError(f"{source}: at limits.retries: 0 to {MAX_RETRIES} (0 turns retries off)")
     for capability in ("search", "extract", "browse"):
         for name, provider in config.providers_of(capability).items():
             _check_provider(source, f"{capability}_providers.{_key(name)}", provider, upstreams)

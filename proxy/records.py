@@ -73,6 +73,7 @@ class Attempt(msgspec.Struct, frozen=True):
     latency_ms: float
     cost_micros: int = 0
     error: str | None = None
+    retries: int = 0  # how often dispatch tried it again (a free provider, a transient error)
 
 
 class Outcome(msgspec.Struct, frozen=True):

@@ -105,7 +105,7 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
     assembly.providers = enabled.providers
     assembly.upstream_tools = enabled.upstream_tools
     assembly.off = enabled.off
-    assembly.dispatch = DispatchSettings(deadline=config.limits.routed_timeout_seconds)
+    assembly.dispatch = DispatchSettings(deadline=config.limits.routed_timeout_seconds, retries=config.limits.retries)
     specs = [provider.spec for provider in enabled.providers] + [spec for spec, _ in enabled.upstream_tools]
     for capability in CAPABILITIES:
         names = tuple(spec.name for spec in specs if spec.capability == capability)

@@ -10,6 +10,12 @@
 - an error, or zero hits from a free provider, falls through to the next candidate;
 - when every candidate failed, the error names each attempt.
 
+Retries (`limits.retries`, 2 unless set, at most 5): only a free provider of a routed tool is
+tried again, and only after a transient error (429, 408, 5xx, a timeout, a reset), after a
+jittered backoff of about 0.2 s, then 0.8 s; a paid provider never is (the request may have been
+billed), nor a permanent error. A `Retry-After` of at most 5 s is waited for; a longer one fails
+over at once. No wait passes the deadline. A provider's retries are one attempt in the receipt.
+
 A routed call has one deadline over its whole chain (`limits.call_timeout`, 60 s unless set):
 each attempt gets only what remains, none starts once it has run out, and the call then fails
 with `frugal: call deadline exceeded; search failover stopped after N attempt(s): …` naming
@@ -19,8 +25,9 @@ call stops the chain at once: nothing further is called or paid.
 
 from __future__ import annotations
 
+import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import anyio
@@ -31,14 +38,24 @@ from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers import Provider
 from frugal_proxy.records import Attempt, Decision, Exchange, Outcome, ProviderSpec
 
+RETRIED = frozenset({"transient", "rate_limited"})  # 429, 408, 5xx, timeouts, resets
+BACKOFF = 0.2  # seconds before the first retry, then 0.8, 3.2 … (each ±25% of jitter)
+BACKOFF_FACTOR = 4.0
+BACKOFF_MAX = 5.0
+RETRY_AFTER_MAX = 5.0  # a longer Retry-After fails over instead of waiting
+
 
 @dataclass(frozen=True)
 class DispatchSettings:
-    """`deadline`: seconds over a routed call's whole chain (None: none). `clock` is what the
-    deadline is read on (tests hand a fake one)."""
+    """`deadline`: seconds over a routed call's whole chain (None: none); `retries`: how often
+    a free provider is tried again after a transient error. `clock` (what the deadline is read
+    on), `sleep` and `jitter` are seams for tests."""
 
     deadline: float | None = None
+    retries: int = 0
     clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], Awaitable[None]] = anyio.sleep
+    jitter: Callable[[], float] = random.random
 
 
 class Dispatch:
@@ -100,8 +117,61 @@ class Dispatch:
         return False
 
     async def _attempt(self, exchange: Exchange, spec: ProviderSpec) -> tuple[Outcome, bool]:
-        """One attempt: the outcome, and whether the deadline cut it short."""
+        """One attempt, its retries included: the outcome, and whether the deadline cut it short."""
         started = time.monotonic()
+        retries = 0
+        while True:
+            outcome, cut = await self._try(exchange, spec)
+            delay = None if cut else self._retry_delay(exchange, spec, outcome, retries)
+            if delay is None:
+                break
+            exchange.trace.append(
+                Decision(
+                    "dispatch", "retries", "retried", f"retried {spec.name} after {delay:.2f}s ({outcome.message})"
+                )
+            )
+            await self.settings.sleep(delay)
+            retries += 1
+        billed = spec.price_micros if outcome.kind in ("ok", "empty") else 0
+        exchange.attempts.append(
+            Attempt(
+                provider=spec.name,
+                outcome=outcome.kind,
+                latency_ms=round((time.monotonic() - started) * 1000, 3),
+                cost_micros=billed,
+                error=outcome.message or None,
+                retries=retries,
+            )
+        )
+        return outcome, cut
+
+    def _retry_delay(self, exchange: Exchange, spec: ProviderSpec, outcome: Outcome, retries: int) -> float | None:
+        """How long to wait before trying the provider again, or None not to (see the module
+        docstring): a free provider of a routed tool, a transient error, retries left, a
+        Retry-After of at most RETRY_AFTER_MAX, and time left to wait."""
+        if (
+            outcome.kind not in RETRIED
+            or retries >= self.settings.retries
+            or not spec.free
+            or exchange.route.capability is None
+        ):
+            return None
+        delay = min(BACKOFF * BACKOFF_FACTOR**retries, BACKOFF_MAX) * (0.75 + 0.5 * self.settings.jitter())
+        if outcome.retry_after is not None:
+            if outcome.retry_after > RETRY_AFTER_MAX:
+                return None  # longer than is worth waiting here: fail over (the cooldown fences it)
+            delay = max(delay, outcome.retry_after)
+        if exchange.deadline is not None and self.clock() + delay >= exchange.deadline:
+            exchange.trace.append(
+                Decision(
+                    "dispatch", "retries", "not retried", f"{spec.name}: a wait of {delay:.2f}s would pass the deadline"
+                )
+            )
+            return None
+        return delay
+
+    async def _try(self, exchange: Exchange, spec: ProviderSpec) -> tuple[Outcome, bool]:
+        """One call of the provider, settled with every policy."""
         answered: Outcome | None = None
         try:
             answered = await self._call(exchange, spec)
@@ -113,19 +183,8 @@ class Dispatch:
         finally:
             if self._after:
                 answered = await self._settle(exchange, spec, answered, self._after)
-        outcome = answered
-        assert outcome is not None
-        billed = spec.price_micros if outcome.kind in ("ok", "empty") else 0
-        exchange.attempts.append(
-            Attempt(
-                provider=spec.name,
-                outcome=outcome.kind,
-                latency_ms=round((time.monotonic() - started) * 1000, 3),
-                cost_micros=billed,
-                error=outcome.message or None,
-            )
-        )
-        return outcome, cut
+        assert answered is not None
+        return answered, cut
 
     async def _call(self, exchange: Exchange, spec: ProviderSpec) -> Outcome | None:
         """One call of the provider with what remains of the deadline; None when it ran out."""

@@ -9,7 +9,8 @@ JSON in its text block:
     cost_usd            the price of that answer; total_cost_usd: what every attempt billed
     latency_ms          the whole call, failover included
     attempts[]          provider, outcome (won / empty / error), error_kind, error, latency_ms,
-                        cost_usd (a failed attempt is $0; a paid zero-hit answer is its price)
+                        cost_usd (a failed attempt is $0; a paid zero-hit answer is its price),
+                        retries (when a free provider was tried again)
     est_tokens          the answer's size as the governor counts it (characters / 4)
     reason              one line: what routed it and who won
     warnings, skipped   what was dropped, and each candidate a policy removed before any call
@@ -49,6 +50,8 @@ def attempt_view(attempt: Attempt) -> dict[str, Any]:
         view["error_kind"] = attempt.outcome
     if attempt.error:
         view["error"] = attempt.error
+    if attempt.retries:
+        view["retries"] = attempt.retries
     return view
 
 

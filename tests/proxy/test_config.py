@@ -174,3 +174,10 @@ def test_call_timeout_unset_is_5m_for_plain_tools_and_60s_for_routed_ones() -> N
     both = config.loads('[limits]\ncall_timeout = "90s"').limits
     assert (both.call_timeout_seconds, both.routed_timeout_seconds) == (90.0, 90.0)
     assert config.loads('[limits]\ncall_timeout = "0s"').limits.routed_timeout_seconds is None
+
+
+def test_retries_are_0_to_5() -> None:
+    assert config.loads("").limits.retries == 2
+    assert config.loads("[limits]\nretries = 0").limits.retries == 0
+    with pytest.raises(ConfigError, match=r"at limits.retries: 0 to 5 \(0 turns retries off\)"):
+        config.loads("[limits]\nretries = 6")

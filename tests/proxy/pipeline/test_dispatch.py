@@ -10,7 +10,7 @@ import pytest
 
 from frugal_proxy.capabilities import SearchHit, SearchRequest
 from frugal_proxy.pipeline.dispatch import DispatchSettings
-from frugal_proxy.pipeline.pipeline import build_pipeline
+from frugal_proxy.pipeline.pipeline import Pipeline, build_pipeline
 from frugal_proxy.policies import Policy
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers import FakeProvider
@@ -180,3 +180,130 @@ async def test_a_plain_tool_keeps_its_own_deadline() -> None:
     with anyio.fail_after(5):
         await pipeline.run(ex)
     assert ex.deadline is None and ex.attempts[0].outcome == "ok"
+
+
+# -- retries --------------------------------------------------------------------------------------
+
+
+class Sleeps:
+    """anyio.sleep on the fake clock: notes each wait and moves the clock by it."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.waits: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.clock.now += seconds
+
+
+def scripted(
+    name: str, *outcomes: Outcome, price: int = 0, clock: Clock | None = None, takes: float = 0
+) -> FakeProvider:
+    """A provider that answers with `outcomes` in turn (the last one from then on)."""
+    left = list(outcomes)
+
+    async def answer(ex: Exchange) -> Outcome:
+        if clock is not None:
+            clock.now += takes
+        return left.pop(0) if len(left) > 1 else left[0]
+
+    return FakeProvider(name, answer, price, capability="search")
+
+
+def retrying(
+    providers: dict[str, FakeProvider], clock: Clock, retries: int = 2, deadline: float | None = 60.0
+) -> tuple[Pipeline, Sleeps]:
+    sleeps = Sleeps(clock)
+    settings = DispatchSettings(deadline=deadline, retries=retries, clock=clock, sleep=sleeps, jitter=lambda: 0.5)
+    return build_pipeline(providers, settings=settings), sleeps
+
+
+FAILED = Outcome("transient", message="wiki failed (503)")
+OK = Outcome("ok", data=[SearchHit("t", "https://a.example/", "s", "wiki")])
+
+
+async def test_a_free_provider_retries_a_transient_error_with_backoff_as_one_attempt() -> None:
+    clock = Clock()
+    pipeline, sleeps = retrying({"wiki": scripted("wiki", FAILED, FAILED, OK)}, clock)
+    ex = routed("wiki")
+    with anyio.fail_after(5):
+        answer = await pipeline.run(ex)
+    assert sleeps.waits == [0.2, 0.8]
+    (attempt,) = ex.attempts
+    assert (attempt.provider, attempt.outcome, attempt.retries) == ("wiki", "ok", 2)
+    body = jsonrpc.decode_any(answer["result"])["structuredContent"]
+    assert body["attempts"][0]["retries"] == 2 and body["attempts"][0]["outcome"] == "won"
+
+
+async def test_the_backoff_is_jittered_and_retries_run_out() -> None:
+    clock = Clock()
+    sleeps = Sleeps(clock)
+    settings = DispatchSettings(retries=2, clock=clock, sleep=sleeps, jitter=lambda: 1.0)
+    ex = routed("wiki")
+    with anyio.fail_after(5):
+        await build_pipeline({"wiki": scripted("wiki", FAILED)}, settings=settings).run(ex)
+    assert sleeps.waits == [0.25, 1.0]  # +25% each
+    assert ex.attempts[0].retries == 2 and ex.attempts[0].outcome == "transient"
+
+
+async def test_paid_providers_permanent_errors_and_plain_tools_never_retry() -> None:
+    clock = Clock()
+    refused = Outcome("permanent", message="free refused the key (401): check it")
+    providers = {
+        "paid": scripted("paid", FAILED, OK, price=1_000),
+        "refuses": scripted("refuses", refused, OK),
+        "last": scripted("last", OK),
+    }
+    pipeline, sleeps = retrying(providers, clock)
+    ex = routed("paid", "refuses", "last")
+    with anyio.fail_after(5):
+        await pipeline.run(ex)
+    assert sleeps.waits == [] and [(a.provider, a.retries) for a in ex.attempts] == [
+        ("paid", 0),
+        ("refuses", 0),
+        ("last", 0),
+    ]
+    plain = Exchange(Call(1, "add", {}), Route("add", ("notes",)))
+    plain_pipeline, plain_sleeps = retrying({"notes": scripted("notes", FAILED, OK)}, clock)
+    with anyio.fail_after(5):
+        await plain_pipeline.run(plain)
+    assert plain_sleeps.waits == [] and plain.attempts[0].outcome == "transient"
+
+
+async def test_retries_zero_turns_them_off() -> None:
+    clock = Clock()
+    pipeline, sleeps = retrying({"wiki": scripted("wiki", FAILED, OK)}, clock, retries=0)
+    ex = routed("wiki")
+    with anyio.fail_after(5):
+        await pipeline.run(ex)
+    assert sleeps.waits == [] and ex.attempts[0].outcome == "transient"
+
+
+@pytest.mark.parametrize(("retry_after", "waits", "served_by"), [(5.0, [5.0], "wiki"), (6.0, [], "next")])
+async def test_a_retry_after_of_5s_is_waited_for_and_6s_fails_over(
+    retry_after: float, waits: list[float], served_by: str
+) -> None:
+    clock = Clock()
+    busy = Outcome("rate_limited", message="wiki is rate-limiting (429)", retry_after=retry_after)
+    pipeline, sleeps = retrying({"wiki": scripted("wiki", busy, OK), "next": scripted("next", OK)}, clock)
+    ex = routed("wiki", "next")
+    with anyio.fail_after(5):
+        await pipeline.run(ex)
+    assert sleeps.waits == waits
+    assert ex.attempts[-1].provider == served_by and ex.attempts[-1].outcome == "ok"
+
+
+async def test_a_retry_never_sleeps_past_the_deadline() -> None:
+    """The deadline would run out during the second backoff (0.8 s with 0.5 s left): that wait is
+    not slept, the provider fails over, and the next one gets the time that is left."""
+    clock = Clock()
+    providers = {"wiki": scripted("wiki", FAILED, clock=clock, takes=0.25), "next": scripted("next", OK)}
+    pipeline, sleeps = retrying(providers, clock, deadline=1.2)
+    ex = routed("wiki", "next")
+    with anyio.fail_after(5):
+        await pipeline.run(ex)
+    assert sleeps.waits == [0.2]  # 0.25 + 0.2 + 0.25 = 0.7 s gone: 0.8 s more would pass 1.2 s
+    assert [(a.provider, a.retries) for a in ex.attempts] == [("wiki", 1), ("next", 0)]
+    assert Decision("dispatch", "retries", "not retried", "wiki: a wait of 0.80s would pass the deadline") in ex.trace
+    assert clock.now - 1_000_000.0 < 1.2
