@@ -78,6 +78,7 @@ class Upstream(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     connect_timeout: str | None = None
     read_timeout: str | None = None
     cost_per_call: Decimal = Decimal(0)  # USD, exact (the file is read with parse_float=Decimal)
+    loop_guard: bool = False  # its tools' identical calls count against routing.loop_limit too
     tools: ToolFilter = ToolFilter()
 
     @property
@@ -269,6 +270,13 @@ class Routing(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     # How long a provider that answered 429 is fenced off (extended to its Retry-After). An
     # invalid value is not fatal: the assembly warns and uses the default.
     cooldown: str = "60s"
+    # The loop guard: identical calls beyond loop_limit inside loop_window are refused (0: off).
+    loop_limit: int = 5
+    loop_window: str = "60s"
+
+    @property
+    def loop_window_seconds(self) -> float:
+        return parse_duration(self.loop_window)
 
     @property
     def cooldown_seconds(self) -> float | None:
@@ -346,6 +354,13 @@ def loads(text: str, source: str = "<config>", environ: dict[str, str] | None = 
         config.limits.call_timeout_seconds  # noqa: B018 - validates the duration
     except ValueError as exc:
         raise ConfigError(f"{source}: at limits.call_timeout: {exc}") from None
+    if config.routing.loop_limit < 0:
+        raise ConfigError(f"{source}: at routing.loop_limit: must not be negative (0 turns the loop guard off)")
+    try:
+        if config.routing.loop_window_seconds <= 0:
+            raise ValueError("must be longer than 0s")
+    except ValueError as exc:
+        raise ConfigError(f"{source}: at routing.loop_window: {exc}") from None
     if not 0 <= config.limits.retries <= MAX_RETRIES:
         raise ConfigError(f"{source}: at limits.retries: 0 to {MAX_RETRIES} (0 turns retries off)")
     for capability in ("search", "extract", "browse"):

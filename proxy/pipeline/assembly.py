@@ -7,7 +7,7 @@ has any (`frugal__search`, `frugal__extract`, `frugal__browse`). Every feature t
 tools/call (routing, the size governor, budgets, the loop guard, the ledger, metrics) is added
 here and nowhere else:
 
-    routing → ceiling → budget → cooldown → governor → metrics → (build_pipeline adds the call log)
+    loop guard → routing → ceiling → budget → cooldown → governor → metrics → (build_pipeline adds the call log)
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from frugal_proxy.policies.budget import Budget, spend_key
 from frugal_proxy.policies.ceiling import Ceiling
 from frugal_proxy.policies.cooldown import Cooldown
 from frugal_proxy.policies.governor import GovernorPolicy
+from frugal_proxy.policies.loop_guard import LoopGuard
 from frugal_proxy.policies.metrics import CallMetrics, CallSink
 from frugal_proxy.policies.routing import Routing
 from frugal_proxy.providers import Provider, registry
@@ -40,6 +41,7 @@ from frugal_proxy.providers.governor_tools import governor_tools
 from frugal_proxy.providers.http_client import HttpClient
 from frugal_proxy.providers.own_tools import OwnTool
 from frugal_proxy.records import ProviderSpec, Route
+from frugal_proxy.state.call_windows import MemoryCallWindows
 from frugal_proxy.state.cooldowns import MemoryCooldowns
 from frugal_proxy.state.latency import MemoryLatency
 from frugal_proxy.state.spend import MemorySpend
@@ -114,7 +116,12 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
             assembly.routes.append(Route(tool["name"], names, tool["outputSchema"], capability=capability))
     routing: dict[str, CapabilityRouting] = {name: getattr(config.routing, name) for name in CAPABILITIES}
     usage = MemoryUsage(time.time)
+    watched = [name for name, upstream in config.upstreams.items() if upstream.loop_guard]
     assembly.policies += [
+        # admit: refuse before any provider is reached
+        LoopGuard(
+            config.routing.loop_limit, config.routing.loop_window_seconds, MemoryCallWindows(), upstreams=watched
+        ),
         Routing(routing, usage, MemoryLatency()),  # route: order, deny, pin
         Ceiling(usage),  # route: max_cost_usd
         Budget(_daily_caps(config), MemorySpend(time.time)),  # route, dispatch: daily_budget_usd

@@ -36,7 +36,9 @@ class Pipeline:
         for policy in self.policies:
             await policy.admit(exchange)
             if exchange.answer is not None:
-                exchange.trace.append(Decision("admit", policy.name, "answered", f"answered by {policy.name}"))
+                last = exchange.trace[-1] if exchange.trace else None
+                if last is None or (last.policy, last.verdict) != (policy.name, "refused"):  # a refusal says why
+                    exchange.trace.append(Decision("admit", policy.name, "answered", f"answered by {policy.name}"))
                 break
         if exchange.answer is None:
             exchange.candidates = [self.providers[name].spec for name in exchange.route.providers]

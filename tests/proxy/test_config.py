@@ -181,3 +181,14 @@ def test_retries_are_0_to_5() -> None:
     assert config.loads("[limits]\nretries = 0").limits.retries == 0
     with pytest.raises(ConfigError, match=r"at limits.retries: 0 to 5 \(0 turns retries off\)"):
         config.loads("[limits]\nretries = 6")
+
+
+def test_the_loop_guard_settings_are_checked() -> None:
+    loaded = config.loads("")
+    assert (loaded.routing.loop_limit, loaded.routing.loop_window_seconds) == (5, 60.0)
+    with pytest.raises(ConfigError, match=r"at routing\.loop_limit: must not be negative"):
+        config.loads("[routing]\nloop_limit = -1")
+    with pytest.raises(ConfigError, match=r"at routing\.loop_window: 'soon' is not a duration"):
+        config.loads('[routing]\nloop_window = "soon"')
+    with pytest.raises(ConfigError, match=r"at routing\.loop_window: must be longer than 0s"):
+        config.loads('[routing]\nloop_window = "0s"')
