@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from frugal_proxy import home, money
+from frugal_proxy.domains import DomainRules, rule_error
 from frugal_proxy.identities import configured_tokens
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -263,6 +264,18 @@ class CapabilityRouting(msgspec.Struct, forbid_unknown_fields=True, frozen=True)
 COOLDOWN_DEFAULT = 60.0
 
 
+class Domains(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """`[routing.domains]`: which hosts a routed call may fetch (proxy.domains reads the rules)."""
+
+    allow: list[str] = []
+    deny: list[str] = []
+    deny_private: bool = False
+
+    @property
+    def rules(self) -> DomainRules:
+        return DomainRules.of(self.allow, self.deny, self.deny_private)
+
+
 class Routing(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     search: CapabilityRouting = CapabilityRouting()
     extract: CapabilityRouting = CapabilityRouting()
@@ -273,6 +286,7 @@ class Routing(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     # The loop guard: identical calls beyond loop_limit inside loop_window are refused (0: off).
     loop_limit: int = 5
     loop_window: str = "60s"
+    domains: Domains = Domains()
 
     @property
     def loop_window_seconds(self) -> float:
@@ -361,6 +375,11 @@ def loads(text: str, source: str = "<config>", environ: dict[str, str] | None = 
             raise ValueError("must be longer than 0s")
     except ValueError as exc:
         raise ConfigError(f"{source}: at routing.loop_window: {exc}") from None
+    for key in ("allow", "deny"):
+        for number, rule in enumerate(getattr(config.routing.domains, key)):
+            why = rule_error(rule)
+            if why is not None:
+                raise ConfigError(f"{source}: at routing.domains.{key}[{number}]: {why}")
     if not 0 <= config.limits.retries <= MAX_RETRIES:
         raise ConfigError(f"{source}: at limits.retries: 0 to {MAX_RETRIES} (0 turns retries off)")
     for capability in ("search", "extract", "browse"):

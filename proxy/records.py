@@ -163,3 +163,5 @@ class Exchange(msgspec.Struct):
     receipt: Receipt | None = None
     # When a routed call's whole chain must be done (dispatch's clock, monotonic); None: no deadline.
     deadline: float | None = None
+    # What a policy dropped from the answer, for the routed answer's `warnings`.
+    warnings: list[str] = msgspec.field(default_factory=list)

@@ -7,7 +7,8 @@ has any (`frugal__search`, `frugal__extract`, `frugal__browse`). Every feature t
 tools/call (routing, the size governor, budgets, the loop guard, the ledger, metrics) is added
 here and nowhere else:
 
-    loop guard → routing → ceiling → budget → cooldown → governor → metrics → (build_pipeline adds the call log)
+    loop guard → domains → routing → ceiling → budget → cooldown → governor → metrics
+    → (build_pipeline adds the call log; dispatch's deadline and retries come with it)
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from frugal_proxy.policies import Policy
 from frugal_proxy.policies.budget import Budget, spend_key
 from frugal_proxy.policies.ceiling import Ceiling
 from frugal_proxy.policies.cooldown import Cooldown
+from frugal_proxy.policies.domains import DomainPolicy
 from frugal_proxy.policies.governor import GovernorPolicy
 from frugal_proxy.policies.loop_guard import LoopGuard
 from frugal_proxy.policies.metrics import CallMetrics, CallSink
@@ -117,11 +119,11 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
     routing: dict[str, CapabilityRouting] = {name: getattr(config.routing, name) for name in CAPABILITIES}
     usage = MemoryUsage(time.time)
     watched = [name for name, upstream in config.upstreams.items() if upstream.loop_guard]
+    window = config.routing.loop_window_seconds
+    domains = config.routing.domains.rules
     assembly.policies += [
-        # admit: refuse before any provider is reached
-        LoopGuard(
-            config.routing.loop_limit, config.routing.loop_window_seconds, MemoryCallWindows(), upstreams=watched
-        ),
+        LoopGuard(config.routing.loop_limit, window, MemoryCallWindows(), upstreams=watched),  # admit
+        *([DomainPolicy(domains)] if domains.active else []),  # admit: URLs; after a search: its results
         Routing(routing, usage, MemoryLatency()),  # route: order, deny, pin
         Ceiling(usage),  # route: max_cost_usd
         Budget(_daily_caps(config), MemorySpend(time.time)),  # route, dispatch: daily_budget_usd

@@ -122,6 +122,7 @@ def answer(exchange: Exchange, receipt: Receipt) -> Frame:
         body["results"] = list(data or [])
         if not body["results"]:
             warnings.append("no provider found anything for this query")
+    warnings.extend(exchange.warnings)
     if exchange.route.name == EXECUTE:
         body["capability"] = exchange.route.capability
     body.update(receipt_fields(exchange, receipt))

@@ -192,3 +192,11 @@ def test_the_loop_guard_settings_are_checked() -> None:
         config.loads('[routing]\nloop_window = "soon"')
     with pytest.raises(ConfigError, match=r"at routing\.loop_window: must be longer than 0s"):
         config.loads('[routing]\nloop_window = "0s"')
+
+
+def test_domain_rules_are_checked_at_load() -> None:
+    loaded = config.loads('[routing.domains]\ndeny = ["ads.example"]\ndeny_private = true')
+    assert loaded.routing.domains.rules.deny == ("ads.example",) and loaded.routing.domains.rules.active
+    assert not config.loads("").routing.domains.rules.active
+    with pytest.raises(ConfigError, match=r"at routing\.domains\.allow\[1\]: 'https://b\.example': a rule is a bare"):
+        config.loads('[routing.domains]\nallow = ["a.example", "https://b.example"]')
