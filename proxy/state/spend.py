@@ -47,14 +47,15 @@ class SpendBook(Protocol):
 class MemorySpend:
     def __init__(self, clock: Callable[[], float], spent_today: Mapping[str, int] | None = None) -> None:
         self._clock = clock
-        self._day = utc_day(clock())
+        now = clock()
+        self._number, self._day = int(now // 86_400), utc_day(now)  # UTC days have 86,400 s (POSIX time)
         self._spent: dict[str, int] = dict(spent_today or {})
 
     def _today(self) -> str:
-        day = utc_day(self._clock())
-        if day != self._day:
-            self._day, self._spent = day, {}
-        return day
+        now = self._clock()
+        if int(now // 86_400) != self._number:
+            self._number, self._day, self._spent = int(now // 86_400), utc_day(now), {}
+        return self._day
 
     def spent(self, key: str) -> int:
         self._today()
