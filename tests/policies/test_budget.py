@@ -10,14 +10,15 @@ import datetime
 import anyio
 import pytest
 
-from frugal_proxy.capabilities import SearchHit, SearchRequest
+from frugal_proxy.capabilities import SearchHit
 from frugal_proxy.pipeline.pipeline import build_pipeline
 from frugal_proxy.policies.budget import Budget, spend_key
-from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers import FakeProvider
-from frugal_proxy.records import Call, Decision, Exchange, Outcome, Route
+from frugal_proxy.records import Decision, Exchange, Outcome
 from frugal_proxy.state.spend import MemorySpend
 from tests.fake_clock import Clock
+from tests.routed_calls import error_text
+from tests.routed_calls import search as routed
 
 pytestmark = pytest.mark.anyio
 
@@ -48,17 +49,6 @@ def provider(name: str, price: int, kind: str = "ok") -> FakeProvider:
     return FakeProvider(name, answer, price, capability="search")
 
 
-def routed(*names: str, provider: str | None = None) -> Exchange:
-    params = {"name": jsonrpc.raw("frugal__search"), "arguments": jsonrpc.raw({"query": "q"})}
-    ex = Exchange(Call(1, "frugal__search", params), Route("frugal__search", names, capability="search"))
-    ex.request = SearchRequest("q", provider=provider)
-    return ex
-
-
-def text(answer: dict[str, object]) -> str:
-    return str(jsonrpc.decode_any(answer["result"])["content"][0]["text"])  # type: ignore[arg-type]
-
-
 async def test_a_provider_that_reached_its_cap_is_skipped_and_a_pinned_one_refused() -> None:
     clock = clock_at(EVENING)
     policy = budget(clock, youcom=10_000)
@@ -79,7 +69,7 @@ async def test_a_provider_that_reached_its_cap_is_skipped_and_a_pinned_one_refus
         "skipped youcom (it has spent $0.0100 of its $0.0100 daily budget; resets at 00:00 UTC, in 5h12m0s)",
         provider="youcom",
     )
-    assert text(pinned) == (
+    assert error_text(pinned) == (
         "frugal__search: budget: youcom has spent $0.0100 of its $0.0100 daily budget "
         "(resets at 00:00 UTC, in 5h12m0s): leave provider out to use another provider"
     )

@@ -7,14 +7,15 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from frugal_proxy.capabilities import SearchHit, SearchRequest
+from frugal_proxy.capabilities import SearchHit
 from frugal_proxy.pipeline.pipeline import build_pipeline
 from frugal_proxy.policies.cooldown import MAX_FENCE, Cooldown
-from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers import FakeProvider
 from frugal_proxy.records import Call, Decision, Exchange, Outcome, Route
 from frugal_proxy.state.cooldowns import MemoryCooldowns
 from tests.fake_clock import Clock
+from tests.routed_calls import error_text
+from tests.routed_calls import search as routed
 
 pytestmark = pytest.mark.anyio
 
@@ -25,18 +26,6 @@ def cooldown(clock: Clock, window: float = 60.0) -> Cooldown:
 
 def hit(name: str) -> list[SearchHit]:
     return [SearchHit(name, f"https://{name}.example/", "s", name)]
-
-
-def routed(*names: str, provider: str | None = None) -> Exchange:
-    params = {"name": jsonrpc.raw("frugal__search"), "arguments": jsonrpc.raw({"query": "q"})}
-    ex = Exchange(Call(1, "frugal__search", params), Route("frugal__search", names, capability="search"))
-    ex.request = SearchRequest("q", provider=provider)
-    return ex
-
-
-def text(answer: dict[str, object]) -> str:
-    body = jsonrpc.decode_any(answer["result"])  # type: ignore[arg-type]
-    return str(body["content"][0]["text"])
 
 
 async def rate_limited(ex: Exchange) -> Outcome:
@@ -92,12 +81,12 @@ async def test_a_pinned_or_plain_call_to_a_fenced_provider_is_refused_with_the_w
         pinned = await pipeline.run(routed("busy", provider="busy"))
         plain = await pipeline.run(Exchange(Call(2, "add", {}), Route("add", ("notes",))))
     assert busy.calls == [] and notes.calls == []
-    assert text(pinned) == (
+    assert error_text(pinned) == (
         "frugal__search: cooldown: busy was rate-limited and is cooling down for another 1m30s: "
         "wait, or leave provider out to use another provider"
     )
     assert (
-        text(plain)
+        error_text(plain)
         == "add: cooldown: upstream 'notes' was rate-limited and is cooling down for another 5s: try again then"
     )
 

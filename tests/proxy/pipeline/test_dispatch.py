@@ -8,7 +8,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from frugal_proxy.capabilities import SearchHit, SearchRequest
+from frugal_proxy.capabilities import SearchHit
 from frugal_proxy.pipeline.dispatch import DispatchSettings
 from frugal_proxy.pipeline.pipeline import Pipeline, build_pipeline
 from frugal_proxy.policies import Policy
@@ -16,15 +16,9 @@ from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers import FakeProvider
 from frugal_proxy.records import Call, Decision, Exchange, Outcome, ProviderSpec, Route
 from tests.fake_clock import Clock
+from tests.routed_calls import search as routed
 
 pytestmark = pytest.mark.anyio
-
-
-def routed(*names: str) -> Exchange:
-    params = {"name": jsonrpc.raw("frugal__search"), "arguments": jsonrpc.raw({"query": "q"})}
-    ex = Exchange(Call(1, "frugal__search", params), Route("frugal__search", names, capability="search"))
-    ex.request = SearchRequest("q")
-    return ex
 
 
 async def fails(ex: Exchange) -> Outcome:
