@@ -68,7 +68,7 @@ def receipt_fields(exchange: Exchange, receipt: Receipt) -> dict[str, Any]:
     skipped = [
         {"provider": d.provider, "guard": d.policy, "why": d.detail}
         for d in exchange.trace
-        if d.phase == "route" and d.verdict == "skipped" and d.provider is not None
+        if d.verdict == "skipped" and d.provider is not None  # at routing, or at dispatch (budget, cooldown)
     ]
     if skipped:
         fields["skipped"] = skipped
@@ -78,7 +78,7 @@ def receipt_fields(exchange: Exchange, receipt: Receipt) -> dict[str, Any]:
 def reason_line(exchange: Exchange, receipt: Receipt) -> str:
     """`policy=cheap: effective cost ascending; provider=marginalia won on attempt 1`, with each
     skip and drop the route phase noted."""
-    parts = [_part(d) for d in exchange.trace if d.phase == "route" or d.verdict == "fell forward"]
+    parts = [_part(d) for d in exchange.trace if d.phase == "route" or d.verdict in ("fell forward", "skipped")]
     if receipt.provider_used is None:
         parts.append(f"no provider answered after {len(receipt.attempts)} attempt(s)")
     else:
