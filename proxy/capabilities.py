@@ -197,6 +197,8 @@ _RECEIPT_PROPERTIES: dict[str, Any] = {
     "est_tokens": {"type": "integer"},
     "reason": {"type": "string"},
     "warnings": {"type": "array", "items": {"type": "string"}},
+    "cached": {"type": "boolean"},
+    "cache_age_ms": {"type": "number"},
     "skipped": {
         "type": "array",
         "items": {

@@ -301,6 +301,20 @@ class Routing(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
             return None
 
 
+class CacheSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """`[cache]`: the routed tools' result cache, in memory (off unless `enabled = true`)."""
+
+    enabled: bool = False
+    search_ttl: str = "5m"
+    extract_ttl: str = "15m"
+    max_entries: int = 512
+
+    def ttl(self, capability: str) -> float | None:
+        """How long a capability's answers are kept; None: never cached (browse)."""
+        ttl = {"search": self.search_ttl, "extract": self.extract_ttl}.get(capability)
+        return parse_duration(ttl) if ttl is not None else None
+
+
 class Config(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     upstreams: dict[str, Upstream] = {}
     limits: Limits = Limits()
@@ -310,6 +324,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     extract_providers: dict[str, ProviderConfig] = {}
     browse_providers: dict[str, ProviderConfig] = {}
     routing: Routing = Routing()
+    cache: CacheSettings = CacheSettings()
 
     def providers_of(self, capability: str) -> dict[str, ProviderConfig]:
         """The `[<capability>_providers.NAME]` tables."""
@@ -380,6 +395,13 @@ def loads(text: str, source: str = "<config>", environ: dict[str, str] | None = 
             why = rule_error(rule)
             if why is not None:
                 raise ConfigError(f"{source}: at routing.domains.{key}[{number}]: {why}")
+    for key in ("search_ttl", "extract_ttl"):
+        try:
+            parse_duration(getattr(config.cache, key))
+        except ValueError as exc:
+            raise ConfigError(f"{source}: at cache.{key}: {exc}") from None
+    if config.cache.max_entries < 1:
+        raise ConfigError(f"{source}: at cache.max_entries: must be at least 1")
     if not 0 <= config.limits.retries <= MAX_RETRIES:
         raise ConfigError(f"{source}: at limits.retries: 0 to {MAX_RETRIES} (0 turns retries off)")
     for capability in ("search", "extract", "browse"):

@@ -143,6 +143,13 @@ class OmissionReceipt(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     signature: str = ""
 
 
+class CachedAnswer(msgspec.Struct, frozen=True):
+    """A routed answer served from the result cache: who first served it, and how long ago."""
+
+    provider: str
+    age_ms: float
+
+
 class Exchange(msgspec.Struct):
     """One call's working record, filled in phase by phase."""
 
@@ -165,3 +172,5 @@ class Exchange(msgspec.Struct):
     deadline: float | None = None
     # What a policy dropped from the answer, for the routed answer's `warnings`.
     warnings: list[str] = msgspec.field(default_factory=list)
+    # Set by the result cache at admission: the answer is `outcome`, served from memory.
+    cached: CachedAnswer | None = None

@@ -7,7 +7,7 @@ has any (`frugal__search`, `frugal__extract`, `frugal__browse`). Every feature t
 tools/call (routing, the size governor, budgets, the loop guard, the ledger, metrics) is added
 here and nowhere else:
 
-    loop guard → domains → routing → ceiling → budget → cooldown → governor → metrics
+    loop guard → domains → cache → routing → ceiling → budget → cooldown → governor → metrics
     → (build_pipeline adds the call log; dispatch's deadline and retries come with it)
 """
 
@@ -37,6 +37,7 @@ from frugal_proxy.policies.domains import DomainPolicy
 from frugal_proxy.policies.governor import GovernorPolicy
 from frugal_proxy.policies.loop_guard import LoopGuard
 from frugal_proxy.policies.metrics import CallMetrics, CallSink
+from frugal_proxy.policies.result_cache import ResultCachePolicy
 from frugal_proxy.policies.routing import Routing
 from frugal_proxy.providers import Provider, registry
 from frugal_proxy.providers.governor_tools import governor_tools
@@ -46,6 +47,7 @@ from frugal_proxy.records import ProviderSpec, Route
 from frugal_proxy.state.call_windows import MemoryCallWindows
 from frugal_proxy.state.cooldowns import MemoryCooldowns
 from frugal_proxy.state.latency import MemoryLatency
+from frugal_proxy.state.result_cache import MemoryResultCache
 from frugal_proxy.state.spend import MemorySpend
 from frugal_proxy.state.usage import MemoryUsage
 
@@ -124,6 +126,7 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
     assembly.policies += [
         LoopGuard(config.routing.loop_limit, window, MemoryCallWindows(), upstreams=watched),  # admit
         *([DomainPolicy(domains)] if domains.active else []),  # admit: URLs; after a search: its results
+        *([_cache(config)] if config.cache.enabled else []),  # admit: a hit answers; seal: keeps answers
         Routing(routing, usage, MemoryLatency()),  # route: order, deny, pin
         Ceiling(usage),  # route: max_cost_usd
         Budget(_daily_caps(config), MemorySpend(time.time)),  # route, dispatch: daily_budget_usd
@@ -146,6 +149,10 @@ def _daily_caps(config: Config) -> dict[str, int]:
             if cap is not None:
                 caps[spend_key(capability, names.get((capability, name), name))] = cap
     return caps
+
+
+def _cache(config: Config) -> ResultCachePolicy:
+    return ResultCachePolicy(config.cache, MemoryResultCache(config.cache.max_entries))
 
 
 def _cooldown(config: Config) -> float:

@@ -40,7 +40,7 @@ class Pipeline:
                 if last is None or (last.policy, last.verdict) != (policy.name, "refused"):  # a refusal says why
                     exchange.trace.append(Decision("admit", policy.name, "answered", f"answered by {policy.name}"))
                 break
-        if exchange.answer is None:
+        if exchange.answer is None and exchange.cached is None:
             exchange.candidates = [self.providers[name].spec for name in exchange.route.providers]
             for policy in self.policies:
                 policy.route(exchange)
@@ -87,6 +87,8 @@ class Pipeline:
 
     @staticmethod
     def _receipt(exchange: Exchange) -> Receipt:
+        if exchange.cached is not None:  # from memory: nothing was called or paid this time
+            return Receipt(exchange.cached.provider, 0, (), 0, reason(exchange.trace, True))
         # The answer the client got: the attempt that won, or the empty answer that ended the chain.
         used = next((a for a in reversed(exchange.attempts) if a.outcome in ("ok", "empty")), None)
         return Receipt(

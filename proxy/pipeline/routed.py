@@ -14,6 +14,7 @@ JSON in its text block:
     est_tokens          the answer's size as the governor counts it (characters / 4)
     reason              one line: what routed it and who won
     warnings, skipped   what was dropped, and each candidate a policy removed before any call
+    cached, cache_age_ms  an answer from the result cache, and its age (it costs $0)
 
 Amounts are exact decimals rendered as JSON numbers (money: integer micro-dollars inside).
 """
@@ -72,6 +73,9 @@ def receipt_fields(exchange: Exchange, receipt: Receipt) -> dict[str, Any]:
     ]
     if skipped:
         fields["skipped"] = skipped
+    if exchange.cached is not None:
+        fields["cached"] = True
+        fields["cache_age_ms"] = exchange.cached.age_ms
     return fields
 
 
@@ -79,7 +83,9 @@ def reason_line(exchange: Exchange, receipt: Receipt) -> str:
     """`policy=cheap: effective cost ascending; provider=marginalia won on attempt 1`, with each
     skip and drop the route phase noted."""
     parts = [_part(d) for d in exchange.trace if d.phase == "route" or d.verdict in ("fell forward", "skipped")]
-    if receipt.provider_used is None:
+    if exchange.cached is not None:
+        parts.append(f"answered from the cache (first served by {receipt.provider_used})")
+    elif receipt.provider_used is None:
         parts.append(f"no provider answered after {len(receipt.attempts)} attempt(s)")
     else:
         number = next(i for i, a in enumerate(receipt.attempts, 1) if a.provider == receipt.provider_used)

@@ -8,4 +8,5 @@ shared store can back several `--stateless` replicas later without touching its 
     spend         each provider's spend this UTC day, for the daily caps (SpendBook, MemorySpend)
     call_windows  when each call fingerprint was seen lately, for the loop guard (CallWindows,
                   MemoryCallWindows)
+    result_cache  the routed tools' recent answers (ResultCache, MemoryResultCache)
 """

@@ -200,3 +200,13 @@ def test_domain_rules_are_checked_at_load() -> None:
     assert not config.loads("").routing.domains.rules.active
     with pytest.raises(ConfigError, match=r"at routing\.domains\.allow\[1\]: 'https://b\.example': a rule is a bare"):
         config.loads('[routing.domains]\nallow = ["a.example", "https://b.example"]')
+
+
+def test_the_cache_is_off_by_default_and_its_ttls_are_checked() -> None:
+    settings = config.loads("").cache
+    assert settings.enabled is False and settings.max_entries == 512
+    assert (settings.ttl("search"), settings.ttl("extract"), settings.ttl("browse")) == (300.0, 900.0, None)
+    with pytest.raises(ConfigError, match=r"at cache\.search_ttl: 'later' is not a duration"):
+        config.loads('[cache]\nsearch_ttl = "later"')
+    with pytest.raises(ConfigError, match=r"at cache\.max_entries: must be at least 1"):
+        config.loads("[cache]\nmax_entries = 0")
