@@ -10,8 +10,9 @@ httpx2 MockTransport (so the network does not blur the figure).
     guarded  single with every guard on, as `assemble` builds them from one config: the loop
              guard, the domain policy (deny_private and a deny list, over the URL-free search
              and its five results), the ceiling, a daily budget (the provider priced at one
-             micro-dollar, so each call reserves and settles), the cooldown, the deadline and
-             retries; each call a different query, as a loop-free agent makes them
+             micro-dollar, so each call reserves and settles), the cooldown, the deadline,
+             retries and the result cache; each call a different query, as a loop-free agent
+             makes them (so the cache misses and keeps each answer)
 
 It reports CPU time per call (process time, so a busy machine weighs less) and the routed and
 single columns as added microseconds over direct and as a ratio; the targets are an added 0.3 ms
@@ -66,6 +67,8 @@ deny = ["ads.example", "tracker.example"]
 [limits]
 call_timeout = "60s"
 retries = 2
+[cache]
+enabled = true
 """
 
 

@@ -20,8 +20,7 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any
 
-import msgspec
-
+from frugal_proxy.capabilities import normalized
 from frugal_proxy.config import format_duration
 from frugal_proxy.policies import Policy
 from frugal_proxy.protocol import canonical, jsonrpc
@@ -71,8 +70,8 @@ class LoopGuard(Policy):
         """The call's digest, or None for a call the guard does not watch."""
         route = exchange.route
         if exchange.request is not None:
-            arguments: Any = _normalized(msgspec.to_builtins(exchange.request))
-            return canonical.digest([exchange.operator, exchange.call.tool, route.strategy, arguments])
+            request = normalized(exchange.request)
+            return canonical.digest([exchange.operator, exchange.call.tool, route.strategy, request])
         if route.capability is None and route.providers and route.providers[0] in self.upstreams:
             raw = exchange.call.params.get("arguments")
             arguments = _normalized(jsonrpc.decode_any(raw)) if raw is not None else None
@@ -81,14 +80,11 @@ class LoopGuard(Policy):
 
 
 def _normalized(value: Any) -> Any:
-    """Strings trimmed, `provider` case-folded, absent fields left out, all the way down."""
+    """A plain tool's arguments with their strings trimmed, all the way down."""
     if isinstance(value, str):
         return value.strip()
     if isinstance(value, dict):
-        out = {key: _normalized(item) for key, item in value.items() if item is not None}
-        if isinstance(out.get("provider"), str):
-            out["provider"] = out["provider"].casefold()
-        return out
+        return {key: _normalized(item) for key, item in value.items()}
     if isinstance(value, list):
         return [_normalized(item) for item in value]
     return value

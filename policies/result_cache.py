@@ -17,19 +17,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
-import msgspec
-
-from frugal_proxy.capabilities import Page
+from frugal_proxy.capabilities import Page, normalized
 from frugal_proxy.config import CacheSettings, format_duration
 from frugal_proxy.intents import MIN_EXTRACT_CHARS
 from frugal_proxy.policies import Policy
 from frugal_proxy.protocol import canonical
 from frugal_proxy.records import CachedAnswer, Decision, Exchange, Outcome
 from frugal_proxy.state.result_cache import ResultCache
-
-_NOT_IN_KEY = frozenset({"max_cost_usd"})
 
 
 class ResultCachePolicy(Policy):
@@ -47,14 +42,7 @@ class ResultCachePolicy(Policy):
             return None
         if self.ttls.get(capability) is None:
             return None
-        fields: dict[str, Any] = {
-            name: value.strip() if isinstance(value, str) else value
-            for name, value in msgspec.structs.asdict(exchange.request).items()
-            if name not in _NOT_IN_KEY and value is not None
-        }
-        if isinstance(fields.get("provider"), str):
-            fields["provider"] = fields["provider"].casefold()
-        return canonical.digest([exchange.operator, capability, fields])
+        return canonical.digest([exchange.operator, capability, normalized(exchange.request, ceiling=False)])
 
     async def admit(self, exchange: Exchange) -> None:
         key = self.key(exchange)
