@@ -8,8 +8,8 @@ checked before any provider is called; a refused one answers with why and which 
 
 After a search provider answers, results whose URL the same rules refuse are dropped, and the
 answer's `warnings` say how many; a provider whose every result was dropped has found nothing
-(free: the next one is tried). The rules are proxy.domains'; the local fetchers check every
-redirect hop and the address they connected to with the same functions.
+(free: the next one is tried). The rules are proxy.domains', whose functions are the local
+fetchers' per-hop check too.
 """
 
 from __future__ import annotations

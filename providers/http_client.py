@@ -6,6 +6,8 @@ every request names the project and its version in `User-Agent`, has a timeout o
 never follows a redirect it was not asked to. Tests hand it `httpx2.MockTransport(handler)` as
 `transport=` (or point a driver's `base_url` at a loopback server); nothing patches a driver.
 
+`HttpClient.fetch_json` is the sequence every driver runs: send, classify a failure, decode the
+documented JSON; it answers the decoded body or the Outcome of what went wrong. Underneath it,
 `fault(response)` and `network_fault(exc)` classify what went wrong:
 
     429                          rate_limited, with the server's Retry-After (retry-after-ms,
@@ -20,9 +22,11 @@ Messages name the provider and the status, never a key or the request's query.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
+import anyio
+import anyio.to_thread
 import httpx2
 import msgspec
 
@@ -35,6 +39,10 @@ log = logging.getLogger("frugal_proxy.providers")
 USER_AGENT = f"frugal-proxy/{__version__} (+https://github.com/frugal-proxy/frugal-proxy)"
 DEFAULT_TIMEOUT = 20.0
 MAX_BODY_BYTES = 16 * 1024 * 1024  # no documented answer comes near it
+
+T = TypeVar("T")
+# A driver's own reading of a failed answer: (status, headers, the generic Outcome) -> its Outcome.
+Refine = Callable[[int, Mapping[str, str], Outcome], Outcome]
 
 _MEANING = {
     401: "refused the key (401): check it",
@@ -52,17 +60,24 @@ class HttpClient:
     def __init__(self, transport: httpx2.AsyncBaseTransport | None = None) -> None:
         self._transport = transport
         self._client: httpx2.AsyncClient | None = None  # made on first use: most runs never call an API
+        self._making = anyio.Lock()
 
-    @property
-    def client(self) -> httpx2.AsyncClient:
+    def _build(self) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(
+            transport=self._transport,
+            headers={"User-Agent": USER_AGENT},
+            follow_redirects=False,
+            timeout=DEFAULT_TIMEOUT,
+            limits=httpx2.Limits(max_connections=64, max_keepalive_connections=16),
+        )
+
+    async def client(self) -> httpx2.AsyncClient:
+        """The shared client, made on first use in a worker thread: making one reads the CA
+        bundle and package metadata from disk, which must not block the event loop."""
         if self._client is None:
-            self._client = httpx2.AsyncClient(
-                transport=self._transport,
-                headers={"User-Agent": USER_AGENT},
-                follow_redirects=False,
-                timeout=DEFAULT_TIMEOUT,
-                limits=httpx2.Limits(max_connections=64, max_keepalive_connections=16),
-            )
+            async with self._making:
+                if self._client is None:
+                    self._client = await anyio.to_thread.run_sync(self._build)
         return self._client
 
     async def send(
@@ -79,7 +94,7 @@ class HttpClient:
         """One request, bounded by `request_timeout` (httpx2's per-operation timeout: connect,
         each read); the body is read up to MAX_BODY_BYTES. Raises httpx2 errors and BodyTooLarge,
         which `network_fault` classifies."""
-        client = self.client
+        client = await self.client()
         request = client.build_request(
             method, url, params=params, json=json, headers=dict(headers or {}), timeout=request_timeout
         )
@@ -94,6 +109,37 @@ class HttpClient:
             await response.aclose()
         response._content = bytes(body)  # read once, bounded: .content, .json() and .text work
         return response
+
+    async def fetch_json(
+        self,
+        provider: str,
+        method: str,
+        url: str,
+        kind: type[T],
+        *,
+        request_timeout: float,
+        params: Mapping[str, Any] | None = None,
+        json: Any = None,
+        headers: Mapping[str, str] | None = None,
+        refine: Refine | None = None,
+    ) -> T | Outcome:
+        """One request whose 2xx answer is decoded as `kind`; anything else is its Outcome: no
+        answer (`network_fault`), a failure status (`fault`, then the driver's `refine`), or a
+        body that is not the documented JSON (transient)."""
+        try:
+            response = await self.send(
+                method, url, request_timeout=request_timeout, params=params, json=json, headers=headers
+            )
+        except NETWORK_ERRORS as exc:
+            return network_fault(provider, exc)
+        failed = fault(provider, response)
+        if failed is not None:
+            return failed if refine is None else refine(response.status_code, response.headers, failed)
+        try:
+            decoded: T = json_body(provider, response, kind)
+        except BadAnswer as exc:
+            return Outcome("transient", message=str(exc))
+        return decoded
 
     async def close(self) -> None:
         if self._client is not None:

@@ -32,7 +32,19 @@ from frugal_proxy.records import ProviderSpec
 
 # The driver modules, in the documented order of their built-ins (ties in the cheap strategy
 # keep it). A module that is missing here is not loaded.
-DRIVERS: tuple[str, ...] = ("wikipedia",)
+DRIVERS: tuple[str, ...] = (
+    "searxng",
+    "youcom",
+    "marginalia",
+    "wikipedia",
+    "serper",
+    "brave",
+    "readability",
+    "jina",
+    "firecrawl",
+    "browserless",
+    "chromium",
+)
 
 
 @dataclass(frozen=True)
@@ -140,7 +152,8 @@ def _make(builtin: Builtin, options: ProviderConfig, env: Mapping[str, str], htt
     key = env.get(key_env) if key_env else None
     if builtin.key_required and not key:
         return f"no key: set {key_env}"
-    if builtin.needs is not None:
+    # A self-hosted provider (no documented endpoint) needs its URL; a config base_url is one.
+    if builtin.needs is not None and not (options.base_url and not builtin.endpoint):
         missing = builtin.needs(env)
         if missing is not None:
             return missing

@@ -56,6 +56,8 @@ class UpstreamToolProvider:
     async def call(self, exchange: Exchange) -> Outcome:
         arguments = fill(self.args, msgspec.structs.asdict(exchange.request))
         params = {"name": jsonrpc.raw(self.tool), "arguments": jsonrpc.raw(arguments)}
+        if "_meta" in exchange.call.params:  # a 2026-07-28 client's per-request envelope goes on
+            params["_meta"] = exchange.call.params["_meta"]
         try:
             reply = await self._forward("tools/call", params, exchange.client, exchange.on_progress, None)
         except UpstreamError as exc:

@@ -340,4 +340,10 @@ EXECUTE_TOOL: dict[str, Any] = {
 }
 STRATEGY_OF_PRIORITY = {"cheap": "cheap", "balanced": "fast", "premium": "premium"}
 TOOL_NAMES = {capability: tool["name"] for capability, tool in TOOLS.items()}
+# What the size governor keeps a routed answer's payload valid against, before the receipt is added.
+PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {
+    "search": {"type": "object", "properties": {"results": {"type": "array", "items": _HIT}}, "required": ["results"]},
+    "extract": {"type": "object", "properties": {"page": _PAGE}, "required": ["page"]},
+    "browse": {"type": "object", "properties": {"page": _PAGE}, "required": ["page"]},
+}
 CAPABILITY_OF_TOOL = {name: capability for capability, name in TOOL_NAMES.items()}

@@ -21,9 +21,9 @@ after the last `@`), percent-encoding decoded, full-width forms and ideographic 
 trailing dots dropped, and IPv4 in every form the parser accepts (decimal `2130706433`, octal
 `0177.0.0.1`, hex `0x7f.1`, short `127.1`). A host it cannot read is refused.
 
-The local fetchers call `url_allowed` on every redirect hop and `address_allowed` on the
-address they connected to; a hosted provider fetches for itself, so for it only the URL as
-written is checked.
+For the local fetchers' per-hop check: `url_allowed` on every URL about to be requested (each
+redirect hop), `address_allowed` on each address its host resolves to (or the one connected
+to). A hosted provider fetches for itself: for it only the URL as written can be checked.
 """
 
 from __future__ import annotations

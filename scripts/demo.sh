@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# A short offline demo: an MCP client talks to examples/servers/notes_server.py through
-# frugal-proxy in both protocol eras. Arguments go to examples/demo.py (e.g. --direct).
+# The offline demo, no keys: the routed tools (a search with failover, a page read and its cut,
+# an intent, the costs) through `frugal-proxy serve --config examples/demo/frugal.toml`, then the
+# notes server through frugal-proxy in both protocol eras. Arguments go to examples/demo.py
+# (e.g. --direct, --verbose).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

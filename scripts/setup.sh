@@ -5,6 +5,8 @@
 #                 install plus the `test` extra
 #   .deps/node/   npm peers used by the end-to-end tests
 #   .deps/conformance/  Node 22 and the official MCP conformance suite (two pinned versions)
+#   chromium      Debian's package, for the local browser provider and its tests (when apt-get
+#                 is there: as root, or through sudo without a password)
 #
 # Each step prints one line and is skipped when its result is already in place: the Python
 # install is redone only when pyproject.toml, the set of package modules (a strict editable
@@ -129,4 +131,29 @@ else
     } >"$CONF_DIR/package.json"
     quiet npm install --prefix "$CONF_DIR" --no-audit --no-fund --loglevel=error
     say "conformance suite installed into $CONF_DIR (node $NODE22_VERSION, conformance ${CONF_VERSIONS[*]})"
+fi
+
+# 5. Chromium for providers/chromium.py and tests/providers/test_chromium.py. Playwright drives
+#    the system's browser through executable_path; it never downloads one of its own here.
+chromium_bin=""
+if [[ -n "${CHROMIUM_PATH:-}" && -x "${CHROMIUM_PATH}" ]]; then
+    chromium_bin="$CHROMIUM_PATH"
+else
+    chromium_bin="$(command -v chromium || command -v chromium-browser || true)"
+fi
+chromium_version() { "$1" --version 2>/dev/null | head -n 1; }
+if [[ -n "$chromium_bin" ]]; then
+    say "chromium ready ($(chromium_version "$chromium_bin"), $chromium_bin)"
+elif ! command -v apt-get >/dev/null; then
+    say "chromium skipped: no apt-get here; install Chromium and set CHROMIUM_PATH (its tests skip without one)"
+else
+    as_root=()
+    [[ "$(id -u)" == 0 ]] || as_root=(sudo -n)
+    if ((${#as_root[@]})) && ! { command -v sudo >/dev/null && sudo -n true 2>/dev/null; }; then
+        say "chromium skipped: installing it needs root (sudo apt-get install -y chromium); its tests skip without it"
+    else
+        quiet "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        quiet "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium
+        say "chromium installed from Debian's packages ($(chromium_version /usr/bin/chromium))"
+    fi
 fi

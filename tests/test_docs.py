@@ -275,7 +275,7 @@ def test_the_cli_is_discovered() -> None:
     for form in ("", "serve", "config check", "config init", "status", "mcp install", "mcp uninstall"):
         assert form in forms, f"frugal-proxy {form} was not found"
     assert "--http" in forms[""] and "--config" in forms["serve"] and "--wrap" in forms["mcp install"]
-    assert "--config" not in forms[""]
+    assert "--wrap" not in forms[""] and "--stateless" not in forms["mcp install"]
 
 
 @pytest.mark.parametrize("path", DOCS, ids=lambda path: str(path.relative_to(ROOT)))

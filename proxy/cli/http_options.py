@@ -114,6 +114,8 @@ def run_http(
         log.warning("listening on a non-loopback address without authentication (--allow-unauthenticated)")
     if host not in ("0.0.0.0", "::"):
         guard.allowed_hosts = guard.allowed_hosts | {host}
+    if operators.required and not is_loopback(host):
+        guard.any_host = True  # see GuardSettings.any_host
     if not options.request_timeout > 0:
         print("frugal-proxy: error: --request-timeout must be a positive number of seconds", file=sys.stderr)
         return 2

@@ -10,6 +10,7 @@ import argparse
 import importlib
 import logging
 import os
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -99,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["debug", "info", "warning", "error"],
         help="stderr log level (default: warning)",
     )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="read the size governor's [governor] from this config file (default: $FRUGAL_CONFIG, else "
+        "~/.frugal/config/frugal.toml when it exists); flags win over it",
+    )
     parser.add_argument("--no-govern", action="store_true", help="pass every result through ungoverned")
     for flag, default in (("--max-bytes", 32_768), ("--max-records", 50), ("--max-tokens", 8_192)):
         parser.add_argument(
@@ -135,13 +142,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     if args_in and args_in[0] in COMMANDS:
         return COMMANDS[args_in[0]](args_in[1:])
+    parser = build_parser()
     if "--" in args_in:
         split = args_in.index("--")
         own, command = args_in[:split], args_in[split + 1 :]
+        options = parser.parse_args(own)
     else:
-        own, command = args_in, []
-    parser = build_parser()
-    options = parser.parse_args(own)
+        # Without `--` (the MCP Inspector consumes the first one), the upstream command starts at
+        # the first argument that is not one of our options: `frugal-proxy node server.js`.
+        parser.add_argument("command", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        options = parser.parse_args(args_in)
+        command = list(options.command)
+        if command and not _runnable(command[0]):
+            known = ", ".join(COMMANDS)
+            print(
+                f"frugal-proxy: error: {command[0]!r} is neither a subcommand ({known}) nor a program or URL "
+                "to wrap; put the upstream command after --",
+                file=sys.stderr,
+            )
+            return 2
     if not command:
         parser.print_usage(sys.stderr)
         print("frugal-proxy: error: give the upstream command after --", file=sys.stderr)
@@ -160,8 +179,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"frugal-proxy: error: --header wants 'NAME: VALUE', got {key!r}", file=sys.stderr)
             return 2
         headers[key.strip()] = value.strip()
+    base = _file_governor(options.config)
+    if isinstance(base, int):
+        return base
     limits = {"max_bytes": options.max_bytes, "max_records": options.max_records, "max_tokens": options.max_tokens}
-    governor = {"enabled": not options.no_govern, **{key: value for key, value in limits.items() if value is not None}}
+    governor = {**base, **{key: value for key, value in limits.items() if value is not None}}  # flags win
+    if options.no_govern:
+        governor["enabled"] = False
     logs.configure(options.log_level)
     name = options.name or upstream_name(command)
     if options.http:
@@ -184,6 +208,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 _LAUNCHERS = frozenset({"node", "npx", "uvx", "uv", "bun", "bunx", "deno", "pipx", "docker", "run", "exec"})
 _GENERIC = frozenset({"index", "main", "server", "cli", "__main__", "app"})
 _BUILD_DIRS = frozenset({"dist", "build", "lib", "bin", "src", "out"})
+
+
+def _runnable(word: str) -> bool:
+    """Whether a word can start an upstream: a URL, a path, or a program on PATH."""
+    return remote_url([word]) is not None or os.sep in word or shutil.which(word) is not None
 
 
 def remote_url(command: Sequence[str]) -> str | None:
@@ -317,6 +346,23 @@ def wrap_http(
     fleet = Fleet((spec,))
     upstreams = UpstreamSet(fleet.connect, {"governor": settings}, fleet.lazy)
     return run_http(options, upstreams, ready)
+
+
+def _file_governor(path_option: str | None) -> dict[str, Any] | int:
+    """The `[governor]` of the config file the wrap form reads, as settings keys (every other table
+    but `[upstreams]`, which the wrapped command replaces, is serve's); {} with no file. The file:
+    `--config`, else `$FRUGAL_CONFIG`, else the default path when it exists."""
+    from frugal_proxy import config as config_module
+
+    path = config_module.config_path(path_option)
+    if path_option is None and not os.environ.get("FRUGAL_CONFIG") and not path.exists():
+        return {}
+    try:
+        settings = config_module.load(path).governor
+    except config_module.ConfigError as exc:
+        print(f"frugal-proxy: config error: {exc}", file=sys.stderr)
+        return 2
+    return {field: getattr(settings, field) for field in settings.__struct_fields__}
 
 
 def _governor_settings(governor: dict[str, Any]) -> GovernorSettings:

@@ -139,6 +139,7 @@ async def serve_stdio(config: Config) -> int:
         assembly = router_options["assembly"]
         async with run(upstreams, lazy=fleet.lazy) as running:
             tg = running.task_group
+            await assembly.start(tg)
             session = Router(upstreams, downstream, tg, **router_options)
             tg.start_soon(stop_on_signal, tg.cancel_scope)
             tg.start_soon(status.keep_written)

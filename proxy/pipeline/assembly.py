@@ -18,6 +18,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import anyio.abc
+
 from frugal_proxy.capabilities import CAPABILITIES, TOOLS
 from frugal_proxy.config import (
     COOLDOWN_DEFAULT,
@@ -68,6 +70,14 @@ class Assembly:
     http: HttpClient | None = None
     dispatch: DispatchSettings = field(default_factory=DispatchSettings)  # the deadline
 
+    async def start(self, task_group: anyio.abc.TaskGroup) -> None:
+        """Start what providers keep running for the life of the process (a remote MCP server's
+        shared connection); each has a `serve(task_status=...)`."""
+        for provider in self.providers:
+            serve = getattr(provider, "serve", None)
+            if serve is not None:
+                await task_group.start(serve)
+
     async def aclose(self) -> None:
         """Release what the providers hold (the shared HTTP client, a browser, a remote MCP
         connection); the process is ending."""
@@ -77,6 +87,13 @@ class Assembly:
                 await close()
         if self.http is not None:
             await self.http.close()
+
+
+def provider_key(spec: ProviderSpec) -> str:
+    """A routed provider's key in a pipeline's providers: `search/serper`, apart from the plain
+    tools' providers, which are keyed by their upstream's name (a provider may share a name with
+    the upstream that serves it). Receipts and routing rules use `spec.name`."""
+    return f"{spec.capability}/{spec.name}"
 
 
 def assemble(
@@ -114,7 +131,7 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
     assembly.dispatch = DispatchSettings(deadline=config.limits.routed_timeout_seconds, retries=config.limits.retries)
     specs = [provider.spec for provider in enabled.providers] + [spec for spec, _ in enabled.upstream_tools]
     for capability in CAPABILITIES:
-        names = tuple(spec.name for spec in specs if spec.capability == capability)
+        names = tuple(provider_key(spec) for spec in specs if spec.capability == capability)
         if names:
             tool = TOOLS[capability]
             assembly.routes.append(Route(tool["name"], names, tool["outputSchema"], capability=capability))

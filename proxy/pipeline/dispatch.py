@@ -60,9 +60,9 @@ class DispatchSettings:
 
 class Dispatch:
     def __init__(
-        self, providers: Mapping[str, Provider], policies: Sequence[Policy], settings: DispatchSettings
+        self, providers: Mapping[tuple[str, str], Provider], policies: Sequence[Policy], settings: DispatchSettings
     ) -> None:
-        self.providers = providers
+        self.providers = providers  # by (capability, name): a candidate is a spec
         self.settings = settings
         self.clock = settings.clock
         # Only the policies that take part in dispatch are asked, so the others cost nothing here.
@@ -188,7 +188,7 @@ class Dispatch:
 
     async def _call(self, exchange: Exchange, spec: ProviderSpec) -> Outcome | None:
         """One call of the provider with what remains of the deadline; None when it ran out."""
-        provider = self.providers[spec.name]
+        provider = self.providers[(spec.capability, spec.name)]
         if exchange.deadline is None:
             return await provider.call(exchange)
         with anyio.move_on_after(exchange.deadline - self.clock()):

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from frugal_proxy.capabilities import Page, browse_from
+import msgspec
+
+from frugal_proxy.capabilities import PAYLOAD_SCHEMAS, Page, browse_from
 from frugal_proxy.intents import MIN_EXTRACT_CHARS
 from frugal_proxy.pipeline import routed
 from frugal_proxy.pipeline.dispatch import Dispatch, DispatchSettings
@@ -27,8 +29,10 @@ class Pipeline:
         self, policies: Sequence[Policy], providers: Mapping[str, Provider], settings: DispatchSettings | None = None
     ) -> None:
         self.policies = list(policies)
-        self.providers = dict(providers)
-        self.dispatch = Dispatch(self.providers, self.policies, settings or DispatchSettings())
+        self.providers = dict(providers)  # by the keys routes name them with
+        # The same providers by what their spec says (a candidate is a spec).
+        self._by_spec = {(provider.spec.capability, provider.spec.name): provider for provider in providers.values()}
+        self.dispatch = Dispatch(self._by_spec, self.policies, settings or DispatchSettings())
 
     async def run(self, exchange: Exchange) -> Frame:
         """Take one call through every phase; the frame returned is what the client gets."""
@@ -51,16 +55,30 @@ class Pipeline:
                 await self._fall_forward(exchange, then)
         exchange.receipt = self._receipt(exchange)
         if exchange.route.capability is not None and exchange.answer is None:
-            exchange.answer = routed.answer(exchange, exchange.receipt)
-        elif exchange.receipt.total_micros and exchange.answer is not None:
-            # A priced plain tool keeps its content; its receipt rides in _meta["frugal/route"].
-            exchange.answer = routed.with_route_meta(exchange.answer, exchange, exchange.receipt)
-        for policy in self.policies:
-            await policy.govern(exchange)
+            await self._govern_routed(exchange, exchange.receipt)
+        else:
+            if exchange.receipt.total_micros and exchange.answer is not None:
+                # A priced plain tool keeps its content; its receipt rides in _meta["frugal/route"].
+                exchange.answer = routed.with_route_meta(exchange.answer, exchange, exchange.receipt)
+            for policy in self.policies:
+                await policy.govern(exchange)
         for policy in self.policies:
             await policy.seal(exchange)
         assert exchange.answer is not None
         return exchange.answer
+
+    async def _govern_routed(self, exchange: Exchange, receipt: Receipt) -> None:
+        """The governor shapes a routed answer's payload (the hits, the page) against the
+        payload's schema; the receipt goes on after, so it is never what is cut."""
+        route = exchange.route
+        exchange.answer = routed.payload(exchange)
+        exchange.route = msgspec.structs.replace(route, output_schema=PAYLOAD_SCHEMAS.get(route.capability or ""))
+        try:
+            for policy in self.policies:
+                await policy.govern(exchange)
+        finally:
+            exchange.route = route
+        exchange.answer = routed.answer(exchange, receipt, exchange.answer)
 
     @staticmethod
     def _needs_a_browser(exchange: Exchange) -> bool:
@@ -77,6 +95,9 @@ class Pipeline:
         exchange.trace.append(
             Decision("dispatch", "execute", "fell forward", f"the extraction came back {size}: rendered in a browser")
         )
+        last = exchange.attempts[-1] if exchange.attempts else None
+        if last is not None and last.outcome == "ok":  # it answered, with (nearly) nothing: not a win
+            exchange.attempts[-1] = msgspec.structs.replace(last, outcome="empty")
         exchange.route = then
         exchange.request = browse_from(exchange.request)
         exchange.answer = None

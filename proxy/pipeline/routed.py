@@ -116,18 +116,32 @@ def _part(decision: Decision) -> str:
     return f"{decision.policy}: {decision.detail}"
 
 
-def answer(exchange: Exchange, receipt: Receipt) -> Frame:
-    """The routed tool's result: the provider's normalized answer with its receipt."""
-    outcome = exchange.outcome
-    data = outcome.data if outcome is not None else None
-    body: dict[str, Any] = {}
-    warnings: list[str] = []
-    if isinstance(data, Page):
-        body["page"] = data
+def _payload_body(exchange: Exchange) -> dict[str, Any]:
+    data = exchange.outcome.data if exchange.outcome is not None else None
+    return {"page": data} if isinstance(data, Page) else {"results": list(data or [])}
+
+
+def payload(exchange: Exchange) -> Frame:
+    """The provider's normalized answer alone, as a result: what the size governor measures and
+    shapes before the receipt is added (so it cuts the hits or the page, never the receipt)."""
+    text = _encoder.encode(_payload_body(exchange))
+    result = {"content": [{"type": "text", "text": text.decode()}], "structuredContent": msgspec.Raw(text)}
+    return jsonrpc.result(exchange.call.request_id, msgspec.Raw(_encoder.encode(result)))
+
+
+def answer(exchange: Exchange, receipt: Receipt, governed: Frame | None = None) -> Frame:
+    """The routed tool's result: the provider's normalized answer (as `governed` left it, when the
+    governor saw `payload` first) with its receipt; the governor's markers and `_meta` kept."""
+    extra: list[Any] = []
+    meta: dict[str, Any] | None = None
+    found = _governed_body(governed)
+    if found is not None:
+        body, extra, meta = found
     else:
-        body["results"] = list(data or [])
-        if not body["results"]:
-            warnings.append("no provider found anything for this query")
+        body = msgspec.to_builtins(_payload_body(exchange))
+    warnings: list[str] = []
+    if "results" in body and not body["results"]:
+        warnings.append("no provider found anything for this query")
     warnings.extend(exchange.warnings)
     if exchange.route.name == EXECUTE:
         body["capability"] = exchange.route.capability
@@ -136,12 +150,28 @@ def answer(exchange: Exchange, receipt: Receipt) -> Frame:
         body["warnings"] = warnings
     body["est_tokens"] = 0
     text = _encoder.encode(body)
-    body["est_tokens"] = est_tokens(len(text))
+    body["est_tokens"] = est_tokens(len(text) + sum(len(str(block.get("text", ""))) for block in extra))
     text = _encoder.encode(body)
-    result = {
-        "content": [{"type": "text", "text": text.decode()}],
+    result: dict[str, Any] = {
+        "content": [{"type": "text", "text": text.decode()}, *extra],
         "structuredContent": msgspec.Raw(text),
         "isError": False,
         "resultType": "complete",
     }
+    if meta:
+        result["_meta"] = meta
     return jsonrpc.result(exchange.call.request_id, msgspec.Raw(_encoder.encode(result)))
+
+
+def _governed_body(governed: Frame | None) -> tuple[dict[str, Any], list[Any], dict[str, Any] | None] | None:
+    """The (possibly shaped) payload, the governor's extra content blocks (its marker) and its
+    `_meta`, from the payload result the governor saw."""
+    if governed is None or "result" not in governed:
+        return None
+    result = jsonrpc.decode_any(governed["result"])
+    if not isinstance(result, dict) or not isinstance(result.get("structuredContent"), dict):
+        return None
+    content = result.get("content")
+    extra = [block for block in content[1:] if isinstance(block, dict)] if isinstance(content, list) else []
+    meta = result.get("_meta") if isinstance(result.get("_meta"), dict) else None
+    return dict(result["structuredContent"]), extra, meta

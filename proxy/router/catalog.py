@@ -24,6 +24,7 @@ import hashlib
 import logging
 import re
 import urllib.parse
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -254,14 +255,21 @@ class Catalog:
         scope = "public" if scopes and all(s == "public" for s in scopes) else "private"
         return (min(ttls) if ttls else 0, scope)
 
-    async def page(self, method: str, params: dict[str, msgspec.Raw], client: Client) -> dict[str, Any]:
-        """One page of a merged list, as the result body the client gets."""
+    async def page(
+        self, method: str, params: dict[str, msgspec.Raw], client: Client, extra: Sequence[dict[str, Any]] = ()
+    ) -> dict[str, Any]:
+        """One page of a merged list, as the result body the client gets; `extra` items (the
+        proxy's own tools) follow the upstreams' and are paged with them."""
         merged = await self.merged(method, params, client)
+        items = merged.items
+        if extra:
+            taken = {item.get("name") for item in items if isinstance(item, dict)}
+            items = [*items, *(item for item in extra if item.get("name") not in taken)]
         offset = decode_cursor(params.get("cursor"))
         key, _ = KINDS[method]
         end = offset + self.page_size
-        body: dict[str, Any] = {key: merged.items[offset:end]}
-        if end < len(merged.items):
+        body: dict[str, Any] = {key: items[offset:end]}
+        if end < len(items):
             body["nextCursor"] = encode_cursor(end)
         if client.modern:
             ttl, scope = self.hints(method)

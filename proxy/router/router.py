@@ -23,7 +23,7 @@ from frugal_proxy.bridge.link import Client, UpstreamLink
 from frugal_proxy.capabilities import EXECUTE_TOOL, TOOLS, request_of
 from frugal_proxy.config import ToolFilter
 from frugal_proxy.errors import BridgeError, ProxyError, UpstreamDown
-from frugal_proxy.pipeline.assembly import Assembly, assemble
+from frugal_proxy.pipeline.assembly import Assembly, assemble, provider_key
 from frugal_proxy.pipeline.pipeline import Pipeline, build_pipeline
 from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame, RequestId
@@ -101,10 +101,10 @@ class Router:
             for link in self.links
         }
         providers[self.own_tools.name] = self.own_tools
-        providers.update((provider.spec.name, provider) for provider in assembly.providers)
+        providers.update((provider_key(provider.spec), provider) for provider in assembly.providers)
         for spec, options in assembly.upstream_tools:
             link = self._link_by_name[str(options.upstream)]
-            providers[spec.name] = UpstreamToolProvider(spec, options, link.forward)
+            providers[provider_key(spec)] = UpstreamToolProvider(spec, options, link.forward)
         self.pipeline: Pipeline = build_pipeline(providers, assembly.policies, assembly.dispatch)
         self.routes = RouteTable(self.links, self.catalog, self.own_tools)
         for route in assembly.routes:
@@ -258,8 +258,9 @@ class Router:
         if method == "tools/call":
             return await self._tools_call(client_id, params, client, progress, origin)
         if method in KINDS and not self.single:
-            page = jsonrpc.result(None, await self.catalog.page(method, params, client))
-            return self._with_own_tools(page) if method == "tools/list" and self.listed else page
+            extra = self.listed if method == "tools/list" else ()
+            page = jsonrpc.result(None, await self.catalog.page(method, params, client, extra))
+            return self._own_tools_ttl(page) if method == "tools/list" and self.listed else page
         link, params = await self._route(method, params, client)
         if not client.modern and method in SUBSCRIBE_METHODS and link.upstream.era == "modern":
             return await link.legacy_subscribe(method, jsonrpc.decode_any(params["uri"]))
@@ -360,7 +361,8 @@ class Router:
         return await self.pipeline.run(exchange)
 
     def _with_own_tools(self, reply: Frame) -> Frame:
-        """The upstream's tools/list with the proxy's own tools added to its last page."""
+        """The one upstream's tools/list with the proxy's own tools added to its last page (the
+        upstream pages its own list; several upstreams' merged list pages them with the rest)."""
         if "result" not in reply:
             return reply
         body = jsonrpc.sub_object(reply, "result")
@@ -372,10 +374,16 @@ class Router:
         taken = {tool.get("name") for tool in tools if isinstance(tool, dict)}
         tools.extend(tool for tool in self.listed if tool["name"] not in taken)
         body["tools"] = jsonrpc.raw(tools)
-        if "ttlMs" in body:  # a modern client's page: its hints cover the own tools' part too
-            ttl = jsonrpc.decode_any(body["ttlMs"])
-            ttl = ttl if isinstance(ttl, int) and ttl >= 0 else 0
-            body["ttlMs"] = jsonrpc.raw(min(ttl, LISTING_TTL_MS))
+        return self._own_tools_ttl(jsonrpc.result(None, body))
+
+    def _own_tools_ttl(self, reply: Frame) -> Frame:
+        """A modern client's page: its cache hints cover the own tools' part too."""
+        body = jsonrpc.sub_object(reply, "result")
+        if "ttlMs" not in body:
+            return reply
+        ttl = jsonrpc.decode_any(body["ttlMs"])
+        ttl = ttl if isinstance(ttl, int) and ttl >= 0 else 0
+        body["ttlMs"] = jsonrpc.raw(min(ttl, LISTING_TTL_MS))
         return jsonrpc.result(None, body)
 
     # -- logging ------------------------------------------------------------------------------------

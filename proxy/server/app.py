@@ -118,6 +118,7 @@ async def serve_http(
                 print(f"frugal-proxy: {problem}", file=sys.stderr)
                 tg.cancel_scope.cancel()
                 return 2
+        await assembly.start(tg)
         shared = Router(connections, DownstreamPeer(_NoClient()), tg, **upstreams.options)
         sessions = None
         if not settings.stateless:

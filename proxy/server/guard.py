@@ -91,6 +91,10 @@ def parse_rate(text: str) -> tuple[float, int]:
 class GuardSettings:
     operators: Operators | None = None  # None: no bearer auth; every client is the operator `local`
     allowed_hosts: frozenset[str] = frozenset()
+    # A non-loopback bind that requires a bearer token: DNS rebinding needs a loopback or an
+    # unauthenticated target, so the Host check protects nothing the token does not; any Host
+    # passes (a sidecar reached by its compose service name), the Origin check stays.
+    any_host: bool = False
     allowed_origins: frozenset[str] = frozenset()
     rate: float = 100.0
     burst: int = 1000
@@ -146,7 +150,7 @@ class Guard:
             await _refuse(send, 429, "rate_limited", "too many requests; slow down", {"Retry-After": retry})
             return
         host = _host_name(headers.get("host", ""))
-        if host not in self.hosts:
+        if host not in self.hosts and not self.settings.any_host:
             log.warning("request with a Host that is not allowed refused", extra={"status": 403})
             await _refuse(send, 403, "host_not_allowed", "Host not allowed (add it with --allowed-host)")
             return

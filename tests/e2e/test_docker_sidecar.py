@@ -331,8 +331,17 @@ async def test_the_compose_command_accepts_anythingllm_by_service_name(image: Im
                 answered = await http.post(url, json=INITIALIZE, headers=as_anythingllm)
                 assert answered.status_code == 200, answered.text
                 assert answered.json()["result"]["serverInfo"]["name"]
+                # The bind is not loopback and a token is required, so any Host passes (the token is
+                # the protection against DNS rebinding there); a browser Origin is still checked.
                 stranger = await http.post(url, json=INITIALIZE, headers={**as_anythingllm, "Host": "elsewhere:8765"})
-                assert stranger.status_code == 403
+                assert stranger.status_code == 200, stranger.text
+                browser = {**as_anythingllm, "Origin": "https://evil.example"}
+                refused = await http.post(url, json=INITIALIZE, headers=browser)
+                assert refused.status_code == 403 and refused.json()["error"] == "origin_not_allowed"
+                unauthorized = await http.post(
+                    url, json=INITIALIZE, headers={**LEGACY_HEADERS, "Host": "elsewhere:8765"}
+                )
+                assert unauthorized.status_code == 401
     finally:
         proxy.stop()
 

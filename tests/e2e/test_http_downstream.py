@@ -542,3 +542,32 @@ def test_an_upstream_that_cannot_start_exits_2_before_listening() -> None:
     assert proxy.stop() == 2
     assert not proxy.url
     assert any("the upstream did not start" in line for line in proxy.lines)
+
+
+async def test_a_token_guarded_non_loopback_bind_accepts_its_service_name_as_host() -> None:
+    """The Docker sidecar, reached as http://frugal-proxy:8765/mcp on a compose network: with a
+    bearer token required, any Host passes on a non-loopback bind; a loopback bind stays strict."""
+    token = {"FRUGAL_AUTH_TOKEN": "sidecar-token"}
+    wide = Proxy(proxy_command(notes_command(), "--http", "0.0.0.0:0"), token)
+    narrow = Proxy(proxy_command(notes_command(), "--http", "127.0.0.1:0"), token)
+    try:
+        wide_port = wide.wait_listening().rsplit(":", 1)[1].split("/")[0]
+        narrow_url = narrow.wait_listening()
+        headers = {"Host": "frugal-proxy:8765", "Authorization": "Bearer sidecar-token"}
+        async with httpx2.AsyncClient(timeout=30) as http:
+            served = await http.get(f"http://127.0.0.1:{wide_port}/healthz", headers=headers)
+            listed = await http.post(
+                f"http://127.0.0.1:{wide_port}/mcp",
+                json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": META}},
+                headers={**headers, **modern_headers("tools/list")},
+            )
+            browser = await http.get(
+                f"http://127.0.0.1:{wide_port}/healthz", headers={**headers, "Origin": "https://evil.example"}
+            )
+            strict = await http.get(narrow_url.rsplit("/", 1)[0] + "/healthz", headers=headers)
+        assert served.status_code == 200 and listed.status_code == 200, listed.text
+        assert browser.status_code == 403 and browser.json()["error"] == "origin_not_allowed"
+        assert strict.status_code == 403 and strict.json()["error"] == "host_not_allowed"
+    finally:
+        wide.stop()
+        narrow.stop()

@@ -17,13 +17,18 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp_types import TextContent
 
+from frugal_proxy.providers import registry
 from tests.conftest import notes_command
 from tests.servers.fake_apis import FakeApis, fake_apis
 
 pytestmark = pytest.mark.anyio
 
-# Every built-in but wikipedia, so that a test never reaches the network.
-OTHERS = ["searxng", "youcom-free", "marginalia", "serper", "youcom", "brave"]
+# Every built-in but wikipedia is off, so that a test never reaches the network.
+OFF = "".join(
+    f"[{builtin.capability}_providers.{builtin.name}]\nenabled = false\n"
+    for builtin in registry.built_ins()
+    if builtin.name != "wikipedia"
+)
 
 
 @pytest.fixture
@@ -46,10 +51,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def search_config(apis: FakeApis, wikipedia: str = "/wikipedia", upstream: bool = True) -> str:
-    lines = [
-        f'[search_providers.wikipedia]\nbase_url = "{apis.base}{wikipedia}"',
-        f"[routing.search]\ndeny = {json.dumps(OTHERS)}",
-    ]
+    lines = [f'[search_providers.wikipedia]\nbase_url = "{apis.base}{wikipedia}"', OFF]
     if upstream:
         lines.insert(0, f"[upstreams.notes]\ncommand = {json.dumps(notes_command())}")
     return "\n".join(lines) + "\n"
@@ -101,7 +103,7 @@ async def test_bad_arguments_and_a_failing_provider_get_clear_errors(tmp_path: P
     assert failed.content[0].text == (  # type: ignore[union-attr]
         "frugal__search failed on every provider (1 attempt(s)): wikipedia failed (503)"
     )
-    assert pinned.is_error  # brave has no key here, so it is not on
+    assert pinned.is_error  # brave is off here
     assert "no search provider named 'brave' is on (available: wikipedia)" in pinned.content[0].text  # type: ignore[union-attr]
     assert still.is_error is False  # plain upstream tools keep working beside them
 
@@ -144,7 +146,8 @@ async def test_a_priced_upstream_tool_carries_its_receipt_in_meta(tmp_path: Path
     config = write(
         tmp_path,
         f"[upstreams.notes]\ncommand = {json.dumps(notes_command())}\ncost_per_call = 0.0025\n"
-        f"[routing.search]\ndeny = {json.dumps([*OTHERS, 'wikipedia'])}\n",
+        + OFF
+        + "[search_providers.wikipedia]\nenabled = false\n",
     )
     with anyio.fail_after(60):
         async with Client(serve(tmp_path / "home", config), mode="legacy", cache=None) as client:

@@ -3,6 +3,9 @@ both protocol eras, against an SDK server (both eras) and server-everything (ses
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -16,7 +19,7 @@ from mcp_types import (
     TextContent,
 )
 
-from tests.conftest import params, proxy_command
+from tests.conftest import notes_command, params, proxy_command
 
 pytestmark = pytest.mark.anyio
 
@@ -177,3 +180,51 @@ async def test_a_modern_upstream_that_answers_discover_late_is_still_served(mode
             assert (await proxied.call_tool("add", {"a": 20, "b": 22})).structured_content == {"result": 42}
             result = await proxied.call_tool("summarise", {"topic": "tides"})
             assert "sampled: Summarise tides" in str(result.content)
+
+
+async def test_the_upstream_command_may_come_without_a_double_dash() -> None:
+    """The MCP Inspector consumes the first `--`: `frugal-proxy node server.js` works too."""
+    upstream = notes_command()
+    with anyio.fail_after(30):
+        async with Client(
+            params([sys.executable, "-m", "frugal_proxy", "--name", "notes", *upstream]), mode="legacy"
+        ) as client:
+            assert (await client.call_tool("add", {"a": 2, "b": 3})).structured_content == {"result": 5}
+
+
+def test_a_word_that_is_no_subcommand_nor_program_is_refused_clearly() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "frugal_proxy", "statz", "--month", "2026-07"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "'statz' is neither a subcommand" in done.stderr and "put the upstream command after --" in done.stderr
+
+
+async def test_the_wrap_form_reads_the_governor_of_a_config_file(tmp_path: Path) -> None:
+    """`--config` (or FRUGAL_CONFIG) gives a wrapped server the file's budgets; its [upstreams]
+    are the wrapped command's to replace, and a flag wins over the file."""
+    config = tmp_path / "frugal.toml"
+    config.write_text('[upstreams.ignored]\ncommand = ["/nonexistent"]\n[governor]\nmax_bytes = 2048\n')
+    upstream = notes_command()
+    with anyio.fail_after(60):
+        async with Client(params(proxy_command(upstream, "--config", str(config))), mode="legacy") as client:
+            shaped = await client.call_tool("blob", {"size": 10_000})
+        flagged = params(proxy_command(upstream, "--config", str(config), "--max-bytes", "65536"))
+        async with Client(flagged, mode="legacy") as client:
+            whole = await client.call_tool("blob", {"size": 10_000})
+    assert "frugal/governor" in (shaped.meta or {})
+    assert "frugal/governor" not in (whole.meta or {})
+
+
+def test_a_bad_config_file_stops_the_wrap_form_with_its_message(tmp_path: Path) -> None:
+    upstream = notes_command()
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[governor]\nmax_bytes = 10\n")
+    done = subprocess.run(
+        proxy_command(upstream, "--config", str(broken)), capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 2 and "at governor: max_bytes must be at least 1024" in done.stderr

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import email.utils
+import functools
 import time
+from collections.abc import Mapping
 
 import httpx2
+import msgspec
 import pytest
 
 from frugal_proxy.providers import http_client
 from frugal_proxy.providers.http_client import MAX_BODY_BYTES, BodyTooLarge, fault, network_fault
+from frugal_proxy.records import Outcome
 from tests.providers.api_fakes import client
 
 pytestmark = pytest.mark.anyio
@@ -73,4 +77,32 @@ async def test_every_request_names_the_project_and_a_huge_body_is_refused() -> N
 async def test_the_client_is_made_on_first_use_only() -> None:
     shared = http_client.HttpClient()
     assert shared._client is None
+    await shared.close()
+
+
+class _Answer(msgspec.Struct):
+    items: list[str]
+
+
+async def test_fetch_json_answers_the_body_or_the_outcome_of_what_went_wrong() -> None:
+    answers = iter(
+        [
+            httpx2.Response(200, json={"items": ["a"]}),
+            httpx2.Response(200, json={"other": 1}),
+            httpx2.Response(429, headers={"X-Wait": "4"}),
+        ]
+    )
+    shared = client(lambda request: next(answers))
+    seen: list[tuple[int, str | None]] = []
+
+    def refine(status: int, headers: Mapping[str, str], outcome: Outcome) -> Outcome:
+        seen.append((status, headers.get("x-wait")))
+        return Outcome(outcome.kind, message="refined", retry_after=4.0)
+
+    fetch = functools.partial(shared.fetch_json, "api", "GET", "https://api.example/s", _Answer, request_timeout=5)
+    assert await fetch(refine=refine) == _Answer(["a"])
+    bad = await fetch(refine=refine)
+    assert isinstance(bad, Outcome) and bad.kind == "transient" and "documented JSON" in bad.message
+    assert await fetch(refine=refine) == Outcome("rate_limited", message="refined", retry_after=4.0)
+    assert seen == [(429, "4")]
     await shared.close()

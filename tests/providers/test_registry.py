@@ -114,3 +114,8 @@ def test_an_unknown_name_without_an_upstream_tool_is_refused() -> None:
     config = Config(search_providers={"serpapi": ProviderConfig(cost_per_call=Decimal("0.01"))})
     with pytest.raises(ValueError, match=r"search_providers\.serpapi: no built-in search provider has this name"):
         registry.enable(config, {}, client(lambda request: httpx2.Response(500)))
+
+
+def test_a_self_hosted_provider_is_on_with_a_config_base_url_instead_of_its_variable() -> None:
+    config = config_module.loads('[search_providers.needs-url]\nbase_url = "http://127.0.0.1:8888"\n', environ={})
+    assert "needs-url" in enabled_names(config, {})

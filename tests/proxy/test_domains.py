@@ -171,3 +171,35 @@ def test_malformed_rules_say_why(rule: str, why: str) -> None:
 @pytest.mark.parametrize("rule", ["example.com", "*.example.com", "10.0.0.1", "::1", "[::1]", "bücher.example"])
 def test_good_rules_pass(rule: str) -> None:
     assert rule_error(rule) is None
+
+
+@pytest.mark.anyio
+async def test_the_local_fetchers_hop_check_refuses_a_redirect_to_a_private_address() -> None:
+    """How readability (and chromium) take the rules: `url_allowed` as their per-hop check, so a
+    public page that redirects to the cloud metadata address is refused before it is asked."""
+    import anyio
+    import httpx2
+
+    from frugal_proxy.providers.http_client import HttpClient
+    from frugal_proxy.providers.page_fetch import fetch_html
+    from frugal_proxy.records import Outcome
+
+    asked: list[str] = []
+
+    def site(request: httpx2.Request) -> httpx2.Response:
+        asked.append(str(request.url))
+        return httpx2.Response(302, headers={"location": "http://0xa9fea9fe/latest/meta-data/"})
+
+    async def check(url: str) -> str | None:
+        return url_allowed(url, PRIVATE)
+
+    http = HttpClient(transport=httpx2.MockTransport(site))
+    with anyio.fail_after(5):
+        fetched = await fetch_html(http, "https://example.org/", provider="readability", request_timeout=5, check=check)
+        await http.close()
+    assert asked == ["https://example.org/"]
+    assert isinstance(fetched, Outcome) and fetched.kind == "permanent"
+    assert fetched.message == (
+        "readability: the redirect to 0xa9fea9fe is not allowed: 169.254.169.254 (written 0xa9fea9fe) is a "
+        "link-local address (where cloud metadata services answer) (routing.domains.deny_private)"
+    )

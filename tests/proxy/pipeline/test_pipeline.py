@@ -8,6 +8,8 @@ import msgspec
 import pytest
 
 from frugal_proxy.capabilities import BrowseRequest, ExtractRequest, Page, SearchHit
+from frugal_proxy.config import GovernorSettings
+from frugal_proxy.pipeline.assembly import assemble
 from frugal_proxy.pipeline.pipeline import build_pipeline
 from frugal_proxy.policies import Policy
 from frugal_proxy.protocol import jsonrpc
@@ -205,7 +207,7 @@ async def test_a_nearly_empty_extraction_falls_forward_to_a_browser_with_costs_s
     assert body["capability"] == "browse" and body["provider_used"] == "chromium"
     assert body["page"]["markdown"].startswith("The real text.")  # type: ignore[index]
     assert [(a["provider"], a["outcome"], a["cost_usd"]) for a in body["attempts"]] == [  # type: ignore[union-attr]
-        ("jina", "won", 0.001),
+        ("jina", "empty", 0.001),  # it answered (and billed), with nearly nothing
         ("chromium", "won", 0),
     ]
     assert body["total_cost_usd"] == 0.001 and body["cost_usd"] == 0
@@ -219,3 +221,23 @@ async def test_a_full_extraction_does_not_fall_forward() -> None:
     pipeline = build_pipeline({"readability": reader, "chromium": chromium})
     body = structured(await pipeline.run(execute(("readability",), ("chromium",))))
     assert body["capability"] == "extract" and chromium.calls == []
+
+
+async def test_the_governor_cuts_a_routed_answers_hits_and_never_its_receipt() -> None:
+    many = [SearchHit(f"t{n}", f"https://x.example/{n}", "snippet " * 40, "s") for n in range(50)]
+
+    async def search(ex: Exchange) -> Outcome:
+        return Outcome("ok", data=many)
+
+    governed = assemble(GovernorSettings(max_bytes=4096))
+    pipeline = build_pipeline({"search/s": FakeProvider("s", search, capability="search")}, governed.policies)
+    ex = routed("search/s")
+    answer = jsonrpc.decode_any((await pipeline.run(ex))["result"])
+    content = answer["structuredContent"]
+    assert 0 < len(content["results"]) < 50  # the hits are cut, not the receipt
+    assert [a["provider"] for a in content["attempts"]] == ["s"] and content[
+        "provider_used"
+    ] == "s"  # ...not the receipt
+    assert json.loads(answer["content"][0]["text"]) == content
+    assert "output truncated to" in answer["content"][1]["text"]  # the marker, outside the JSON
+    assert answer["_meta"]["frugal/governor"]["receipts"][0]["total_records"] == 50

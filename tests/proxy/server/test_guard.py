@@ -120,3 +120,32 @@ async def test_the_guard_hands_each_request_its_operator_in_the_scope(tmp_path: 
     open_guard = Guard(app, GuardSettings())
     await open_guard(scope(None), receive, send)
     assert seen[-1] == "local"
+
+
+async def test_any_host_passes_where_a_token_guards_a_non_loopback_bind(tmp_path: Path) -> None:
+    operators = Operators({"alice": token_hash("t")}, path=tmp_path / "ops.json")
+    statuses: list[int] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+
+    def scope(host: bytes, origin: bytes | None = None) -> Scope:
+        headers = [(b"host", host), (b"authorization", b"Bearer t")]
+        if origin is not None:
+            headers.append((b"origin", origin))
+        return {"type": "http", "method": "POST", "path": "/mcp", "headers": headers, "client": ("10.0.0.9", 1)}
+
+    strict = Guard(app, GuardSettings(operators=operators))
+    sidecar = Guard(app, GuardSettings(operators=operators, any_host=True))
+    await strict(scope(b"frugal-proxy:8765"), receive, send)
+    await sidecar(scope(b"frugal-proxy:8765"), receive, send)
+    await sidecar(scope(b"frugal-proxy:8765", origin=b"https://evil.example"), receive, send)
+    assert statuses == [403, 204, 403]  # the Origin check stays

@@ -1,0 +1,171 @@
+"""The local browser: this machine's Chromium, driven by Playwright, renders pages from a loopback
+server (tests/servers/page_server.py). The page whose text only JavaScript writes is the point:
+Chromium reads it, the fetch-and-extract reader finds nothing there (the fall-forward signal).
+
+scripts/setup.sh installs Debian's chromium, so CI runs these for real; they skip, saying so,
+only on a machine without a Chromium binary.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+from blockbuster import blockbuster_ctx
+
+from frugal_proxy.capabilities import Page
+from frugal_proxy.providers import chromium, readability
+from frugal_proxy.providers.http_client import HttpClient
+from frugal_proxy.providers.page_fetch import HopCheck
+from frugal_proxy.records import Outcome
+from tests.providers.api_fakes import exchange, loopback_setup
+from tests.servers.page_server import JS_TEXT, PageServer, page_server
+
+pytestmark = pytest.mark.anyio
+BINARY = chromium.find_binary(os.environ)
+needs_chromium = pytest.mark.skipif(
+    BINARY is None, reason="no Chromium binary on this machine (scripts/setup.sh installs Debian's chromium)"
+)
+
+
+@pytest.fixture(scope="module")
+def pages() -> Iterator[PageServer]:
+    with page_server() as served:
+        yield served
+
+
+@asynccontextmanager
+async def browser(check: HopCheck | None = None, seconds: float = 20.0) -> AsyncIterator[chromium.Chromium]:
+    provider = chromium.Chromium(
+        loopback_setup(chromium.BUILTINS[0], HttpClient(), environ=os.environ, timeout=seconds), check
+    )
+    try:
+        yield provider
+    finally:
+        await provider.aclose()
+
+
+async def browse(provider: chromium.Chromium, url: str, **arguments: object) -> Outcome:
+    with anyio.fail_after(45):
+        return await provider.call(exchange("browse", {"url": url, **arguments}))
+
+
+# -- finding the binary (no browser needed) ------------------------------------------------------
+
+
+def _executable(path: Path) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def test_chromium_path_wins_and_must_be_an_executable(tmp_path: Path) -> None:
+    mine = _executable(tmp_path / "my-chromium")
+    assert chromium.find_binary({"CHROMIUM_PATH": mine}) == mine
+    assert chromium.find_binary({"CHROMIUM_PATH": str(tmp_path / "missing")}) is None
+    needs = chromium.BUILTINS[0].needs
+    assert needs is not None and needs({"CHROMIUM_PATH": str(tmp_path / "missing")}) == (
+        "CHROMIUM_PATH does not name an executable file"
+    )
+    assert needs({"CHROMIUM_PATH": mine}) is None
+
+
+def test_the_system_browser_comes_before_playwrights_own(tmp_path: Path) -> None:
+    system = _executable(tmp_path / "usr" / "bin" / "chromium")
+    cache = tmp_path / "ms-playwright"
+    _executable(cache / "chromium-1100" / "chrome-linux" / "chrome")
+    newest = _executable(cache / "chromium-1200" / "chrome-linux64" / "chrome")
+    env = {"PLAYWRIGHT_BROWSERS_PATH": str(cache)}
+    assert chromium.find_binary(env, system=(system,)) == system
+    assert chromium.find_binary(env, system=(str(tmp_path / "none"),)) == newest
+    assert chromium.find_binary({"HOME": str(tmp_path / "nobody")}, system=()) is None
+
+
+# -- rendering --------------------------------------------------------------------------------
+
+
+@needs_chromium
+async def test_chromium_reads_what_only_javascript_writes(pages: PageServer) -> None:
+    http = HttpClient()
+    reader = readability.Readability(loopback_setup(readability.BUILTINS[0], http))
+    with blockbuster_ctx(["frugal_proxy"]):  # launching, rendering and extracting never block the loop
+        async with browser() as provider:
+            outcome = await browse(provider, f"{pages.base}/js-only")
+        fetched = await reader.call(exchange("extract", {"url": f"{pages.base}/js-only"}))
+    await http.close()
+    assert outcome.kind == "ok" and isinstance(outcome.data, Page)
+    assert JS_TEXT in (outcome.data.markdown or "") and outcome.data.title == "Quarterly report"
+    assert outcome.data.url == f"{pages.base}/js-only"
+    assert fetched.kind == "empty"  # the same page, fetched and extracted: nothing to read
+
+
+@needs_chromium
+async def test_wait_for_waits_for_the_selector(pages: PageServer) -> None:
+    async with browser(seconds=4) as provider:
+        late = await browse(provider, f"{pages.base}/late", wait_for="#late")
+        never = await browse(provider, f"{pages.base}/late", wait_for="#never-there")
+    assert late.kind == "ok" and "The late part arrived" in (late.data.markdown or "")
+    assert never.kind == "permanent" and never.message == "chromium: the selector '#never-there' never appeared"
+
+
+@needs_chromium
+async def test_failures_are_classified(pages: PageServer) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    async with browser() as provider:
+        missing = await browse(provider, f"{pages.base}/status/404")
+        busy = await browse(provider, f"{pages.base}/status/429")
+        broken = await browse(provider, f"{pages.base}/status/503")
+        refused = await browse(provider, f"http://127.0.0.1:{closed}/")
+        empty = await browse(provider, f"{pages.base}/plain")
+    assert (missing.kind, missing.message) == ("permanent", "chromium: 127.0.0.1 answered 404")
+    assert (busy.kind, busy.retry_after) == ("transient", 3.0)  # the site's limit, not the browser's
+    assert broken.kind == "transient"
+    assert (refused.kind, refused.message) == (
+        "transient",
+        "chromium could not load the page (net::ERR_CONNECTION_REFUSED)",
+    )
+    assert empty.kind in ("ok", "empty")  # a text/plain page renders as a <pre>; either is an answer
+
+
+@needs_chromium
+async def test_the_check_sees_every_request_and_a_refused_page_is_never_asked_for(pages: PageServer) -> None:
+    seen: list[str] = []
+
+    async def record(url: str) -> str | None:
+        seen.append(url)
+        return None
+
+    async with browser(check=record) as provider:
+        outcome = await browse(provider, f"{pages.base}/article")
+    assert outcome.kind == "ok" and seen[0] == f"{pages.base}/article"
+
+    async def refuse(url: str) -> str | None:
+        return "not on the allow list"
+
+    start = len(pages.requests)
+    async with browser(check=refuse) as provider:
+        refused = await browse(provider, f"{pages.base}/article")
+    assert (refused.kind, refused.message) == ("permanent", "chromium: 127.0.0.1 is not allowed: not on the allow list")
+    assert pages.requests[start:] == []
+
+
+@needs_chromium
+async def test_one_browser_is_launched_lazily_and_reused(pages: PageServer) -> None:
+    async with browser() as provider:
+        assert provider.launches == 0  # nothing starts until the first call
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(browse, provider, f"{pages.base}/article")
+        assert provider.launches == 1
+        await provider.aclose()
+        again = await browse(provider, f"{pages.base}/article")
+        assert again.kind == "ok" and provider.launches == 2

@@ -1,0 +1,122 @@
+"""The local extractor against real pages on a loopback server (tests/servers/page_server.py):
+the fetch through the shared client, trafilatura's markdown, and each way a page can fail."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from frugal_proxy.capabilities import Page
+from frugal_proxy.config import Config, ProviderConfig
+from frugal_proxy.providers import readability
+from frugal_proxy.providers.http_client import HttpClient
+from frugal_proxy.providers.page_fetch import HopCheck, allow_every_hop
+from frugal_proxy.providers.registry import enable
+from frugal_proxy.records import Outcome
+from tests.providers.api_fakes import exchange, loopback_setup
+from tests.servers.page_server import ARTICLE, JS_TEXT, LATIN1_TEXT, WINDOWS_TEXT, PageServer, page_server
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def pages() -> Iterator[PageServer]:
+    with page_server() as served:
+        yield served
+
+
+async def extract(url: str, *, check: HopCheck = allow_every_hop, **arguments: object) -> Outcome:
+    http = HttpClient()
+    provider = readability.Readability(loopback_setup(readability.BUILTINS[0], http), check)
+    try:
+        return await provider.call(exchange("extract", {"url": url, **arguments}))
+    finally:
+        await http.close()
+
+
+async def test_an_article_is_read_as_markdown(pages: PageServer) -> None:
+    outcome = await extract(f"{pages.base}/article", formats=["markdown", "html"])
+    assert outcome.kind == "ok" and isinstance(outcome.data, Page)
+    page = outcome.data
+    assert page.url == f"{pages.base}/article" and page.title == "Frugal routing"
+    assert (page.markdown or "").startswith("# Frugal routing")
+    assert f"({pages.base}/docs/failover)" in (page.markdown or "")
+    assert page.html == ARTICLE  # the fetched HTML itself
+
+
+async def test_a_page_only_javascript_writes_is_empty(pages: PageServer) -> None:
+    outcome = await extract(f"{pages.base}/js-only")
+    assert outcome.kind == "empty" and outcome.message == "readability found no readable text on the page"
+    assert JS_TEXT not in repr(outcome)
+
+
+async def test_redirects_are_followed_to_the_page(pages: PageServer) -> None:
+    start = len(pages.requests)
+    outcome = await extract(f"{pages.base}/redirect/3")
+    assert outcome.kind == "ok" and outcome.data.url == f"{pages.base}/article"
+    assert pages.requests[start:] == ["/redirect/3", "/redirect/2", "/redirect/1", "/redirect/0", "/article"]
+    too_far = await extract(f"{pages.base}/redirect/5")  # six redirects
+    assert too_far.kind == "permanent" and "more than 5 times" in too_far.message
+
+
+async def test_the_hop_check_refuses_a_redirect_before_it_is_followed(pages: PageServer) -> None:
+    async def only_the_first(url: str) -> str | None:
+        return None if "/to?" in url else "not on the allow list"
+
+    start = len(pages.requests)
+    outcome = await extract(f"{pages.base}/to?location=/article", check=only_the_first)
+    assert outcome.kind == "permanent"
+    assert outcome.message == "readability: the redirect to 127.0.0.1 is not allowed: not on the allow list"
+    assert pages.requests[start:] == ["/to"]  # /article was never asked for
+    file_hop = await extract(f"{pages.base}/to?location=file:///etc/passwd")
+    assert file_hop.kind == "permanent" and "a file: URL" in file_hop.message
+
+
+@pytest.mark.parametrize(("path", "text"), [("/latin1", LATIN1_TEXT), ("/meta-charset", WINDOWS_TEXT)])
+async def test_the_pages_charset_is_honoured(pages: PageServer, path: str, text: str) -> None:
+    outcome = await extract(pages.base + path, formats=["text"])
+    assert outcome.kind == "ok" and text in (outcome.data.text or "")
+
+
+async def test_plain_text_is_its_own_markdown(pages: PageServer) -> None:
+    outcome = await extract(f"{pages.base}/plain", formats=["markdown", "text"])
+    assert outcome.kind == "ok" and outcome.data.markdown == outcome.data.text == "Just text.\nTwo lines of it."
+
+
+@pytest.mark.parametrize(
+    ("path", "kind", "words", "wait"),
+    [
+        ("/status/404", "permanent", "127.0.0.1 answered 404", None),
+        ("/status/401", "permanent", "127.0.0.1 answered 401", None),
+        ("/status/402", "permanent", "127.0.0.1 answered 402", None),
+        ("/status/403", "permanent", "127.0.0.1 answered 403", None),
+        ("/status/429", "transient", "rate-limiting (429); it asks to wait 3 s", 3.0),
+        ("/status/502", "transient", "127.0.0.1 answered 502", None),
+        ("/pdf", "permanent", "this one is application/pdf", None),
+        ("/huge", "permanent", "the page is over 5 MiB", None),
+    ],
+)
+async def test_failures_are_classified(pages: PageServer, path: str, kind: str, words: str, wait: float | None) -> None:
+    outcome = await extract(pages.base + path)
+    assert (outcome.kind, outcome.retry_after) == (kind, wait) and words in outcome.message
+
+
+async def test_a_closed_port_is_transient() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    outcome = await extract(f"http://127.0.0.1:{port}/article")
+    assert outcome.kind == "transient" and outcome.message == "readability could not be reached (ConnectError)"
+
+
+def test_it_is_on_with_no_configuration_and_answers_to_goreadability() -> None:
+    http = HttpClient()
+    names = [p.spec.name for p in enable(Config(), {}, http).providers]
+    assert "readability" in names
+    config = Config(extract_providers={"goreadability": ProviderConfig(timeout="7s")})
+    (found,) = [p for p in enable(config, {}, http).providers if p.spec.name == "readability"]
+    assert isinstance(found, readability.Readability) and found.setup.timeout == 7.0
+    off = enable(Config(extract_providers={"goreadability": ProviderConfig(enabled=False)}), {}, http)
+    assert off.off["readability"] == "disabled in the config"
