@@ -7,10 +7,17 @@ httpx2 MockTransport (so the network does not blur the figure).
     routed   Pipeline.run(exchange): everything a routed call goes through, with three providers
              configured (the first two fail over quickly: one 503, one with zero hits)
     single   Pipeline.run with the winning provider alone: the layer's cost without failover
+    guarded  single with every guard on, as `assemble` builds them from one config: the loop
+             guard, the domain policy (deny_private and a deny list, over the URL-free search
+             and its five results), the ceiling, a daily budget (the provider priced at one
+             micro-dollar, so each call reserves and settles), the cooldown, the deadline,
+             retries and the result cache; each call a different query, as a loop-free agent
+             makes them (so the cache misses and keeps each answer)
 
 It reports CPU time per call (process time, so a busy machine weighs less) and the routed and
-single columns as added microseconds over direct and as a ratio; the target is an added 0.3 ms
-of CPU per call (issue: routed tools). Nothing leaves the process.
+single columns as added microseconds over direct and as a ratio; the targets are an added 0.3 ms
+of CPU per call for the routing layer (issue: routed tools) and 0.1 ms more for the guards
+(issue: guardrails). Nothing leaves the process.
 
     .venv/bin/python bench/route_bench.py [--calls 2000] [--repeat 5]
 """
@@ -18,6 +25,7 @@ of CPU per call (issue: routed tools). Nothing leaves the process.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -25,10 +33,11 @@ from collections.abc import Awaitable, Callable
 import anyio
 import httpx2
 
+from frugal_proxy import config
 from frugal_proxy.capabilities import TOOLS, request_of
 from frugal_proxy.config import CapabilityRouting, GovernorSettings, ProviderConfig
 from frugal_proxy.pipeline.assembly import assemble
-from frugal_proxy.pipeline.pipeline import build_pipeline
+from frugal_proxy.pipeline.pipeline import Pipeline, build_pipeline
 from frugal_proxy.policies.routing import Routing
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers import wikipedia
@@ -46,6 +55,21 @@ PAGES = {
 }
 BODY = json.dumps(PAGES).encode()
 ARGUMENTS = {"query": "hit", "max_results": 5}
+GUARDED = """
+[search_providers.wikipedia]
+cost_per_call = 0.000001
+daily_budget_usd = 1000
+[routing]
+loop_limit = 5
+[routing.domains]
+deny_private = true
+deny = ["ads.example", "tracker.example"]
+[limits]
+call_timeout = "60s"
+retries = 2
+[cache]
+enabled = true
+"""
 
 
 def answer(request: httpx2.Request) -> httpx2.Response:
@@ -61,12 +85,26 @@ def driver(name: str, host: str, http: HttpClient) -> wikipedia.Wikipedia:
     return wikipedia.Wikipedia(Setup(spec, f"https://{host}", None, 15.0, http, ProviderConfig(), {}))
 
 
-def exchange(names: tuple[str, ...]) -> Exchange:
-    params = {"name": jsonrpc.raw("frugal__search"), "arguments": jsonrpc.raw(ARGUMENTS)}
+def exchange(names: tuple[str, ...], arguments: dict[str, object] = ARGUMENTS) -> Exchange:
+    params = {"name": jsonrpc.raw("frugal__search"), "arguments": jsonrpc.raw(arguments)}
     route = Route("frugal__search", names, TOOLS["search"]["outputSchema"], capability="search")
     ex = Exchange(Call(1, "frugal__search", params), route)
-    ex.request = request_of("search", dict(ARGUMENTS))
+    ex.request = request_of("search", dict(arguments))
     return ex
+
+
+def guarded_pipeline(http: HttpClient) -> tuple[Pipeline, Callable[[], Exchange]]:
+    """The winning driver, priced at one micro-dollar, behind every guard `assemble` builds."""
+    spec = ProviderSpec("wikipedia", "search", 1)
+    paid = wikipedia.Wikipedia(Setup(spec, "https://wiki.example", None, 15.0, http, ProviderConfig(), {}))
+    assembly = assemble(config=config.loads(GUARDED), environ={})
+    pipeline = build_pipeline({"wikipedia": paid}, assembly.policies, assembly.dispatch)
+    queries = itertools.count()
+
+    def fresh() -> Exchange:
+        return exchange(("wikipedia",), {**ARGUMENTS, "query": f"hit {next(queries)}", "max_cost_usd": "0.01"})
+
+    return pipeline, fresh
 
 
 async def per_call(calls: int, run: Callable[[], Awaitable[object]]) -> float:
@@ -91,12 +129,14 @@ async def main_async(calls: int, repeat: int) -> None:
     governed = assemble(GovernorSettings())
     routed = build_pipeline(providers, [routing, *governed.policies])
     single = build_pipeline({"wiki": winner}, [routing, *governed.policies])
+    guarded, fresh = guarded_pipeline(http)
     best: dict[str, float] = {}
     for _ in range(repeat):
         figures = {
             "direct": await per_call(calls, lambda: winner.call(exchange(("wiki",)))),
             "routed": await per_call(calls, lambda: routed.run(exchange(("down", "empty", "wiki")))),
             "single": await per_call(calls, lambda: single.run(exchange(("wiki",)))),
+            "guarded": await per_call(calls, lambda: guarded.run(fresh())),
         }
         for key, value in figures.items():
             best[key] = min(best.get(key, value), value)
@@ -107,9 +147,13 @@ async def main_async(calls: int, repeat: int) -> None:
     for key, label in (("single", "one provider, through the pipeline"), ("routed", "three providers, two fail over")):
         added = best[key] - direct
         print(f"  {label:<41} {best[key]:8.1f} us  (+{added:.1f} us, {best[key] / direct:.2f}x direct)")
+    guards = best["guarded"] - best["single"]
+    print(f"  {'one provider, every guard on':<41} {best['guarded']:8.1f} us  (+{guards:.1f} us over unguarded)")
     print("  target: the routing layer adds under 300 us of CPU per call (one provider)")
     verdict = "MET" if best["single"] - direct < 300 else "MISSED"
     print(f"  [{verdict}] added {best['single'] - direct:.1f} us with one provider")
+    print("  target: every guard on adds under 100 us of CPU per call")
+    print(f"  [{'MET' if guards < 100 else 'MISSED'}] the guards added {guards:.1f} us")
 
 
 def main() -> None:

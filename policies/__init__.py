@@ -3,11 +3,18 @@
 A policy is a plain object with one method per phase, each a no-op by default. A hook fills in
 a decision on the `Exchange` (an answer, a refusal, a reordered candidate list); it does no I/O
 of its own unless that is its whole job (a cache, the ledger).
+
+    admit        before any provider: may answer or refuse the call
+    route        order and drop the candidates, each drop a Decision
+    before_call  dispatch, just before one provider is called: may still keep it back
+    after_call   dispatch, after each answer (or none): may replace the outcome
+    govern       reshape the answer (the size governor)
+    seal         see the finished exchange and its receipt
 """
 
 from __future__ import annotations
 
-from frugal_proxy.records import Exchange
+from frugal_proxy.records import Exchange, Outcome, ProviderSpec
 
 
 class Policy:
@@ -20,6 +27,16 @@ class Policy:
 
     def route(self, exchange: Exchange) -> None:
         """May reorder or drop `exchange.candidates`, noting each drop as a `Decision` in `exchange.trace`."""
+
+    async def before_call(self, exchange: Exchange, spec: ProviderSpec) -> str | None:
+        """Just before dispatch calls a provider: why it must not be called now (dispatch notes
+        the skip and tries the next candidate), or None to go ahead."""
+        return None
+
+    async def after_call(self, exchange: Exchange, spec: ProviderSpec, outcome: Outcome | None) -> Outcome | None:
+        """After each answer of a provider (`outcome`), or when there was none (None: kept back
+        after `before_call`, or cancelled). May return the outcome to go on with instead."""
+        return None
 
     async def govern(self, exchange: Exchange) -> None:
         """May reshape `exchange.answer` (the size governor's phase)."""

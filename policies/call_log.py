@@ -1,4 +1,5 @@
-"""Logs one structured line per finished call: tool, provider, outcome, latency.
+"""Logs one structured line per finished call: tool, provider, outcome, latency; and, at warn,
+each skip or refusal a guard put in the trace (the guard, the provider, why).
 
 Never the arguments or the result: they can hold secrets and they can be large.
 """
@@ -12,12 +13,24 @@ from frugal_proxy.policies import Policy
 from frugal_proxy.records import Exchange
 
 log = logging.getLogger("frugal_proxy.calls")
+# The verdicts of a guard that kept a provider, or the whole call, from going ahead.
+WARNED = frozenset({"skipped", "refused", "stopped"})
 
 
 class CallLog(Policy):
     name = "call_log"
 
     async def seal(self, exchange: Exchange) -> None:
+        for decision in exchange.trace:
+            if decision.verdict in WARNED:
+                log.warning(
+                    f"{decision.policy}: {decision.verdict}",
+                    extra={
+                        "tool": exchange.call.tool,
+                        "provider": decision.provider,
+                        "why": decision.detail,
+                    },
+                )
         if not log.isEnabledFor(logging.INFO):
             return
         receipt = exchange.receipt

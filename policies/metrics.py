@@ -9,7 +9,8 @@ The outcome label is one of a closed set, read off the finished exchange:
     transient, rate_limited, permanent, empty
                     every provider tried failed; the last one's classified fault
     no_provider     routing left no provider to try
-    denied          a policy refused the call at admission (the governor's repeat denial)
+    denied          a policy refused the call at admission (the governor's repeat denial, the
+                    loop guard, the domain policy)
 
 Never the arguments or the result's content: only the result's `isError` and `resultType`
 flags are read, and the trace for what the governor cut.
@@ -77,7 +78,7 @@ def outcome_of(exchange: Exchange) -> str:
     """The call's outcome label (one of OUTCOMES)."""
     outcome = exchange.outcome
     if outcome is None:
-        answered = any(d.phase == "admit" and d.verdict == "answered" for d in exchange.trace)
+        answered = any(d.phase == "admit" and d.verdict in ("answered", "refused") for d in exchange.trace)
         return "denied" if answered else "no_provider"
     if outcome.kind != "ok":
         return outcome.kind

@@ -33,6 +33,14 @@ _WHY = {
 }
 
 
+def effective_cost(spec: ProviderSpec, usage: UsageCounter) -> int:
+    """What one call of the provider counts as: 0 while it has free quota left this month, else
+    its list price (micro-dollars)."""
+    if spec.free_quota_monthly and usage.calls_this_month(spec.name) < spec.free_quota_monthly:
+        return 0
+    return spec.price_micros
+
+
 class Routing(Policy):
     name = "routing"
 
@@ -102,9 +110,7 @@ class Routing(Policy):
         return by_cost
 
     def _effective_cost(self, spec: ProviderSpec) -> int:
-        if spec.free_quota_monthly and self.usage.calls_this_month(spec.name) < spec.free_quota_monthly:
-            return 0
-        return spec.price_micros
+        return effective_cost(spec, self.usage)
 
     def _has_history(self, specs: list[ProviderSpec]) -> bool:
         return all((self.latency.estimate(spec.name) or (0.0, 0))[1] >= MIN_SAMPLES for spec in specs)

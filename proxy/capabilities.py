@@ -94,6 +94,17 @@ class ExecuteRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 Request = SearchRequest | ExtractRequest | BrowseRequest
 
 
+def normalized(request: msgspec.Struct, *, ceiling: bool = True) -> msgspec.Struct:
+    """The request as far as its answer depends on it, for fingerprints: the query and the URL
+    trimmed, the provider's spelling folded; without `max_cost_usd` unless `ceiling`."""
+    changes: dict[str, Any] = {} if ceiling else {"max_cost_usd": None}
+    for name in ("query", "url", "provider"):
+        value = getattr(request, name, None)
+        if isinstance(value, str):
+            changes[name] = value.strip().casefold() if name == "provider" else value.strip()
+    return msgspec.structs.replace(request, **changes) if changes else request
+
+
 def browse_from(request: ExtractRequest) -> BrowseRequest:
     """The browse request an extraction falls forward to (same page, same ceiling)."""
     return BrowseRequest(url=request.url, max_chars=request.max_chars, max_cost_usd=request.max_cost_usd)
@@ -184,6 +195,7 @@ _ATTEMPT = {
         "error": {"type": "string"},
         "latency_ms": {"type": "number"},
         "cost_usd": {"type": "number"},
+        "retries": {"type": "integer"},
     },
     "required": ["provider", "outcome", "latency_ms", "cost_usd"],
 }
@@ -196,6 +208,8 @@ _RECEIPT_PROPERTIES: dict[str, Any] = {
     "est_tokens": {"type": "integer"},
     "reason": {"type": "string"},
     "warnings": {"type": "array", "items": {"type": "string"}},
+    "cached": {"type": "boolean"},
+    "cache_age_ms": {"type": "number"},
     "skipped": {
         "type": "array",
         "items": {

@@ -9,6 +9,7 @@ Secrets come from the environment only.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tomllib
@@ -20,6 +21,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from frugal_proxy import home, money
+from frugal_proxy.domains import DomainRules, rule_error
 from frugal_proxy.identities import configured_tokens
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -45,6 +47,19 @@ def parse_duration(text: str) -> float:
     return total
 
 
+def format_duration(seconds: float) -> str:
+    """A duration as Go writes it, to the second: `48s`, `1m0s`, `1h2m3s` (rounded up, so a
+    wait it names is never too short)."""
+    whole = max(0, math.ceil(seconds - 1e-9))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"
+
+
 class ToolFilter(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     allow: list[str] = []
     deny: list[str] = []
@@ -64,6 +79,7 @@ class Upstream(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     connect_timeout: str | None = None
     read_timeout: str | None = None
     cost_per_call: Decimal = Decimal(0)  # USD, exact (the file is read with parse_float=Decimal)
+    loop_guard: bool = False  # its tools' identical calls count against routing.loop_limit too
     tools: ToolFilter = ToolFilter()
 
     @property
@@ -84,14 +100,31 @@ class Upstream(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         return parse_duration(self.read_timeout) if self.read_timeout is not None else None
 
 
+PLAIN_CALL_TIMEOUT = 300.0  # a plain upstream tool's deadline when limits.call_timeout is not set
+ROUTED_CALL_TIMEOUT = 60.0  # a routed call's whole chain, when it is not set
+MAX_RETRIES = 5
+
+
 class Limits(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    call_timeout: str = "5m"
+    # Unset: 5m for a plain tool (bounded further by its upstream's `timeout`), 60s over a routed
+    # call's whole failover chain. Set, it is both; "0s" turns the routed deadline off.
+    call_timeout: str | None = None
+    # How often a free provider of a routed tool is tried again after a transient error (0: never).
+    retries: int = 2
     max_message_bytes: int = 64 * 1024 * 1024
     page_size: int = 500
 
     @property
     def call_timeout_seconds(self) -> float:
-        return parse_duration(self.call_timeout)
+        """The deadline of a plain tool's call."""
+        return parse_duration(self.call_timeout) if self.call_timeout is not None else PLAIN_CALL_TIMEOUT
+
+    @property
+    def routed_timeout_seconds(self) -> float | None:
+        """The deadline over a routed call's whole chain; None when it is turned off ("0s")."""
+        if self.call_timeout is None:
+            return ROUTED_CALL_TIMEOUT
+        return parse_duration(self.call_timeout) or None
 
 
 class OperatorEntry(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -194,6 +227,7 @@ class ProviderConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     premium: bool | None = None
     base_url: str | None = None  # replaces scheme, host and path prefix of the documented endpoint
     timeout: str | None = None
+    daily_budget_usd: Decimal | None = None  # USD a UTC day, exact; once spent the provider is skipped
     upstream: str | None = None
     tool: str | None = None
     args: dict[str, Any] = {}
@@ -206,6 +240,12 @@ class ProviderConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     @property
     def timeout_seconds(self) -> float | None:
         return parse_duration(self.timeout) if self.timeout is not None else None
+
+    @property
+    def daily_budget_micros(self) -> int | None:
+        if self.daily_budget_usd is None:
+            return None
+        return money.to_micros(self.daily_budget_usd, "daily_budget_usd")
 
 
 Strategy = Literal["cheap", "fast", "premium"]
@@ -221,10 +261,58 @@ class CapabilityRouting(msgspec.Struct, forbid_unknown_fields=True, frozen=True)
     deny: list[str] = []
 
 
+COOLDOWN_DEFAULT = 60.0
+
+
+class Domains(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """`[routing.domains]`: which hosts a routed call may fetch (proxy.domains reads the rules)."""
+
+    allow: list[str] = []
+    deny: list[str] = []
+    deny_private: bool = False
+
+    @property
+    def rules(self) -> DomainRules:
+        return DomainRules.of(self.allow, self.deny, self.deny_private)
+
+
 class Routing(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     search: CapabilityRouting = CapabilityRouting()
     extract: CapabilityRouting = CapabilityRouting()
     browse: CapabilityRouting = CapabilityRouting()
+    # How long a provider that answered 429 is fenced off (extended to its Retry-After). An
+    # invalid value is not fatal: the assembly warns and uses the default.
+    cooldown: str = "60s"
+    # The loop guard: identical calls beyond loop_limit inside loop_window are refused (0: off).
+    loop_limit: int = 5
+    loop_window: str = "60s"
+    domains: Domains = Domains()
+
+    @property
+    def loop_window_seconds(self) -> float:
+        return parse_duration(self.loop_window)
+
+    @property
+    def cooldown_seconds(self) -> float | None:
+        """The cooldown window, or None when `cooldown` is not a duration."""
+        try:
+            return parse_duration(self.cooldown)
+        except ValueError:
+            return None
+
+
+class CacheSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """`[cache]`: the routed tools' result cache, in memory (off unless `enabled = true`)."""
+
+    enabled: bool = False
+    search_ttl: str = "5m"
+    extract_ttl: str = "15m"
+    max_entries: int = 512
+
+    def ttl(self, capability: str) -> float | None:
+        """How long a capability's answers are kept; None: never cached (browse)."""
+        ttl = {"search": self.search_ttl, "extract": self.extract_ttl}.get(capability)
+        return parse_duration(ttl) if ttl is not None else None
 
 
 class Config(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -236,6 +324,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     extract_providers: dict[str, ProviderConfig] = {}
     browse_providers: dict[str, ProviderConfig] = {}
     routing: Routing = Routing()
+    cache: CacheSettings = CacheSettings()
 
     def providers_of(self, capability: str) -> dict[str, ProviderConfig]:
         """The `[<capability>_providers.NAME]` tables."""
@@ -294,6 +383,27 @@ def loads(text: str, source: str = "<config>", environ: dict[str, str] | None = 
         config.limits.call_timeout_seconds  # noqa: B018 - validates the duration
     except ValueError as exc:
         raise ConfigError(f"{source}: at limits.call_timeout: {exc}") from None
+    if config.routing.loop_limit < 0:
+        raise ConfigError(f"{source}: at routing.loop_limit: must not be negative (0 turns the loop guard off)")
+    try:
+        if config.routing.loop_window_seconds <= 0:
+            raise ValueError("must be longer than 0s")
+    except ValueError as exc:
+        raise ConfigError(f"{source}: at routing.loop_window: {exc}") from None
+    for key in ("allow", "deny"):
+        for number, rule in enumerate(getattr(config.routing.domains, key)):
+            why = rule_error(rule)
+            if why is not None:
+                raise ConfigError(f"{source}: at routing.domains.{key}[{number}]: {why}")
+    for key in ("search_ttl", "extract_ttl"):
+        try:
+            parse_duration(getattr(config.cache, key))
+        except ValueError as exc:
+            raise ConfigError(f"{source}: at cache.{key}: {exc}") from None
+    if config.cache.max_entries < 1:
+        raise ConfigError(f"{source}: at cache.max_entries: must be at least 1")
+    if not 0 <= config.limits.retries <= MAX_RETRIES:
+        raise ConfigError(f"{source}: at limits.retries: 0 to {MAX_RETRIES} (0 turns retries off)")
     for capability in ("search", "extract", "browse"):
         for name, provider in config.providers_of(capability).items():
             _check_provider(source, f"{capability}_providers.{_key(name)}", provider, upstreams)
@@ -304,6 +414,7 @@ def _check_provider(source: str, where: str, provider: ProviderConfig, upstreams
     at = f"{source}: at {where}"
     try:
         provider.price_micros  # noqa: B018 - validates the amount
+        provider.daily_budget_micros  # noqa: B018 - validates the amount
         provider.timeout_seconds  # noqa: B018 - validates the duration
     except ValueError as exc:
         raise ConfigError(f"{at}: {exc}") from None
@@ -461,7 +572,8 @@ tools = { deny = ["get-env"] }      # glob lists: allow = [...] and/or deny = [.
 # cost_per_call = 0.0               # USD, for routing and the ledger
 
 [limits]
-call_timeout = "5m"                 # deadline of one call, whatever the upstream
+# call_timeout = "60s"              # deadline of one call: unset, 5m for a plain tool and 60s
+#                                   # over a routed tool's whole failover chain ("0s": none)
 
 # The size governor cuts results over budget, spills the rest and signs a receipt.
 # [governor]

@@ -73,6 +73,7 @@ class Attempt(msgspec.Struct, frozen=True):
     latency_ms: float
     cost_micros: int = 0
     error: str | None = None
+    retries: int = 0  # how often dispatch tried it again (a free provider, a transient error)
 
 
 class Outcome(msgspec.Struct, frozen=True):
@@ -142,6 +143,13 @@ class OmissionReceipt(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     signature: str = ""
 
 
+class CachedAnswer(msgspec.Struct, frozen=True):
+    """A routed answer served from the result cache: who first served it, and how long ago."""
+
+    provider: str
+    age_ms: float
+
+
 class Exchange(msgspec.Struct):
     """One call's working record, filled in phase by phase."""
 
@@ -160,3 +168,9 @@ class Exchange(msgspec.Struct):
     outcome: Outcome | None = None
     answer: Frame | None = None
     receipt: Receipt | None = None
+    # When a routed call's whole chain must be done (dispatch's clock, monotonic); None: no deadline.
+    deadline: float | None = None
+    # What a policy dropped from the answer, for the routed answer's `warnings`.
+    warnings: list[str] = msgspec.field(default_factory=list)
+    # Set by the result cache at admission: the answer is `outcome`, served from memory.
+    cached: CachedAnswer | None = None

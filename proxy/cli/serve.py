@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import anyio.abc
 import anyio.to_thread
+import msgspec
 
 from frugal_proxy import config as config_module
 from frugal_proxy import home, logs
@@ -66,8 +67,10 @@ def session_options(config: Config) -> dict[str, Any]:
         "prefixes": {name: up.prefix for name, up in config.upstreams.items()},
         "filters": {name: up.tools for name, up in config.upstreams.items()},
         "prices": {name: up.price_micros for name, up in config.upstreams.items()},
+        # A plain tool's deadline: the shorter of its upstream's and call_timeout ("0s": its own).
         "timeouts": {
-            name: min(up.timeout_seconds or call_timeout, call_timeout) for name, up in config.upstreams.items()
+            name: min(up.timeout_seconds or call_timeout, call_timeout) if call_timeout else up.timeout_seconds
+            for name, up in config.upstreams.items()
         },
     }
 
@@ -91,6 +94,12 @@ def serve_command(argv: list[str]) -> int:
     )
     parser.add_argument("--config", help="config file (default: $FRUGAL_CONFIG or ~/.frugal/config/frugal.toml)")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--call-timeout",
+        metavar="DURATION",
+        help="deadline of one call, over a routed tool's whole failover chain ('90s', '2m'; '0s': none); "
+        "overrides limits.call_timeout (default: 60s for routed tools, 5m for plain ones)",
+    )
     add_http_options(parser)
     options = parser.parse_args(argv)
     logs.configure(options.log_level)
@@ -98,6 +107,14 @@ def serve_command(argv: list[str]) -> int:
     if isinstance(loaded, int):
         return loaded
     _, config = loaded
+    if options.call_timeout is not None:
+        try:
+            config_module.parse_duration(options.call_timeout)
+        except ValueError as exc:
+            print(f"frugal-proxy: --call-timeout: {exc}", file=sys.stderr)
+            return 2
+        limits = msgspec.structs.replace(config.limits, call_timeout=options.call_timeout)
+        config = msgspec.structs.replace(config, limits=limits)
     if options.http:
         from frugal_proxy.cli.http_options import run_http
         from frugal_proxy.server.sessions import UpstreamSet

@@ -7,11 +7,13 @@ has any (`frugal__search`, `frugal__extract`, `frugal__browse`). Every feature t
 tools/call (routing, the size governor, budgets, the loop guard, the ledger, metrics) is added
 here and nowhere else:
 
-    routing → governor → metrics → ledger → (build_pipeline adds the call log)
+    loop guard → domains → cache → routing → ceiling → budget → cooldown → governor → metrics
+    → ledger → (build_pipeline adds the call log; dispatch's deadline and retries come with it)
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,21 +22,41 @@ import anyio.abc
 
 from frugal_proxy import home, ledger
 from frugal_proxy.capabilities import CAPABILITIES, TOOLS
-from frugal_proxy.config import CapabilityRouting, Config, GovernorSettings, ProviderConfig
+from frugal_proxy.config import (
+    COOLDOWN_DEFAULT,
+    CapabilityRouting,
+    Config,
+    GovernorSettings,
+    ProviderConfig,
+    format_duration,
+)
 from frugal_proxy.governor.engine import Governor
 from frugal_proxy.ledger.writer import writer_for
+from frugal_proxy.pipeline.dispatch import DispatchSettings
 from frugal_proxy.policies import Policy
+from frugal_proxy.policies.budget import Budget, spend_key
+from frugal_proxy.policies.ceiling import Ceiling
+from frugal_proxy.policies.cooldown import Cooldown
+from frugal_proxy.policies.domains import DomainPolicy
 from frugal_proxy.policies.governor import GovernorPolicy
 from frugal_proxy.policies.ledger import Ledger
+from frugal_proxy.policies.loop_guard import LoopGuard
 from frugal_proxy.policies.metrics import CallMetrics, CallSink
+from frugal_proxy.policies.result_cache import ResultCachePolicy
 from frugal_proxy.policies.routing import Routing
 from frugal_proxy.providers import Provider, registry
 from frugal_proxy.providers.governor_tools import governor_tools
 from frugal_proxy.providers.http_client import HttpClient
 from frugal_proxy.providers.own_tools import OwnTool
 from frugal_proxy.records import ProviderSpec, Route
+from frugal_proxy.state.call_windows import MemoryCallWindows
+from frugal_proxy.state.cooldowns import MemoryCooldowns
 from frugal_proxy.state.latency import MemoryLatency
+from frugal_proxy.state.result_cache import MemoryResultCache
+from frugal_proxy.state.spend import MemorySpend
 from frugal_proxy.state.usage import MemoryUsage
+
+log = logging.getLogger("frugal_proxy.pipeline")
 
 
 @dataclass
@@ -49,6 +71,7 @@ class Assembly:
     upstream_tools: list[tuple[ProviderSpec, ProviderConfig]] = field(default_factory=list)
     off: dict[str, str] = field(default_factory=dict)
     http: HttpClient | None = None
+    dispatch: DispatchSettings = field(default_factory=DispatchSettings)  # the deadline
 
     async def start(self, task_group: anyio.abc.TaskGroup) -> None:
         """Start what providers keep running for the life of the process (a remote MCP server's
@@ -112,6 +135,7 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
     assembly.providers = enabled.providers
     assembly.upstream_tools = enabled.upstream_tools
     assembly.off = enabled.off
+    assembly.dispatch = DispatchSettings(deadline=config.limits.routed_timeout_seconds, retries=config.limits.retries)
     specs = [provider.spec for provider in enabled.providers] + [spec for spec, _ in enabled.upstream_tools]
     for capability in CAPABILITIES:
         names = tuple(provider_key(spec) for spec in specs if spec.capability == capability)
@@ -119,4 +143,48 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
             tool = TOOLS[capability]
             assembly.routes.append(Route(tool["name"], names, tool["outputSchema"], capability=capability))
     routing: dict[str, CapabilityRouting] = {name: getattr(config.routing, name) for name in CAPABILITIES}
-    assembly.policies.append(Routing(routing, MemoryUsage(time.time), MemoryLatency()))
+    usage = MemoryUsage(time.time)
+    watched = [name for name, upstream in config.upstreams.items() if upstream.loop_guard]
+    window = config.routing.loop_window_seconds
+    domains = config.routing.domains.rules
+    assembly.policies += [
+        LoopGuard(config.routing.loop_limit, window, MemoryCallWindows(), upstreams=watched),  # admit
+        *([DomainPolicy(domains)] if domains.active else []),  # admit: URLs; after a search: its results
+        *([_cache(config)] if config.cache.enabled else []),  # admit: a hit answers; seal: keeps answers
+        Routing(routing, usage, MemoryLatency()),  # route: order, deny, pin
+        Ceiling(usage),  # route: max_cost_usd
+        Budget(_daily_caps(config), MemorySpend(time.time)),  # route, dispatch: daily_budget_usd
+        Cooldown(_cooldown(config), MemoryCooldowns()),  # route, dispatch: fenced off after a 429
+    ]
+
+
+def _daily_caps(config: Config) -> dict[str, int]:
+    """`daily_budget_usd` of each provider table, keyed as the budget keys spend (a built-in
+    configured under an alias counts under its own name)."""
+    names = {
+        (builtin.capability, alias): builtin.name
+        for builtin in registry.built_ins()
+        for alias in (builtin.name, *builtin.aliases)
+    }
+    caps: dict[str, int] = {}
+    for capability in CAPABILITIES:
+        for name, options in config.providers_of(capability).items():
+            cap = options.daily_budget_micros
+            if cap is not None:
+                caps[spend_key(capability, names.get((capability, name), name))] = cap
+    return caps
+
+
+def _cache(config: Config) -> ResultCachePolicy:
+    return ResultCachePolicy(config.cache, MemoryResultCache(config.cache.max_entries))
+
+
+def _cooldown(config: Config) -> float:
+    window = config.routing.cooldown_seconds
+    if window is None:
+        log.warning(
+            "routing.cooldown is not a duration; using the default",
+            extra={"value": config.routing.cooldown, "default": format_duration(COOLDOWN_DEFAULT)},
+        )
+        return COOLDOWN_DEFAULT
+    return window

@@ -1,21 +1,14 @@
 """The path of every `tools/call`: admit → route → dispatch → govern → seal.
 
-Each phase runs the policies' hooks in order; `dispatch` is the one phase that calls providers,
-and it owns failover:
-
-- the candidates are tried in the order the route phase left them, one attempt each;
-- an answer ends the chain; so do zero hits from a paid provider (it billed for them);
-- an error, or zero hits from a free provider, falls through to the next candidate;
-- a routed capability's answer (or its last empty one) is rendered with its receipt
-  (pipeline.routed) before the governor sees it; when every candidate failed, the error names
-  each attempt.
+Each phase runs the policies' hooks in order; `dispatch` (pipeline.dispatch) is the one phase
+that calls providers, and it owns failover. A routed capability's answer (or its last empty one)
+is rendered with its receipt (pipeline.routed) before the governor sees it.
 
 `build_pipeline` is the single place where the order is assembled.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 
 import msgspec
@@ -23,35 +16,42 @@ import msgspec
 from frugal_proxy.capabilities import PAYLOAD_SCHEMAS, Page, browse_from
 from frugal_proxy.intents import MIN_EXTRACT_CHARS
 from frugal_proxy.pipeline import routed
+from frugal_proxy.pipeline.dispatch import Dispatch, DispatchSettings
 from frugal_proxy.policies import Policy
 from frugal_proxy.policies.call_log import CallLog
-from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.providers import Provider
-from frugal_proxy.records import Attempt, Decision, Exchange, Receipt, Route, reason
+from frugal_proxy.records import Decision, Exchange, Receipt, Route, reason
 
 
 class Pipeline:
-    def __init__(self, policies: Sequence[Policy], providers: Mapping[str, Provider]) -> None:
+    def __init__(
+        self, policies: Sequence[Policy], providers: Mapping[str, Provider], settings: DispatchSettings | None = None
+    ) -> None:
         self.policies = list(policies)
         self.providers = dict(providers)  # by the keys routes name them with
         # The same providers by what their spec says (a candidate is a spec).
         self._by_spec = {(provider.spec.capability, provider.spec.name): provider for provider in providers.values()}
+        self.dispatch = Dispatch(self._by_spec, self.policies, settings or DispatchSettings())
 
     async def run(self, exchange: Exchange) -> Frame:
         """Take one call through every phase; the frame returned is what the client gets."""
+        self.dispatch.start(exchange)
         for policy in self.policies:
             await policy.admit(exchange)
             if exchange.answer is not None:
-                exchange.trace.append(Decision("admit", policy.name, "answered", f"answered by {policy.name}"))
+                last = exchange.trace[-1] if exchange.trace else None
+                if last is None or (last.policy, last.verdict) != (policy.name, "refused"):  # a refusal says why
+                    exchange.trace.append(Decision("admit", policy.name, "answered", f"answered by {policy.name}"))
                 break
-        if exchange.answer is None:
+        if exchange.answer is None and exchange.cached is None:
             exchange.candidates = [self.providers[name].spec for name in exchange.route.providers]
             for policy in self.policies:
                 policy.route(exchange)
-            await self._dispatch(exchange)
+            await self.dispatch.run(exchange)
             then = exchange.route.then
-            if then is not None and self._needs_a_browser(exchange):
+            # A nearly empty page is still an answer: with no time left it is not rendered again.
+            if then is not None and self._needs_a_browser(exchange) and not self.dispatch.expired(exchange):
                 await self._fall_forward(exchange, then)
         exchange.receipt = self._receipt(exchange)
         if exchange.route.capability is not None and exchange.answer is None:
@@ -66,33 +66,6 @@ class Pipeline:
             await policy.seal(exchange)
         assert exchange.answer is not None
         return exchange.answer
-
-    async def _dispatch(self, exchange: Exchange) -> None:
-        """Try the candidates in order until one answers (see the module docstring)."""
-        for spec in exchange.candidates:
-            provider = self._by_spec[(spec.capability, spec.name)]
-            started = time.monotonic()
-            outcome = await provider.call(exchange)
-            billed = spec.price_micros if outcome.kind in ("ok", "empty") else 0
-            exchange.attempts.append(
-                Attempt(
-                    provider=spec.name,
-                    outcome=outcome.kind,
-                    latency_ms=round((time.monotonic() - started) * 1000, 3),
-                    cost_micros=billed,
-                    error=outcome.message or None,
-                )
-            )
-            exchange.outcome = outcome
-            if outcome.kind == "ok":
-                if outcome.reply is not None:
-                    exchange.answer = outcome.reply
-                return
-            if outcome.kind == "empty" and not spec.free:
-                return  # a paid provider answered, with nothing: it billed, so the chain ends
-        if exchange.route.capability is not None and exchange.outcome is not None and exchange.outcome.kind == "empty":
-            return  # every free provider found nothing: an empty answer, not an error
-        exchange.answer = jsonrpc.result(exchange.call.request_id, jsonrpc.tool_error_result(self._failure(exchange)))
 
     async def _govern_routed(self, exchange: Exchange, receipt: Receipt) -> None:
         """The governor shapes a routed answer's payload (the hits, the page) against the
@@ -131,24 +104,12 @@ class Pipeline:
         exchange.candidates = [self.providers[name].spec for name in then.providers]
         for policy in self.policies:
             policy.route(exchange)
-        await self._dispatch(exchange)
-
-    @staticmethod
-    def _failure(exchange: Exchange) -> str:
-        tool = exchange.call.tool
-        failures = [(a.provider, a.error or a.outcome) for a in exchange.attempts]
-        if not failures:
-            skipped = [d.detail for d in exchange.trace if d.phase == "route" and d.provider is not None]
-            why = f" ({'; '.join(skipped)})" if skipped else ""
-            return f"{tool} failed: no provider is available for this tool{why}"
-        if len(failures) == 1 and exchange.route.capability is None:
-            return f"{tool} failed: {failures[0][1]}"
-        # A provider's message names it already ("serper is rate-limiting (429)"); others get the name.
-        tried = "; ".join(message if message.startswith(name) else f"{name}: {message}" for name, message in failures)
-        return f"{tool} failed on every provider ({len(failures)} attempt(s)): {tried}"
+        await self.dispatch.run(exchange)
 
     @staticmethod
     def _receipt(exchange: Exchange) -> Receipt:
+        if exchange.cached is not None:  # from memory: nothing was called or paid this time
+            return Receipt(exchange.cached.provider, 0, (), 0, reason(exchange.trace, True))
         # The answer the client got: the attempt that won, or the empty answer that ended the chain.
         used = next((a for a in reversed(exchange.attempts) if a.outcome in ("ok", "empty")), None)
         return Receipt(
@@ -160,8 +121,10 @@ class Pipeline:
         )
 
 
-def build_pipeline(providers: Mapping[str, Provider], extra: Sequence[Policy] = ()) -> Pipeline:
-    """The whole pipeline in one place. Later phases' policies (the size governor, budgets,
-    the loop guard, the ledger) are added here, in the order they run."""
+def build_pipeline(
+    providers: Mapping[str, Provider], extra: Sequence[Policy] = (), settings: DispatchSettings | None = None
+) -> Pipeline:
+    """The whole pipeline in one place: the policies `assemble` built (`extra`, in the order
+    they run), the call log last, and dispatch with its deadline."""
     policies: list[Policy] = [*extra, CallLog()]
-    return Pipeline(policies, providers)
+    return Pipeline(policies, providers, settings)

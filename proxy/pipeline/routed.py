@@ -9,10 +9,12 @@ JSON in its text block:
     cost_usd            the price of that answer; total_cost_usd: what every attempt billed
     latency_ms          the whole call, failover included
     attempts[]          provider, outcome (won / empty / error), error_kind, error, latency_ms,
-                        cost_usd (a failed attempt is $0; a paid zero-hit answer is its price)
+                        cost_usd (a failed attempt is $0; a paid zero-hit answer is its price),
+                        retries (when a free provider was tried again)
     est_tokens          the answer's size as the governor counts it (characters / 4)
     reason              one line: what routed it and who won
     warnings, skipped   what was dropped, and each candidate a policy removed before any call
+    cached, cache_age_ms  an answer from the result cache, and its age (it costs $0)
 
 Amounts are exact decimals rendered as JSON numbers (money: integer micro-dollars inside).
 """
@@ -49,6 +51,8 @@ def attempt_view(attempt: Attempt) -> dict[str, Any]:
         view["error_kind"] = attempt.outcome
     if attempt.error:
         view["error"] = attempt.error
+    if attempt.retries:
+        view["retries"] = attempt.retries
     return view
 
 
@@ -65,18 +69,23 @@ def receipt_fields(exchange: Exchange, receipt: Receipt) -> dict[str, Any]:
     skipped = [
         {"provider": d.provider, "guard": d.policy, "why": d.detail}
         for d in exchange.trace
-        if d.phase == "route" and d.verdict == "skipped" and d.provider is not None
+        if d.verdict == "skipped" and d.provider is not None  # at routing, or at dispatch (budget, cooldown)
     ]
     if skipped:
         fields["skipped"] = skipped
+    if exchange.cached is not None:
+        fields["cached"] = True
+        fields["cache_age_ms"] = exchange.cached.age_ms
     return fields
 
 
 def reason_line(exchange: Exchange, receipt: Receipt) -> str:
     """`policy=cheap: effective cost ascending; provider=marginalia won on attempt 1`, with each
     skip and drop the route phase noted."""
-    parts = [_part(d) for d in exchange.trace if d.phase == "route" or d.verdict == "fell forward"]
-    if receipt.provider_used is None:
+    parts = [_part(d) for d in exchange.trace if d.phase == "route" or d.verdict in ("fell forward", "skipped")]
+    if exchange.cached is not None:
+        parts.append(f"answered from the cache (first served by {receipt.provider_used})")
+    elif receipt.provider_used is None:
         parts.append(f"no provider answered after {len(receipt.attempts)} attempt(s)")
     else:
         number = next(i for i, a in enumerate(receipt.attempts, 1) if a.provider == receipt.provider_used)
@@ -133,6 +142,7 @@ def answer(exchange: Exchange, receipt: Receipt, governed: Frame | None = None) 
     warnings: list[str] = []
     if "results" in body and not body["results"]:
         warnings.append("no provider found anything for this query")
+    warnings.extend(exchange.warnings)
     if exchange.route.name == EXECUTE:
         body["capability"] = exchange.route.capability
     body.update(receipt_fields(exchange, receipt))

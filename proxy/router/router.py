@@ -105,7 +105,7 @@ class Router:
         for spec, options in assembly.upstream_tools:
             link = self._link_by_name[str(options.upstream)]
             providers[provider_key(spec)] = UpstreamToolProvider(spec, options, link.forward)
-        self.pipeline: Pipeline = build_pipeline(providers, assembly.policies)
+        self.pipeline: Pipeline = build_pipeline(providers, assembly.policies, assembly.dispatch)
         self.routes = RouteTable(self.links, self.catalog, self.own_tools)
         for route in assembly.routes:
             self.routes.add(route)

@@ -156,3 +156,29 @@ async def test_a_priced_upstream_tool_carries_its_receipt_in_meta(tmp_path: Path
     route = (result.meta or {})["frugal/route"]
     assert route["provider_used"] == "notes" and route["cost_usd"] == 0.0025
     assert [(a["provider"], a["outcome"]) for a in route["attempts"]] == [("notes", "won")]
+
+
+async def test_guards_through_serve_cooldown_then_loop_guard(tmp_path: Path, apis: FakeApis) -> None:
+    """A provider answering 429 with Retry-After: 7 is not retried (over 5 s) and is fenced off
+    for the cooldown; the same search again is refused by the cooldown without reaching it, and
+    a third time by the loop guard (limit 2), before anything else."""
+    text = search_config(apis, wikipedia="/busy") + "[routing]\nloop_limit = 2\ncooldown = '90s'\n"
+    params = serve(tmp_path / "home", write(tmp_path, text))
+    params.args = [*params.args, "--call-timeout", "20s"]
+    with anyio.fail_after(60):
+        async with Client(params, mode="auto", cache=None) as client:
+            results = [await client.call_tool("frugal__search", {"query": "proxy"}) for _ in range(3)]
+    messages = [result.content[0].text for result in results]  # type: ignore[union-attr]
+    assert all(result.is_error for result in results)
+    assert messages[0] == (
+        "frugal__search failed on every provider (1 attempt(s)): wikipedia is rate-limiting (429); it asks to wait 7 s"
+    )
+    assert messages[1].startswith(
+        "frugal__search failed: no provider is available for this tool "
+        "(cooldown: skipped wikipedia (rate-limited; cooling down for another 1m"
+    )
+    assert messages[2] == (
+        "frugal__search: loop guard: this exact frugal__search call has been made 3 times in the last 1m0s "
+        f"(limit 2); the result will not change, so change the arguments or wait {messages[2].rpartition('wait ')[2]}"
+    )
+    assert apis.requests["busy"] == 1  # no retry, and nothing after the fence

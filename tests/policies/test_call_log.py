@@ -47,3 +47,24 @@ async def test_nothing_is_logged_below_info(caplog: pytest.LogCaptureFixture) ->
     with caplog.at_level(logging.WARNING, logger="frugal_proxy.calls"):
         await run(FakeProvider("only", fails))
     assert [r for r in caplog.records if r.name == "frugal_proxy.calls"] == []
+
+
+async def test_each_skip_and_refusal_is_logged_at_warn(caplog: pytest.LogCaptureFixture) -> None:
+    from frugal_proxy.policies import Policy
+    from frugal_proxy.records import Decision
+
+    class Skips(Policy):
+        def route(self, exchange: Exchange) -> None:
+            exchange.trace.append(Decision("route", "ceiling", "skipped", "skipped slow (too dear)", provider="slow"))
+            exchange.candidates = exchange.candidates[1:]
+
+    pipeline = build_pipeline({"slow": FakeProvider("slow", fails), "fast": FakeProvider("fast", answers)}, [Skips()])
+    with caplog.at_level(logging.WARNING, logger="frugal_proxy.calls"), anyio.fail_after(5):
+        await pipeline.run(Exchange(Call(1, "search", {}), Route("search", ("slow", "fast"))))
+    (line,) = [r for r in caplog.records if r.name == "frugal_proxy.calls"]
+    assert line.levelno == logging.WARNING and line.getMessage() == "ceiling: skipped"
+    assert (line.__dict__["tool"], line.__dict__["provider"], line.__dict__["why"]) == (
+        "search",
+        "slow",
+        "skipped slow (too dear)",
+    )

@@ -141,3 +141,72 @@ def test_provider_tables_read_prices_exactly() -> None:
     serper = loaded.search_providers["serper"]
     assert serper.price_micros == 1_000 and serper.timeout_seconds == 30.0
     assert loaded.routing.search.order == ["serper"] and loaded.routing.extract.strategy == "cheap"
+
+
+def test_durations_are_written_back_as_go_does_rounded_up() -> None:
+    assert [config.format_duration(s) for s in (0, 0.2, 5, 47.1, 60, 90, 3723)] == [
+        "0s",
+        "1s",
+        "5s",
+        "48s",
+        "1m0s",
+        "1m30s",
+        "1h2m3s",
+    ]
+
+
+def test_a_cooldown_that_is_not_a_duration_is_not_fatal() -> None:
+    assert config.loads('[routing]\ncooldown = "2m"').routing.cooldown_seconds == 120.0
+    assert config.loads("").routing.cooldown_seconds == 60.0
+    assert config.loads('[routing]\ncooldown = "a while"').routing.cooldown_seconds is None
+
+
+def test_a_daily_budget_is_exact_and_checked() -> None:
+    loaded = config.loads("[search_providers.serper]\ndaily_budget_usd = 0.25")
+    assert loaded.search_providers["serper"].daily_budget_micros == 250_000
+    with pytest.raises(ConfigError, match=r"at search_providers.serper: daily_budget_usd: must be a finite amount"):
+        config.loads("[search_providers.serper]\ndaily_budget_usd = -1.0")
+
+
+def test_call_timeout_unset_is_5m_for_plain_tools_and_60s_for_routed_ones() -> None:
+    unset = config.loads("").limits
+    assert (unset.call_timeout_seconds, unset.routed_timeout_seconds) == (300.0, 60.0)
+    both = config.loads('[limits]\ncall_timeout = "90s"').limits
+    assert (both.call_timeout_seconds, both.routed_timeout_seconds) == (90.0, 90.0)
+    assert config.loads('[limits]\ncall_timeout = "0s"').limits.routed_timeout_seconds is None
+
+
+def test_retries_are_0_to_5() -> None:
+    assert config.loads("").limits.retries == 2
+    assert config.loads("[limits]\nretries = 0").limits.retries == 0
+    with pytest.raises(ConfigError, match=r"at limits.retries: 0 to 5 \(0 turns retries off\)"):
+        config.loads("[limits]\nretries = 6")
+
+
+def test_the_loop_guard_settings_are_checked() -> None:
+    loaded = config.loads("")
+    assert (loaded.routing.loop_limit, loaded.routing.loop_window_seconds) == (5, 60.0)
+    with pytest.raises(ConfigError, match=r"at routing\.loop_limit: must not be negative"):
+        config.loads("[routing]\nloop_limit = -1")
+    with pytest.raises(ConfigError, match=r"at routing\.loop_window: 'soon' is not a duration"):
+        config.loads('[routing]\nloop_window = "soon"')
+    with pytest.raises(ConfigError, match=r"at routing\.loop_window: must be longer than 0s"):
+        config.loads('[routing]\nloop_window = "0s"')
+
+
+def test_domain_rules_are_checked_at_load() -> None:
+    loaded = config.loads('[routing.domains]\ndeny = ["ads.example"]\ndeny_private = true')
+    assert loaded.routing.domains.rules.deny == ("ads.example",) and loaded.routing.domains.rules.active
+    assert not config.loads("").routing.domains.rules.active
+    with pytest.raises(ConfigError, match=r"at routing\.domains\.allow\[1\]: 'https://b\.example': a rule is a bare"):
+        config.loads('[routing.domains]\nallow = ["a.example", "https://b.example"]')
+
+
+def test_the_cache_is_off_by_default_and_its_ttls_are_checked() -> None:
+    settings = config.loads("").cache
+    assert settings.enabled is False and settings.max_entries == 512
+    assert (settings.ttl("search"), settings.ttl("extract"), settings.ttl("browse")) == (300.0, 900.0, None)
+    with pytest.raises(ConfigError, match=r"at cache\.search_ttl: 'later' is not a duration"):
+        config.loads('[cache]\nsearch_ttl = "later"')
+    with pytest.raises(ConfigError, match=r"at cache\.max_entries: must be at least 1"):
+        config.loads("[cache]\nmax_entries = 0")

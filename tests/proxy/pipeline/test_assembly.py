@@ -3,6 +3,8 @@ last, the governor's own tools present and bound to the exposed engine."""
 
 from __future__ import annotations
 
+import logging
+from decimal import Decimal
 from typing import Any
 
 import anyio
@@ -96,3 +98,97 @@ async def test_the_governor_tools_share_the_exposed_governors_store() -> None:
         (receipt,) = report["receipts"]
         artifact = await assembly.governor.store.get("local", receipt["artifact_id"])
     assert artifact.payload == ("word " * 20_000).encode()
+
+
+def test_an_invalid_cooldown_warns_and_falls_back(caplog: pytest.LogCaptureFixture) -> None:
+    from frugal_proxy import config
+    from frugal_proxy.policies.cooldown import Cooldown
+
+    with caplog.at_level(logging.WARNING, logger="frugal_proxy.pipeline"):
+        assembly = assemble(config=config.loads('[routing]\ncooldown = "a while"'), environ={})
+    (cooldown,) = [policy for policy in assembly.policies if isinstance(policy, Cooldown)]
+    assert cooldown.window == 60.0
+    (line,) = caplog.records
+    assert line.getMessage() == "routing.cooldown is not a duration; using the default"
+    assert line.__dict__["value"] == "a while" and line.__dict__["default"] == "1m0s"
+
+
+def test_daily_caps_are_keyed_by_capability_and_provider() -> None:
+    from frugal_proxy import config
+    from frugal_proxy.policies.budget import Budget
+
+    loaded = config.loads(
+        '[upstreams.tools]\ncommand = ["x"]\n[search_providers.wikipedia]\ndaily_budget_usd = 1.5\n'
+        '[extract_providers.reader]\nupstream = "tools"\ntool = "read"\ndaily_budget_usd = 0.01'
+    )
+    (budget,) = [policy for policy in assemble(config=loaded, environ={}).policies if isinstance(policy, Budget)]
+    assert budget.caps == {"search/wikipedia": 1_500_000, "extract/reader": 10_000}
+
+
+async def test_several_guards_on_one_call_as_the_trace_shows_them() -> None:
+    """Every guard assembled from one config, on one search: the ceiling skips youcom, serper's
+    daily budget is spent, marginalia cools down after a 429, wikipedia answers with one result
+    on a private host that the domain policy drops; and the same call a third time is refused."""
+    from frugal_proxy import config
+    from frugal_proxy.capabilities import SearchHit, SearchRequest
+    from frugal_proxy.policies.budget import Budget
+    from frugal_proxy.policies.cooldown import Cooldown
+
+    loaded = config.loads(
+        '[upstreams.tools]\ncommand = ["x"]\n'
+        '[search_providers.serper]\nupstream = "tools"\ntool = "serper"\ncost_per_call = 0.001\n'
+        "daily_budget_usd = 0.001\n"
+        '[search_providers.youcom]\nupstream = "tools"\ntool = "you"\ncost_per_call = 0.005\n'
+        "[routing]\nloop_limit = 2\n[routing.domains]\ndeny_private = true\n"
+    )
+    assembly = assemble(config=loaded, environ={})
+
+    async def busy(ex: Exchange) -> Outcome:
+        return Outcome("rate_limited", message="marginalia is rate-limiting (429)", retry_after=120.0)
+
+    async def found(ex: Exchange) -> Outcome:
+        hits = [SearchHit("MCP", "https://modelcontextprotocol.io/", "s", "wikipedia")]
+        return Outcome("ok", data=[*hits, SearchHit("admin", "http://192.168.0.1/", "s", "wikipedia")])
+
+    names = ("marginalia", "wikipedia", "serper", "youcom")
+    prices = {"serper": 1_000, "youcom": 5_000}
+    providers = {
+        name: FakeProvider(name, busy if name == "marginalia" else found, prices.get(name, 0), capability="search")
+        for name in names
+    }
+    pipeline = build_pipeline(providers, assembly.policies, assembly.dispatch)
+    (budget,) = [p for p in assembly.policies if isinstance(p, Budget)]
+    (cooldown,) = [p for p in assembly.policies if isinstance(p, Cooldown)]
+    await budget.book.reserve("search/serper", 1_000, 1_000)  # spent earlier today
+
+    def call() -> Exchange:
+        arguments = {"query": "mcp", "max_cost_usd": "0.001"}
+        params = {"name": jsonrpc.raw("frugal__search"), "arguments": jsonrpc.raw(arguments)}
+        ex = Exchange(Call(1, "frugal__search", params), Route("frugal__search", names, capability="search"))
+        ex.request = SearchRequest("mcp", max_cost_usd=Decimal("0.001"))
+        return ex
+
+    with anyio.fail_after(5):
+        await pipeline.run(call())  # marginalia answers 429: fenced for its Retry-After
+        assert cooldown.book.until("marginalia") is not None
+        answer = await pipeline.run(call())
+        refused = await pipeline.run(call())
+    body = jsonrpc.decode_any(answer["result"])["structuredContent"]
+    resets = body["skipped"][1]["why"].rpartition("in ")[2]
+    assert body["reason"] == (
+        "policy=cheap: effective cost ascending; "
+        "ceiling: skipped youcom (youcom costs $0.0050 per call, above max_cost_usd $0.0010); "
+        f"budget: skipped serper (it has spent $0.0010 of its $0.0010 daily budget; resets at 00:00 UTC, in {resets}; "
+        "cooldown: skipped marginalia (rate-limited; cooling down for another 2m0s); "
+        "provider=wikipedia won on attempt 1"
+    )
+    assert [(s["provider"], s["guard"]) for s in body["skipped"]] == [
+        ("youcom", "ceiling"),
+        ("serper", "budget"),
+        ("marginalia", "cooldown"),
+    ]
+    assert [hit["url"] for hit in body["results"]] == ["https://modelcontextprotocol.io/"]
+    assert body["warnings"] == ["1 result(s) from wikipedia dropped: routing.domains refuses their hosts"]
+    assert body["cost_usd"] == 0 and body["total_cost_usd"] == 0
+    text = jsonrpc.decode_any(refused["result"])["content"][0]["text"]
+    assert text.startswith("frugal__search: loop guard: this exact frugal__search call has been made 3 times")

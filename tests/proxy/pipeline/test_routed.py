@@ -93,3 +93,12 @@ def test_a_priced_plain_tool_gets_its_receipt_in_meta_and_keeps_its_content() ->
     assert route["provider_used"] == "files" and route["cost_usd"] == 0.002 and route["total_cost_usd"] == 0.002
     error = jsonrpc.error(4, -32602, "bad")
     assert routed.with_route_meta(error, ex, receipt) is error
+
+
+def test_a_skip_at_dispatch_is_in_skipped_and_the_reason_too() -> None:
+    why = "skipped firecrawl (other calls reached its $1.0000 daily budget meanwhile)"
+    trace = [Decision("dispatch", "budget", "skipped", why, provider="firecrawl")]
+    receipt = Receipt("jina", 0, (Attempt("jina", "ok", 1.0),), 0, "")
+    ex = exchange(Page("https://a.example/"), trace)
+    assert routed.receipt_fields(ex, receipt)["skipped"] == [{"provider": "firecrawl", "guard": "budget", "why": why}]
+    assert routed.reason_line(ex, receipt) == f"budget: {why}; provider=jina won on attempt 1"

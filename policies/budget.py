@@ -1,0 +1,88 @@
+"""Daily spend caps: `daily_budget_usd` in a provider's table (`[search_providers.NAME]` …).
+
+Once a provider's spend this UTC day reaches its cap it is skipped (`budget: skipped youcom
+(…)`), and a call that pins it is refused; the counters reset at UTC midnight. Exact under
+concurrency: dispatch reserves the price just before the provider is called (`before_call`;
+a cap that other calls reached meanwhile is a skip there) and releases it when the provider did
+not bill (`after_call`: an error, a cancelled call, a call cut by the deadline), so concurrent
+calls overshoot a cap by at most one call's price. A free provider never spends, so its cap
+never bites. Caps are per capability table: the key is `capability/provider`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+from frugal_proxy import money
+from frugal_proxy.config import format_duration
+from frugal_proxy.policies import Policy
+from frugal_proxy.records import Decision, Exchange, Outcome, ProviderSpec
+from frugal_proxy.state.spend import SpendBook, seconds_to_midnight
+
+
+def spend_key(capability: str, provider: str) -> str:
+    """What a provider's spend and cap are kept under: caps are per capability table."""
+    return f"{capability}/{provider}"
+
+
+class Budget(Policy):
+    name = "budget"
+
+    def __init__(self, caps: Mapping[str, int], book: SpendBook, clock: Callable[[], float] = time.time) -> None:
+        self.caps = dict(caps)  # spend_key -> micro-dollars a UTC day
+        self.book = book
+        self.clock = clock
+        self._held: dict[tuple[int, str], str] = {}  # (exchange, provider) -> the day reserved in
+
+    def _cap(self, spec: ProviderSpec) -> int | None:
+        return None if spec.free else self.caps.get(spend_key(spec.capability, spec.name))
+
+    def _resets(self) -> str:
+        return f"resets at 00:00 UTC, in {format_duration(seconds_to_midnight(self.clock()))}"
+
+    def route(self, exchange: Exchange) -> None:
+        if not self.caps:
+            return
+        kept: list[ProviderSpec] = []
+        spent_out: list[tuple[ProviderSpec, int, int]] = []
+        for spec in exchange.candidates:
+            cap = self._cap(spec)
+            spent = self.book.spent(spend_key(spec.capability, spec.name)) if cap is not None else 0
+            if cap is not None and spent >= cap:
+                spent_out.append((spec, spent, cap))
+            else:
+                kept.append(spec)
+        if not spent_out:
+            return
+        exchange.candidates = kept
+        if isinstance(getattr(exchange.request, "provider", None), str) and not kept:
+            spec, spent, cap = spent_out[0]
+            why = (
+                f"{spec.name} has spent {money.format_usd(spent)} of its {money.format_usd(cap)} daily budget "
+                f"({self._resets()}): leave provider out to use another provider"
+            )
+            exchange.trace.append(Decision("route", self.name, "refused", why, provider=spec.name))
+            return
+        for spec, spent, cap in spent_out:
+            why = (
+                f"skipped {spec.name} (it has spent {money.format_usd(spent)} of its "
+                f"{money.format_usd(cap)} daily budget; {self._resets()})"
+            )
+            exchange.trace.append(Decision("route", self.name, "skipped", why, provider=spec.name))
+
+    async def before_call(self, exchange: Exchange, spec: ProviderSpec) -> str | None:
+        cap = self._cap(spec)
+        if cap is None:
+            return None
+        day = await self.book.reserve(spend_key(spec.capability, spec.name), spec.price_micros, cap)
+        if day is None:
+            return f"other calls reached its {money.format_usd(cap)} daily budget meanwhile; {self._resets()}"
+        self._held[(id(exchange), spec.name)] = day
+        return None
+
+    async def after_call(self, exchange: Exchange, spec: ProviderSpec, outcome: Outcome | None) -> Outcome | None:
+        day = self._held.pop((id(exchange), spec.name), None)
+        if day is not None and (outcome is None or outcome.kind not in ("ok", "empty")):
+            await self.book.release(spend_key(spec.capability, spec.name), spec.price_micros, day)  # it did not bill
+        return None

@@ -1,0 +1,83 @@
+"""The per-call ceiling: `max_cost_usd` on every routed tool.
+
+A candidate whose effective price (0 while it has free quota left this month, else its list
+price) is above the ceiling is dropped before anything is called, each drop a Decision the
+receipt's `skipped[]` and reason line show:
+
+    ceiling: skipped youcom (youcom costs $0.0050 per call, above max_cost_usd $0.0010)
+
+`0` means free providers only. A call that pins a provider above the ceiling is refused before
+any spend; when nothing fits, the refusal names the cheapest configured provider and its price,
+so the agent knows what ceiling would do. On `frugal__execute` the fall-forward to a browser is
+routed again: what the extraction already cost comes off the ceiling first.
+"""
+
+from __future__ import annotations
+
+from decimal import ROUND_FLOOR, Decimal
+
+from frugal_proxy import money
+from frugal_proxy.policies import Policy
+from frugal_proxy.policies.routing import effective_cost
+from frugal_proxy.records import Decision, Exchange, ProviderSpec
+from frugal_proxy.state.usage import UsageCounter
+
+
+def ceiling_micros(amount: Decimal) -> int:
+    """A ceiling in micro-dollars, rounded down (a ceiling finer than a micro-dollar cannot be
+    met more exactly)."""
+    return int((amount * money.MICROS_PER_USD).to_integral_value(rounding=ROUND_FLOOR))
+
+
+class Ceiling(Policy):
+    name = "ceiling"
+
+    def __init__(self, usage: UsageCounter) -> None:
+        self.usage = usage
+
+    def route(self, exchange: Exchange) -> None:
+        amount = getattr(exchange.request, "max_cost_usd", None)
+        if amount is None or not exchange.candidates:
+            return
+        ceiling = ceiling_micros(amount)
+        spent = sum(attempt.cost_micros for attempt in exchange.attempts)
+        left = ceiling - spent
+        kept: list[ProviderSpec] = []
+        over: list[tuple[ProviderSpec, int]] = []
+        for spec in exchange.candidates:
+            price = effective_cost(spec, self.usage)
+            if price <= left:
+                kept.append(spec)
+            else:
+                over.append((spec, price))
+        if not over:
+            return
+        exchange.candidates = kept
+        limit = f"max_cost_usd {money.format_usd(ceiling)}"
+        if spent:
+            limit = f"the {money.format_usd(max(left, 0))} left of {limit} after {money.format_usd(spent)} spent"
+        pinned = getattr(exchange.request, "provider", None)
+        if isinstance(pinned, str) and not kept:
+            spec, price = over[0]
+            why = f"{spec.name} costs {money.format_usd(price)} per call, above {limit}"
+            fix = f"raise max_cost_usd to {money.format_usd(price + spent)}, or leave provider out"
+            exchange.trace.append(Decision("route", self.name, "refused", f"{why}: {fix}", provider=spec.name))
+            return
+        for spec, price in over:
+            why = f"{spec.name} costs {money.format_usd(price)} per call, above {limit}"
+            exchange.trace.append(
+                Decision("route", self.name, "skipped", f"skipped {spec.name} ({why})", provider=spec.name)
+            )
+        if not kept:
+            spec, price = min(over, key=lambda pair: pair[1])  # min() keeps the first of a tie
+            capability = exchange.route.capability or "tool"
+            exchange.trace.append(
+                Decision(
+                    "route",
+                    self.name,
+                    "refused",
+                    f"no {capability} provider fits {limit}; the cheapest is {spec.name} at "
+                    f"{money.format_usd(price)} per call: raise max_cost_usd to {money.format_usd(price + spent)}, "
+                    "or leave it out",
+                )
+            )

@@ -1,0 +1,55 @@
+"""The domain policy (`routing.domains`: `allow`, `deny`, `deny_private`) on what a call fetches.
+
+At admission, the URL an extract or browse call (or frugal__execute's URL intent) will fetch is
+checked before any provider is called; a refused one answers with why and which rule:
+
+    frugal__extract: domains: not fetched: 127.0.0.1 (written 2130706433) is a loopback address
+    (routing.domains.deny_private); ask for a page the domain policy allows
+
+After a search provider answers, results whose URL the same rules refuse are dropped, and the
+answer's `warnings` say how many; a provider whose every result was dropped has found nothing
+(free: the next one is tried). The rules are proxy.domains', whose functions are the local
+fetchers' per-hop check too.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from frugal_proxy.capabilities import SearchHit
+from frugal_proxy.domains import DomainRules, url_allowed
+from frugal_proxy.policies import Policy
+from frugal_proxy.protocol import jsonrpc
+from frugal_proxy.records import Decision, Exchange, Outcome, ProviderSpec
+
+
+class DomainPolicy(Policy):
+    name = "domains"
+
+    def __init__(self, rules: DomainRules) -> None:
+        self.rules = rules
+
+    async def admit(self, exchange: Exchange) -> None:
+        url = getattr(exchange.request, "url", None)
+        if not isinstance(url, str):
+            return
+        why = url_allowed(url, self.rules)
+        if why is None:
+            return
+        detail = f"not fetched: {why}; ask for a page the domain policy allows"
+        exchange.trace.append(Decision("admit", self.name, "refused", detail))
+        message = f"{exchange.call.tool}: {self.name}: {detail}"
+        exchange.answer = jsonrpc.result(exchange.call.request_id, jsonrpc.tool_error_result(message))
+
+    async def after_call(self, exchange: Exchange, spec: ProviderSpec, outcome: Outcome | None) -> Outcome | None:
+        if outcome is None or outcome.kind != "ok" or not isinstance(outcome.data, list):
+            return None
+        hits = outcome.data
+        kept = [hit for hit in hits if not isinstance(hit, SearchHit) or url_allowed(hit.url, self.rules) is None]
+        dropped = len(hits) - len(kept)
+        if not dropped:
+            return None
+        exchange.warnings.append(f"{dropped} result(s) from {spec.name} dropped: routing.domains refuses their hosts")
+        if kept:
+            return msgspec.structs.replace(outcome, data=kept)
+        return Outcome("empty", message=f"{spec.name}: routing.domains refuses the host of every result")

@@ -1,0 +1,235 @@
+"""Dispatch: the one stage that calls providers, and owns failover.
+
+- the candidates are tried in the order the route phase left them, one attempt each;
+- just before a provider is called, each policy's `before_call` may still keep it back (a
+  budget another call used up, a cooldown another call started): a skip in the trace, and the
+  next candidate is tried;
+- after each answer, each policy's `after_call` sees it (a 429 starts a cooldown, a reservation
+  is settled), and is told when there was none (cancelled);
+- an answer ends the chain; so do zero hits from a paid provider (it billed for them);
+- an error, or zero hits from a free provider, falls through to the next candidate;
+- when every candidate failed, the error names each attempt.
+
+Retries (`limits.retries`, 2 unless set, at most 5): only a free provider of a routed tool is
+tried again, and only after a transient error (429, 408, 5xx, a timeout, a reset), after a
+jittered backoff of about 0.2 s, then 0.8 s; a paid provider never is (the request may have been
+billed), nor a permanent error. A `Retry-After` of at most 5 s is waited for; a longer one fails
+over at once. No wait passes the deadline. A provider's retries are one attempt in the receipt.
+
+A routed call has one deadline over its whole chain (`limits.call_timeout`, 60 s unless set):
+each attempt gets only what remains, none starts once it has run out, and the call then fails
+with `frugal: call deadline exceeded; search failover stopped after N attempt(s): …` naming
+each attempt's error. A plain tool keeps its upstream's own deadline. A client that cancels the
+call stops the chain at once: nothing further is called or paid.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import anyio
+
+from frugal_proxy.config import format_duration
+from frugal_proxy.policies import Policy
+from frugal_proxy.protocol import jsonrpc
+from frugal_proxy.providers import Provider
+from frugal_proxy.records import Attempt, Decision, Exchange, Outcome, ProviderSpec
+
+RETRIED = frozenset({"transient", "rate_limited"})  # 429, 408, 5xx, timeouts, resets
+BACKOFF = 0.2  # seconds before the first retry, then 0.8, 3.2 … (each ±25% of jitter)
+BACKOFF_FACTOR = 4.0
+BACKOFF_MAX = 5.0
+RETRY_AFTER_MAX = 5.0  # a longer Retry-After fails over instead of waiting
+
+
+@dataclass(frozen=True)
+class DispatchSettings:
+    """`deadline`: seconds over a routed call's whole chain (None: none); `retries`: how often
+    a free provider is tried again after a transient error. `clock` (what the deadline is read
+    on), `sleep` and `jitter` are seams for tests."""
+
+    deadline: float | None = None
+    retries: int = 0
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], Awaitable[None]] = anyio.sleep
+    jitter: Callable[[], float] = random.random
+
+
+class Dispatch:
+    def __init__(
+        self, providers: Mapping[tuple[str, str], Provider], policies: Sequence[Policy], settings: DispatchSettings
+    ) -> None:
+        self.providers = providers  # by (capability, name): a candidate is a spec
+        self.settings = settings
+        self.clock = settings.clock
+        # Only the policies that take part in dispatch are asked, so the others cost nothing here.
+        self._before = [p for p in policies if type(p).before_call is not Policy.before_call]
+        self._after = [p for p in policies if type(p).after_call is not Policy.after_call]
+
+    def start(self, exchange: Exchange) -> None:
+        """Start a routed call's deadline (a plain tool keeps its upstream's own)."""
+        if self.settings.deadline is not None and exchange.route.capability is not None and exchange.deadline is None:
+            exchange.deadline = self.clock() + self.settings.deadline
+
+    def expired(self, exchange: Exchange) -> bool:
+        return exchange.deadline is not None and self.clock() >= exchange.deadline
+
+    async def run(self, exchange: Exchange) -> None:
+        """Try the candidates in order until one answers (see the module docstring)."""
+        stopped = False
+        for spec in exchange.candidates:
+            if self.expired(exchange):
+                stopped = True
+                break
+            if self._before and await self._kept_back(exchange, spec):
+                continue
+            outcome, cut = await self._attempt(exchange, spec)
+            exchange.outcome = outcome
+            if outcome.kind == "ok":
+                if outcome.reply is not None:
+                    exchange.answer = outcome.reply
+                return
+            if outcome.kind == "empty" and not spec.free:
+                return  # a paid provider answered, with nothing: it billed, so the chain ends
+            if cut or self.expired(exchange):
+                stopped = True
+                break
+        if stopped:
+            within = format_duration(self.settings.deadline or 0)
+            why = f"the call deadline ({within}) ran out after {len(exchange.attempts)} attempt(s)"
+            exchange.trace.append(Decision("dispatch", "deadline", "stopped", why))
+        elif exchange.route.capability and exchange.outcome is not None and exchange.outcome.kind == "empty":
+            return  # every free provider found nothing: an empty answer, not an error
+        exchange.answer = jsonrpc.result(exchange.call.request_id, jsonrpc.tool_error_result(failure(exchange)))
+
+    async def _kept_back(self, exchange: Exchange, spec: ProviderSpec) -> bool:
+        for number, policy in enumerate(self._before):
+            why = await policy.before_call(exchange, spec)
+            if why is not None:
+                exchange.trace.append(
+                    Decision("dispatch", policy.name, "skipped", f"skipped {spec.name} ({why})", provider=spec.name)
+                )
+                await self._settle(exchange, spec, None, self._before[:number])
+                return True
+        return False
+
+    async def _attempt(self, exchange: Exchange, spec: ProviderSpec) -> tuple[Outcome, bool]:
+        """One attempt, its retries included: the outcome, and whether the deadline cut it short."""
+        started = time.monotonic()
+        retries = 0
+        while True:
+            outcome, cut = await self._try(exchange, spec)
+            delay = None if cut else self._retry_delay(exchange, spec, outcome, retries)
+            if delay is None:
+                break
+            exchange.trace.append(
+                Decision(
+                    "dispatch", "retries", "retried", f"retried {spec.name} after {delay:.2f}s ({outcome.message})"
+                )
+            )
+            await self.settings.sleep(delay)
+            retries += 1
+        billed = spec.price_micros if outcome.kind in ("ok", "empty") else 0
+        exchange.attempts.append(
+            Attempt(
+                provider=spec.name,
+                outcome=outcome.kind,
+                latency_ms=round((time.monotonic() - started) * 1000, 3),
+                cost_micros=billed,
+                error=outcome.message or None,
+                retries=retries,
+            )
+        )
+        return outcome, cut
+
+    def _retry_delay(self, exchange: Exchange, spec: ProviderSpec, outcome: Outcome, retries: int) -> float | None:
+        """How long to wait before trying the provider again, or None not to (see the module
+        docstring): a free provider of a routed tool, a transient error, retries left, a
+        Retry-After of at most RETRY_AFTER_MAX, and time left to wait."""
+        if (
+            outcome.kind not in RETRIED
+            or retries >= self.settings.retries
+            or not spec.free
+            or exchange.route.capability is None
+        ):
+            return None
+        delay = min(BACKOFF * BACKOFF_FACTOR**retries, BACKOFF_MAX) * (0.75 + 0.5 * self.settings.jitter())
+        if outcome.retry_after is not None:
+            if outcome.retry_after > RETRY_AFTER_MAX:
+                return None  # longer than is worth waiting here: fail over (the cooldown fences it)
+            delay = max(delay, outcome.retry_after)
+        if exchange.deadline is not None and self.clock() + delay >= exchange.deadline:
+            exchange.trace.append(
+                Decision(
+                    "dispatch", "retries", "not retried", f"{spec.name}: a wait of {delay:.2f}s would pass the deadline"
+                )
+            )
+            return None
+        return delay
+
+    async def _try(self, exchange: Exchange, spec: ProviderSpec) -> tuple[Outcome, bool]:
+        """One call of the provider, settled with every policy."""
+        answered: Outcome | None = None
+        try:
+            answered = await self._call(exchange, spec)
+            cut = answered is None
+            if answered is None:
+                within = format_duration(self.settings.deadline or 0)
+                late = f"{spec.name} did not answer within the call deadline ({within})"
+                answered = Outcome("transient", message=late)
+        finally:
+            if self._after:
+                answered = await self._settle(exchange, spec, answered, self._after)
+        assert answered is not None
+        return answered, cut
+
+    async def _call(self, exchange: Exchange, spec: ProviderSpec) -> Outcome | None:
+        """One call of the provider with what remains of the deadline; None when it ran out."""
+        provider = self.providers[(spec.capability, spec.name)]
+        if exchange.deadline is None:
+            return await provider.call(exchange)
+        with anyio.move_on_after(exchange.deadline - self.clock()):
+            return await provider.call(exchange)
+        return None
+
+    @staticmethod
+    async def _settle(
+        exchange: Exchange, spec: ProviderSpec, outcome: Outcome | None, policies: Sequence[Policy]
+    ) -> Outcome | None:
+        """Each policy's after_call, in order, each seeing what the one before made of the answer;
+        shielded, so that a cancelled call still releases what it reserved."""
+        with anyio.CancelScope(shield=True):
+            for policy in policies:
+                replaced = await policy.after_call(exchange, spec, outcome)
+                if replaced is not None and outcome is not None:
+                    outcome = replaced
+        return outcome
+
+
+def failure(exchange: Exchange) -> str:
+    """The error of a call no provider answered: a guard's refusal, the skips, or every attempt."""
+    tool = exchange.call.tool
+    failures = [(a.provider, a.error or a.outcome) for a in exchange.attempts]
+    if any(d.policy == "deadline" and d.verdict == "stopped" for d in exchange.trace):
+        capability = exchange.route.capability or "tool"
+        attempts = f"{capability} failover stopped after {len(failures)} attempt(s)"
+        return f"frugal: call deadline exceeded; {attempts}" + (f": {tried(failures)}" if failures else "")
+    if not failures:
+        # A guard that refused the call says why and what to do; otherwise list the skips.
+        refusal = next((d for d in exchange.trace if d.verdict == "refused"), None)
+        if refusal is not None:
+            return f"{tool}: {refusal.policy}: {refusal.detail}"
+        skipped = [f"{d.policy}: {d.detail}" for d in exchange.trace if d.verdict == "skipped" and d.provider]
+        why = f" ({'; '.join(skipped)})" if skipped else ""
+        return f"{tool} failed: no provider is available for this tool{why}"
+    if len(failures) == 1 and exchange.route.capability is None:
+        return f"{tool} failed: {failures[0][1]}"
+    return f"{tool} failed on every provider ({len(failures)} attempt(s)): {tried(failures)}"
+
+
+def tried(failures: list[tuple[str, str]]) -> str:
+    # A provider's message names it already ("serper is rate-limiting (429)"); others get the name.
+    return "; ".join(message if message.startswith(name) else f"{name}: {message}" for name, message in failures)

@@ -1,0 +1,75 @@
+"""What each provider has spent this UTC day, for the daily spend caps, exact under concurrency.
+
+A call reserves a provider's price before it is sent and releases it when the provider did not
+bill, so the check and the spend are one step: concurrent calls against one cap overshoot it by
+at most one call's price (a call goes ahead while the day's spend, reservations included, is
+below the cap). Amounts are micro-dollars (money); keys are `capability/provider`, since caps
+are per capability table.
+
+    SpendBook     the interface: spent (a read for routing), reserve and release (the writes,
+                  async so that a shared store can make them atomic across replicas)
+    MemorySpend   the embedded default: today's counters in this process, reset at UTC midnight
+                  by its injected clock; `spent_today` seeds them (the usage ledger, once it
+                  exists, rebuilds them after a restart)
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+
+def utc_day(now: float) -> str:
+    return datetime.datetime.fromtimestamp(now, datetime.UTC).strftime("%Y-%m-%d")
+
+
+def seconds_to_midnight(now: float) -> float:
+    """Seconds until the next UTC midnight, when the day's counters reset."""
+    return 86_400.0 - now % 86_400.0
+
+
+class SpendBook(Protocol):
+    def spent(self, key: str) -> int:
+        """Today's spend of the provider, reservations included."""
+        ...
+
+    async def reserve(self, key: str, micros: int, cap: int) -> str | None:
+        """Add `micros` to today's spend if it is still below `cap`: the day it counts in, or
+        None when the cap is reached."""
+        ...
+
+    async def release(self, key: str, micros: int, day: str) -> None:
+        """Take back a reservation that was not billed (a no-op once its day is over)."""
+        ...
+
+
+class MemorySpend:
+    def __init__(self, clock: Callable[[], float], spent_today: Mapping[str, int] | None = None) -> None:
+        self._clock = clock
+        now = clock()
+        self._number, self._day = int(now // 86_400), utc_day(now)  # UTC days have 86,400 s (POSIX time)
+        self._spent: dict[str, int] = dict(spent_today or {})
+
+    def _today(self) -> str:
+        now = self._clock()
+        if int(now // 86_400) != self._number:
+            self._number, self._day, self._spent = int(now // 86_400), utc_day(now), {}
+        return self._day
+
+    def spent(self, key: str) -> int:
+        self._today()
+        return self._spent.get(key, 0)
+
+    async def reserve(self, key: str, micros: int, cap: int) -> str | None:
+        # No await between the check and the add: one step on the event loop.
+        day = self._today()
+        spent = self._spent.get(key, 0)
+        if spent >= cap:
+            return None
+        self._spent[key] = spent + micros
+        return day
+
+    async def release(self, key: str, micros: int, day: str) -> None:
+        if day == self._today() and key in self._spent:
+            self._spent[key] = max(0, self._spent[key] - micros)

@@ -1,0 +1,163 @@
+"""Daily spend caps: a provider that reached its cap is skipped and a pinned one refused, the
+counters reset at UTC midnight (a fake clock), a cap reached mid-chain by another call is a skip
+at dispatch, an unbilled call gives its reservation back, and 100 concurrent calls overshoot a
+cap by at most one call's price."""
+
+from __future__ import annotations
+
+import datetime
+
+import anyio
+import pytest
+
+from frugal_proxy.capabilities import SearchHit
+from frugal_proxy.pipeline.pipeline import build_pipeline
+from frugal_proxy.policies.budget import Budget, spend_key
+from frugal_proxy.providers import FakeProvider
+from frugal_proxy.records import Decision, Exchange, Outcome
+from frugal_proxy.state.spend import MemorySpend
+from tests.fake_clock import Clock
+from tests.routed_calls import error_text
+from tests.routed_calls import search as routed
+
+pytestmark = pytest.mark.anyio
+
+YOUCOM = spend_key("search", "youcom")
+# 2026-05-01 18:48:00 UTC: 5h12m before the counters reset
+EVENING = datetime.datetime(2026, 5, 1, 18, 48, tzinfo=datetime.UTC).timestamp()
+
+
+def clock_at(when: float) -> Clock:
+    clock = Clock()
+    clock.now = when
+    return clock
+
+
+def budget(clock: Clock, **caps: int) -> Budget:
+    return Budget({spend_key("search", name): cap for name, cap in caps.items()}, MemorySpend(clock), clock)
+
+
+def found(name: str) -> list[SearchHit]:
+    return [SearchHit(name, f"https://{name}.example/", "s", name)]
+
+
+def provider(name: str, price: int, kind: str = "ok") -> FakeProvider:
+    async def answer(ex: Exchange) -> Outcome:
+        await anyio.lowlevel.checkpoint()  # let concurrent calls interleave here
+        return Outcome("ok", data=found(name)) if kind == "ok" else Outcome("transient", message=f"{name} failed (503)")
+
+    return FakeProvider(name, answer, price, capability="search")
+
+
+async def test_a_provider_that_reached_its_cap_is_skipped_and_a_pinned_one_refused() -> None:
+    clock = clock_at(EVENING)
+    policy = budget(clock, youcom=10_000)
+    youcom, wiki = provider("youcom", 5_000), provider("wiki", 0)
+    pipeline = build_pipeline({"youcom": youcom, "wiki": wiki}, [policy])
+    with anyio.fail_after(5):
+        for _ in range(2):
+            await pipeline.run(routed("youcom", "wiki"))
+        assert policy.book.spent(YOUCOM) == 10_000
+        third = routed("youcom", "wiki")
+        await pipeline.run(third)
+        pinned = await pipeline.run(routed("youcom", provider="youcom"))
+    assert len(youcom.calls) == 2 and [a.provider for a in third.attempts] == ["wiki"]
+    assert third.trace[0] == Decision(
+        "route",
+        "budget",
+        "skipped",
+        "skipped youcom (it has spent $0.0100 of its $0.0100 daily budget; resets at 00:00 UTC, in 5h12m0s)",
+        provider="youcom",
+    )
+    assert error_text(pinned) == (
+        "frugal__search: budget: youcom has spent $0.0100 of its $0.0100 daily budget "
+        "(resets at 00:00 UTC, in 5h12m0s): leave provider out to use another provider"
+    )
+
+
+async def test_the_counters_reset_at_utc_midnight() -> None:
+    clock = clock_at(datetime.datetime(2026, 5, 1, 23, 59, 59, tzinfo=datetime.UTC).timestamp())
+    policy = budget(clock, youcom=5_000)
+    youcom = provider("youcom", 5_000)
+    pipeline = build_pipeline({"youcom": youcom}, [policy])
+    with anyio.fail_after(5):
+        await pipeline.run(routed("youcom"))
+        late = routed("youcom")
+        await pipeline.run(late)
+        assert late.attempts == [] and "in 1s)" in late.trace[0].detail
+        clock.now += 1  # 00:00:00 UTC
+        assert policy.book.spent(YOUCOM) == 0
+        await pipeline.run(routed("youcom"))
+    assert len(youcom.calls) == 2
+
+
+async def test_a_cap_reached_mid_chain_by_another_call_is_skipped_at_dispatch() -> None:
+    clock = clock_at(EVENING)
+    policy = budget(clock, youcom=5_000)
+
+    async def fails_while_another_call_spends(ex: Exchange) -> Outcome:
+        assert await policy.book.reserve(YOUCOM, 5_000, 5_000) is not None  # another call got there first
+        return Outcome("transient", message="marginalia failed (503)")
+
+    youcom, wiki = provider("youcom", 5_000), provider("wiki", 0)
+    marginalia = FakeProvider("marginalia", fails_while_another_call_spends, capability="search")
+    ex = routed("marginalia", "youcom", "wiki")
+    with anyio.fail_after(5):
+        await build_pipeline({"marginalia": marginalia, "youcom": youcom, "wiki": wiki}, [policy]).run(ex)
+    assert youcom.calls == [] and [a.provider for a in ex.attempts] == ["marginalia", "wiki"]
+    assert (
+        Decision(
+            "dispatch",
+            "budget",
+            "skipped",
+            "skipped youcom (other calls reached its $0.0050 daily budget meanwhile; resets at 00:00 UTC, in 5h12m0s)",
+            provider="youcom",
+        )
+        in ex.trace
+    )
+
+
+async def test_a_call_that_did_not_bill_gives_its_reservation_back() -> None:
+    clock = clock_at(EVENING)
+    policy = budget(clock, youcom=5_000)
+    pipeline = build_pipeline({"youcom": provider("youcom", 5_000, kind="error")}, [policy])
+    with anyio.fail_after(5):
+        await pipeline.run(routed("youcom"))
+    assert policy.book.spent(YOUCOM) == 0
+
+
+async def test_a_hundred_concurrent_calls_overshoot_a_cap_by_less_than_one_price() -> None:
+    """$0.0100 a day at $0.0030 a call: 4 calls go ahead ($0.0120), never more, and what the
+    book says was spent is what the receipts billed. Every other call fails over to a free
+    provider. With calls that fail (and give their reservation back) mixed in, the same holds."""
+    for failing in (False, True):
+        clock = clock_at(EVENING)
+        policy = budget(clock, youcom=10_000)
+        calls = 0
+
+        async def answer(ex: Exchange, failing: bool = failing) -> Outcome:
+            nonlocal calls
+            calls += 1
+            number = calls
+            for _ in range(3):
+                await anyio.lowlevel.checkpoint()
+            if failing and number % 2:
+                return Outcome("transient", message="youcom failed (503)")
+            return Outcome("ok", data=found("youcom"))
+
+        youcom = FakeProvider("youcom", answer, 3_000, capability="search")
+        pipeline = build_pipeline({"youcom": youcom, "wiki": provider("wiki", 0)}, [policy])
+        exchanges = [routed("youcom", "wiki") for _ in range(100)]
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                for ex in exchanges:
+                    tg.start_soon(pipeline.run, ex)
+        billed = sum(ex.receipt.total_micros for ex in exchanges if ex.receipt is not None)
+        spent = policy.book.spent(YOUCOM)
+        assert spent == billed
+        assert spent - 10_000 < 3_000  # overshoot under one call's price
+        assert all(ex.receipt is not None and ex.receipt.provider_used for ex in exchanges)
+        if not failing:
+            assert (calls, spent) == (4, 12_000)
+        else:
+            assert calls == 4 and spent == 6_000  # two of the four billed; the other two gave theirs back

@@ -1,0 +1,85 @@
+"""The domain policy: a URL the rules refuse is refused before any provider is called, with the
+rule; search results on refused hosts are dropped with a warning that counts them, and a
+provider whose every result was dropped has found nothing."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from frugal_proxy.capabilities import ExtractRequest, Page, SearchHit, SearchRequest
+from frugal_proxy.domains import DomainRules
+from frugal_proxy.pipeline.pipeline import build_pipeline
+from frugal_proxy.policies.domains import DomainPolicy
+from frugal_proxy.protocol import jsonrpc
+from frugal_proxy.providers import FakeProvider
+from frugal_proxy.records import Call, Exchange, Outcome, Route
+
+pytestmark = pytest.mark.anyio
+
+RULES = DomainRules.of(deny=["ads.example"], deny_private=True)
+
+
+def exchange(tool: str, capability: str, request: object, *providers: str) -> Exchange:
+    params = {"name": jsonrpc.raw(tool), "arguments": jsonrpc.raw({})}
+    ex = Exchange(Call(1, tool, params), Route(tool, providers, capability=capability))
+    ex.request = request
+    return ex
+
+
+def body(answer: dict[str, object]) -> dict[str, object]:
+    return jsonrpc.decode_any(answer["result"])  # type: ignore[arg-type, no-any-return]
+
+
+async def test_a_refused_url_reaches_no_provider() -> None:
+    async def read(ex: Exchange) -> Outcome:
+        return Outcome("ok", data=Page(ex.request.url, markdown="secret"))
+
+    reader = FakeProvider("readability", read, capability="extract")
+    pipeline = build_pipeline({"readability": reader}, [DomainPolicy(RULES)])
+    ex = exchange("frugal__extract", "extract", ExtractRequest("http://169.254.169.254/latest/"), "readability")
+    with anyio.fail_after(5):
+        answer = body(await pipeline.run(ex))
+    assert reader.calls == [] and answer["isError"] is True
+    assert answer["content"][0]["text"] == (  # type: ignore[index]
+        "frugal__extract: domains: not fetched: 169.254.169.254 is a link-local address (where cloud "
+        "metadata services answer) (routing.domains.deny_private); ask for a page the domain policy allows"
+    )
+    assert ex.trace[0].verdict == "refused" and ex.trace[0].policy == "domains"
+    allowed = exchange("frugal__extract", "extract", ExtractRequest("https://example.org/"), "readability")
+    with anyio.fail_after(5):
+        await pipeline.run(allowed)
+    assert len(reader.calls) == 1
+
+
+async def test_search_results_on_refused_hosts_are_dropped_and_counted() -> None:
+    urls = ["https://news.example/a", "http://10.0.0.5/admin", "https://ads.example/x", "https://b.example/"]
+
+    async def search(ex: Exchange) -> Outcome:
+        return Outcome("ok", data=[SearchHit(f"hit {n}", url, "s", "wiki") for n, url in enumerate(urls)])
+
+    pipeline = build_pipeline({"wiki": FakeProvider("wiki", search, capability="search")}, [DomainPolicy(RULES)])
+    ex = exchange("frugal__search", "search", SearchRequest("q"), "wiki")
+    with anyio.fail_after(5):
+        found = body(await pipeline.run(ex))["structuredContent"]
+    assert [hit["url"] for hit in found["results"]] == ["https://news.example/a", "https://b.example/"]  # type: ignore[index]
+    assert found["warnings"] == ["2 result(s) from wiki dropped: routing.domains refuses their hosts"]  # type: ignore[index]
+
+
+async def test_a_provider_whose_every_result_was_dropped_found_nothing() -> None:
+    async def private(ex: Exchange) -> Outcome:
+        return Outcome("ok", data=[SearchHit("intranet", "http://intranet/", "s", "searxng")])
+
+    async def public(ex: Exchange) -> Outcome:
+        return Outcome("ok", data=[SearchHit("ok", "https://example.org/", "s", "wiki")])
+
+    providers = {
+        "searxng": FakeProvider("searxng", private, capability="search"),
+        "wiki": FakeProvider("wiki", public, capability="search"),
+    }
+    ex = exchange("frugal__search", "search", SearchRequest("q"), "searxng", "wiki")
+    with anyio.fail_after(5):
+        found = body(await build_pipeline(providers, [DomainPolicy(RULES)]).run(ex))["structuredContent"]
+    assert found["provider_used"] == "wiki"  # type: ignore[index]
+    assert [(a["provider"], a["outcome"]) for a in found["attempts"]] == [("searxng", "empty"), ("wiki", "won")]  # type: ignore[union-attr, index]
+    assert found["warnings"] == ["1 result(s) from searxng dropped: routing.domains refuses their hosts"]  # type: ignore[index]

@@ -1,0 +1,303 @@
+"""Dispatch's hooks around each provider: a policy keeping one back just before it is called,
+every after_call told of each answer (or of none), an outcome replaced, and a client that
+cancels mid-chain: nothing further is called and what was reserved is settled. Then the
+deadline over a routed call's chain, on a fake clock."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from frugal_proxy.capabilities import SearchHit
+from frugal_proxy.pipeline.dispatch import DispatchSettings
+from frugal_proxy.pipeline.pipeline import Pipeline, build_pipeline
+from frugal_proxy.policies import Policy
+from frugal_proxy.protocol import jsonrpc
+from frugal_proxy.providers import FakeProvider
+from frugal_proxy.records import Call, Decision, Exchange, Outcome, ProviderSpec, Route
+from tests.fake_clock import Clock
+from tests.routed_calls import search as routed
+
+pytestmark = pytest.mark.anyio
+
+
+async def fails(ex: Exchange) -> Outcome:
+    return Outcome("transient", message="503")
+
+
+async def answers(ex: Exchange) -> Outcome:
+    return Outcome("ok", data=[SearchHit("t", "https://a.example/", "s", "x")])
+
+
+class Recorder(Policy):
+    """Keeps back the providers named in `refuse`; notes every hook call."""
+
+    name = "recorder"
+
+    def __init__(self, refuse: tuple[str, ...] = ()) -> None:
+        self.refuse = refuse
+        self.seen: list[tuple[str, str, str | None]] = []
+
+    async def before_call(self, exchange: Exchange, spec: ProviderSpec) -> str | None:
+        self.seen.append(("before", spec.name, None))
+        return "not now" if spec.name in self.refuse else None
+
+    async def after_call(self, exchange: Exchange, spec: ProviderSpec, outcome: Outcome | None) -> Outcome | None:
+        self.seen.append(("after", spec.name, outcome.kind if outcome else None))
+        return None
+
+
+async def test_a_provider_kept_back_is_a_skip_and_earlier_policies_are_settled() -> None:
+    first, second = Recorder(), Recorder(refuse=("a",))
+    pipeline = build_pipeline(
+        {"a": FakeProvider("a", answers, capability="search"), "b": FakeProvider("b", answers, capability="search")},
+        [first, second],
+    )
+    ex = routed("a", "b")
+    with anyio.fail_after(5):
+        await pipeline.run(ex)
+    assert [a.provider for a in ex.attempts] == ["b"]
+    assert Decision("dispatch", "recorder", "skipped", "skipped a (not now)", provider="a") in ex.trace
+    # the first policy passed `a`, so it hears that `a` was not called after all
+    assert first.seen == [("before", "a", None), ("after", "a", None), ("before", "b", None), ("after", "b", "ok")]
+
+
+async def test_after_call_may_replace_the_outcome() -> None:
+    class Empties(Policy):
+        async def after_call(self, exchange: Exchange, spec: ProviderSpec, outcome: Outcome | None) -> Outcome | None:
+            return Outcome("empty", message="filtered") if spec.name == "a" else None
+
+    a, b = FakeProvider("a", answers, capability="search"), FakeProvider("b", answers, capability="search")
+    ex = routed("a", "b")
+    with anyio.fail_after(5):
+        await build_pipeline({"a": a, "b": b}, [Empties()]).run(ex)
+    assert [(at.provider, at.outcome) for at in ex.attempts] == [("a", "empty"), ("b", "ok")]
+
+
+async def test_a_client_cancelling_mid_chain_stops_it_and_settles_the_call_in_flight() -> None:
+    started = anyio.Event()
+
+    async def hangs(ex: Exchange) -> Outcome:
+        started.set()
+        await anyio.Event().wait()
+        raise AssertionError("not reached")
+
+    recorder = Recorder()
+    third = FakeProvider("c", answers, capability="search")
+    pipeline = build_pipeline(
+        {
+            "a": FakeProvider("a", fails, capability="search"),
+            "b": FakeProvider("b", hangs, capability="search"),
+            "c": third,
+        },
+        [recorder],
+    )
+    ex = routed("a", "b", "c")
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pipeline.run, ex)
+            await started.wait()
+            tg.cancel_scope.cancel()  # what the router does when the client cancels the request
+    assert third.calls == [] and ex.answer is None
+    assert recorder.seen[-1] == ("after", "b", None)
+    assert [a.provider for a in ex.attempts] == ["a"]
+
+
+# -- the deadline ---------------------------------------------------------------------------------
+
+
+def taking(name: str, clock: Clock, seconds: float, outcome: Outcome) -> FakeProvider:
+    """A provider that takes `seconds` of the fake clock to answer."""
+
+    async def answer(ex: Exchange) -> Outcome:
+        clock.now += seconds
+        return outcome
+
+    return FakeProvider(name, answer, capability="search")
+
+
+async def test_no_provider_is_called_once_the_deadline_ran_out() -> None:
+    clock = Clock()
+    busy = Outcome("rate_limited", message="marginalia is rate-limiting (429)")
+    providers = {
+        "marginalia": taking("marginalia", clock, 25, busy),
+        "wikipedia": taking("wikipedia", clock, 40, Outcome("transient", message="wikipedia failed (503)")),
+        "serper": taking("serper", clock, 1, Outcome("ok", data=[])),
+    }
+    pipeline = build_pipeline(providers, settings=DispatchSettings(deadline=60.0, clock=clock))
+    ex = routed("marginalia", "wikipedia", "serper")
+    with anyio.fail_after(5):
+        answer = await pipeline.run(ex)
+    assert providers["serper"].calls == []
+    body = jsonrpc.decode_any(answer["result"])
+    assert body["isError"] is True
+    assert body["content"][0]["text"] == (
+        "frugal: call deadline exceeded; search failover stopped after 2 attempt(s): "
+        "marginalia is rate-limiting (429); wikipedia failed (503)"
+    )
+    assert ex.trace[-1] == Decision(
+        "dispatch", "deadline", "stopped", "the call deadline (1m0s) ran out after 2 attempt(s)"
+    )
+
+
+async def test_an_attempt_gets_only_what_remains_and_is_cut_there() -> None:
+    clock = Clock()
+    hanging = anyio.Event()
+
+    async def hangs(ex: Exchange) -> Outcome:
+        await hanging.wait()
+        raise AssertionError("not reached")
+
+    recorder = Recorder()
+    providers = {
+        "slow": taking("slow", clock, 59.95, Outcome("transient", message="slow failed (502)")),
+        "hangs": FakeProvider("hangs", hangs, capability="search"),
+        "never": FakeProvider("never", answers, capability="search"),
+    }
+    pipeline = build_pipeline(providers, [recorder], DispatchSettings(deadline=60.0, clock=clock))
+    ex = routed("slow", "hangs", "never")
+    with anyio.fail_after(5):  # "hangs" is cut after the 50 ms that were left (real time)
+        answer = await pipeline.run(ex)
+    assert providers["never"].calls == []
+    assert jsonrpc.decode_any(answer["result"])["content"][0]["text"] == (
+        "frugal: call deadline exceeded; search failover stopped after 2 attempt(s): "
+        "slow failed (502); hangs did not answer within the call deadline (1m0s)"
+    )
+    assert ("after", "hangs", "transient") in recorder.seen  # settled: a reservation is given back
+
+
+async def test_a_plain_tool_keeps_its_own_deadline() -> None:
+    clock = Clock()
+    plain = taking("notes", clock, 3600, Outcome("ok", reply=jsonrpc.result(None, {"content": []})))
+    pipeline = build_pipeline({"notes": plain}, settings=DispatchSettings(deadline=60.0, clock=clock))
+    ex = Exchange(Call(1, "add", {}), Route("add", ("notes",)))
+    with anyio.fail_after(5):
+        await pipeline.run(ex)
+    assert ex.deadline is None and ex.attempts[0].outcome == "ok"
+
+
+# -- retries --------------------------------------------------------------------------------------
+
+
+class Sleeps:
+    """anyio.sleep on the fake clock: notes each wait and moves the clock by it."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.waits: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.clock.now += seconds
+
+
+def scripted(
+    name: str, *outcomes: Outcome, price: int = 0, clock: Clock | None = None, takes: float = 0
+) -> FakeProvider:
+    """A provider that answers with `outcomes` in turn (the last one from then on)."""
+    left = list(outcomes)
+
+    async def answer(ex: Exchange) -> Outcome:
+        if clock is not None:
+            clock.now += takes
+        return left.pop(0) if len(left) > 1 else left[0]
+
+    return FakeProvider(name, answer, price, capability="search")
+
+
+def retrying(
+    providers: dict[str, FakeProvider], clock: Clock, retries: int = 2, deadline: float | None = 60.0
+) -> tuple[Pipeline, Sleeps]:
+    sleeps = Sleeps(clock)
+    settings = DispatchSettings(deadline=deadline, retries=retries, clock=clock, sleep=sleeps, jitter=lambda: 0.5)
+    return build_pipeline(providers, settings=settings), sleeps
+
+
+FAILED = Outcome("transient", message="wiki failed (503)")
+OK = Outcome("ok", data=[SearchHit("t", "https://a.example/", "s", "wiki")])
+
+
+async def test_a_free_provider_retries_a_transient_error_with_backoff_as_one_attempt() -> None:
+    clock = Clock()
+    pipeline, sleeps = retrying({"wiki": scripted("wiki", FAILED, FAILED, OK)}, clock)
+    ex = routed("wiki")
+    with anyio.fail_after(5):
+        answer = await pipeline.run(ex)
+    assert sleeps.waits == [0.2, 0.8]
+    (attempt,) = ex.attempts
+    assert (attempt.provider, attempt.outcome, attempt.retries) == ("wiki", "ok", 2)
+    body = jsonrpc.decode_any(answer["result"])["structuredContent"]
+    assert body["attempts"][0]["retries"] == 2 and body["attempts"][0]["outcome"] == "won"
+
+
+async def test_the_backoff_is_jittered_and_retries_run_out() -> None:
+    clock = Clock()
+    sleeps = Sleeps(clock)
+    settings = DispatchSettings(retries=2, clock=clock, sleep=sleeps, jitter=lambda: 1.0)
+    ex = routed("wiki")
+    with anyio.fail_after(5):
+        await build_pipeline({"wiki": scripted("wiki", FAILED)}, settings=settings).run(ex)
+    assert sleeps.waits == [0.25, 1.0]  # +25% each
+    assert ex.attempts[0].retries == 2 and ex.attempts[0].outcome == "transient"
+
+
+async def test_paid_providers_permanent_errors_and_plain_tools_never_retry() -> None:
+    clock = Clock()
+    refused = Outcome("permanent", message="free refused the key (401): check it")
+    providers = {
+        "paid": scripted("paid", FAILED, OK, price=1_000),
+        "refuses": scripted("refuses", refused, OK),
+        "last": scripted("last", OK),
+    }
+    pipeline, sleeps = retrying(providers, clock)
+    ex = routed("paid", "refuses", "last")
+    with anyio.fail_after(5):
+        await pipeline.run(ex)
+    assert sleeps.waits == [] and [(a.provider, a.retries) for a in ex.attempts] == [
+        ("paid", 0),
+        ("refuses", 0),
+        ("last", 0),
+    ]
+    plain = Exchange(Call(1, "add", {}), Route("add", ("notes",)))
+    plain_pipeline, plain_sleeps = retrying({"notes": scripted("notes", FAILED, OK)}, clock)
+    with anyio.fail_after(5):
+        await plain_pipeline.run(plain)
+    assert plain_sleeps.waits == [] and plain.attempts[0].outcome == "transient"
+
+
+async def test_retries_zero_turns_them_off() -> None:
+    clock = Clock()
+    pipeline, sleeps = retrying({"wiki": scripted("wiki", FAILED, OK)}, clock, retries=0)
+    ex = routed("wiki")
+    with anyio.fail_after(5):
+        await pipeline.run(ex)
+    assert sleeps.waits == [] and ex.attempts[0].outcome == "transient"
+
+
+@pytest.mark.parametrize(("retry_after", "waits", "served_by"), [(5.0, [5.0], "wiki"), (6.0, [], "next")])
+async def test_a_retry_after_of_5s_is_waited_for_and_6s_fails_over(
+    retry_after: float, waits: list[float], served_by: str
+) -> None:
+    clock = Clock()
+    busy = Outcome("rate_limited", message="wiki is rate-limiting (429)", retry_after=retry_after)
+    pipeline, sleeps = retrying({"wiki": scripted("wiki", busy, OK), "next": scripted("next", OK)}, clock)
+    ex = routed("wiki", "next")
+    with anyio.fail_after(5):
+        await pipeline.run(ex)
+    assert sleeps.waits == waits
+    assert ex.attempts[-1].provider == served_by and ex.attempts[-1].outcome == "ok"
+
+
+async def test_a_retry_never_sleeps_past_the_deadline() -> None:
+    """The deadline would run out during the second backoff (0.8 s with 0.5 s left): that wait is
+    not slept, the provider fails over, and the next one gets the time that is left."""
+    clock = Clock()
+    providers = {"wiki": scripted("wiki", FAILED, clock=clock, takes=0.25), "next": scripted("next", OK)}
+    pipeline, sleeps = retrying(providers, clock, deadline=1.2)
+    ex = routed("wiki", "next")
+    with anyio.fail_after(5):
+        await pipeline.run(ex)
+    assert sleeps.waits == [0.2]  # 0.25 + 0.2 + 0.25 = 0.7 s gone: 0.8 s more would pass 1.2 s
+    assert [(a.provider, a.retries) for a in ex.attempts] == [("wiki", 1), ("next", 0)]
+    assert Decision("dispatch", "retries", "not retried", "wiki: a wait of 0.80s would pass the deadline") in ex.trace
+    assert clock.now - 1_000_000.0 < 1.2

@@ -1,0 +1,41 @@
+"""The in-memory spend book: reservations while below the cap, releases, the UTC day rolling
+over by its clock, and seeding from what was spent before a restart."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+from frugal_proxy.state.spend import MemorySpend, seconds_to_midnight, utc_day
+from tests.fake_clock import Clock
+
+pytestmark = pytest.mark.anyio
+
+NOON = datetime.datetime(2026, 5, 1, 12, tzinfo=datetime.UTC).timestamp()
+
+
+def clock_at(when: float) -> Clock:
+    clock = Clock()
+    clock.now = when
+    return clock
+
+
+async def test_reservations_go_ahead_while_below_the_cap_and_come_back_on_release() -> None:
+    book = MemorySpend(clock_at(NOON))
+    assert await book.reserve("search/a", 3, 5) == "2026-05-01"
+    assert await book.reserve("search/a", 3, 5) == "2026-05-01"  # 3 < 5: goes ahead, to 6
+    assert await book.reserve("search/a", 3, 5) is None
+    await book.release("search/a", 3, "2026-05-01")
+    assert book.spent("search/a") == 3 and book.spent("search/b") == 0
+
+
+async def test_the_day_rolls_over_at_utc_midnight_and_old_releases_are_ignored() -> None:
+    clock = clock_at(NOON)
+    book = MemorySpend(clock, spent_today={"search/a": 7})
+    assert book.spent("search/a") == 7
+    assert seconds_to_midnight(clock.now) == 12 * 3600
+    clock.now += 12 * 3600
+    assert utc_day(clock.now) == "2026-05-02" and book.spent("search/a") == 0
+    await book.release("search/a", 7, "2026-05-01")
+    assert book.spent("search/a") == 0
