@@ -49,7 +49,7 @@ from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from frugal_proxy.capabilities import BrowseRequest
-from frugal_proxy.providers.page_fetch import HopCheck, host_of, page_fault
+from frugal_proxy.providers.page_fetch import HopCheck, domain_check, host_of, page_fault
 from frugal_proxy.providers.page_text import read_page
 from frugal_proxy.providers.registry import Builtin, Setup
 from frugal_proxy.records import Exchange, Outcome
@@ -106,7 +106,7 @@ class Chromium:
     def __init__(self, setup: Setup, check: HopCheck | None = None) -> None:
         self.spec = setup.spec
         self.setup = setup
-        self.check = check  # None: no request is intercepted (the fast path)
+        self.check = check or domain_check(setup.domains)  # None: no request is intercepted (the fast path)
         self.binary: str | None = None  # found at the first launch (file system look-ups: off the loop)
         self._lock = anyio.Lock()
         self._pages = anyio.CapacityLimiter(MAX_PAGES)

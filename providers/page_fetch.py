@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urljoin, urlsplit
 
+from frugal_proxy.domains import DomainRules, url_allowed
 from frugal_proxy.providers.http_client import NETWORK_ERRORS, BodyTooLarge, HttpClient, network_fault
 from frugal_proxy.records import Outcome
 from frugal_proxy.upstream.http_wire import retry_after
@@ -49,6 +50,18 @@ _BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codec
 async def allow_every_hop(url: str) -> str | None:
     """The default check: every hop may go on."""
     return None
+
+
+def domain_check(rules: DomainRules | None) -> HopCheck | None:
+    """The per-hop check of a domain policy (`routing.domains`): every redirect hop and every
+    request a page makes is refused when the rules refuse its host. None without rules."""
+    if rules is None or not (rules.allow or rules.deny or rules.deny_private):
+        return None
+
+    async def check(url: str) -> str | None:
+        return url_allowed(url, rules)
+
+    return check
 
 
 @dataclass(frozen=True)

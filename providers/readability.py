@@ -23,17 +23,17 @@ Standard, "determining the character encoding").
 from __future__ import annotations
 
 from frugal_proxy.capabilities import ExtractRequest, Page
-from frugal_proxy.providers.page_fetch import Fetched, HopCheck, allow_every_hop, fetch_html
+from frugal_proxy.providers.page_fetch import Fetched, HopCheck, allow_every_hop, domain_check, fetch_html
 from frugal_proxy.providers.page_text import answer, read_page
 from frugal_proxy.providers.registry import Builtin, Setup
 from frugal_proxy.records import Exchange, Outcome
 
 
 class Readability:
-    def __init__(self, setup: Setup, check: HopCheck = allow_every_hop) -> None:
+    def __init__(self, setup: Setup, check: HopCheck | None = None) -> None:
         self.spec = setup.spec
         self.setup = setup
-        self.check = check
+        self.check = check or domain_check(setup.domains) or allow_every_hop
 
     async def call(self, exchange: Exchange) -> Outcome:
         request = exchange.request

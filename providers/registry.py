@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from frugal_proxy import money
 from frugal_proxy.capabilities import CAPABILITIES
 from frugal_proxy.config import Config, ProviderConfig
+from frugal_proxy.domains import DomainRules
 from frugal_proxy.providers import Provider
 from frugal_proxy.providers.http_client import HttpClient
 from frugal_proxy.records import ProviderSpec
@@ -60,6 +61,7 @@ class Setup:
     http: HttpClient
     options: ProviderConfig
     environ: Mapping[str, str]
+    domains: DomainRules | None = None  # routing.domains, for the fetchers that check every hop
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,7 @@ def enable(config: Config, environ: Mapping[str, str] | None = None, http: HttpC
         for builtin in (b for b in built_ins() if b.capability == capability):
             options = _options_of(tables, builtin)
             seen.update(name for name in (builtin.name, *builtin.aliases) if name in tables)
-            made = _make(builtin, options, env, client)
+            made = _make(builtin, options, env, client, config.routing.domains.rules)
             if isinstance(made, str):
                 enabled.off[builtin.name] = made
             else:
@@ -144,7 +146,13 @@ def _options_of(tables: Mapping[str, ProviderConfig], builtin: Builtin) -> Provi
     return ProviderConfig()
 
 
-def _make(builtin: Builtin, options: ProviderConfig, env: Mapping[str, str], http: HttpClient) -> Provider | str:
+def _make(
+    builtin: Builtin,
+    options: ProviderConfig,
+    env: Mapping[str, str],
+    http: HttpClient,
+    domains: DomainRules | None = None,
+) -> Provider | str:
     """The provider, or why it is off."""
     if options.enabled is False:
         return "disabled in the config"
@@ -177,6 +185,7 @@ def _make(builtin: Builtin, options: ProviderConfig, env: Mapping[str, str], htt
         http=http,
         options=options,
         environ=env,
+        domains=domains,
     )
     return builtin.make(setup)
 

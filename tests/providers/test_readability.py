@@ -3,19 +3,22 @@ the fetch through the shared client, trafilatura's markdown, and each way a page
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 from collections.abc import Iterator
 
+import httpx2
 import pytest
 
 from frugal_proxy.capabilities import Page
 from frugal_proxy.config import Config, ProviderConfig
+from frugal_proxy.domains import DomainRules
 from frugal_proxy.providers import readability
 from frugal_proxy.providers.http_client import HttpClient
 from frugal_proxy.providers.page_fetch import HopCheck, allow_every_hop
 from frugal_proxy.providers.registry import enable
 from frugal_proxy.records import Outcome
-from tests.providers.api_fakes import exchange, loopback_setup
+from tests.providers.api_fakes import exchange, loopback_setup, setup_for
 from tests.servers.page_server import ARTICLE, JS_TEXT, LATIN1_TEXT, WINDOWS_TEXT, PageServer, page_server
 
 pytestmark = pytest.mark.anyio
@@ -120,3 +123,20 @@ def test_it_is_on_with_no_configuration_and_answers_to_goreadability() -> None:
     assert isinstance(found, readability.Readability) and found.setup.timeout == 7.0
     off = enable(Config(extract_providers={"goreadability": ProviderConfig(enabled=False)}), {}, http)
     assert off.off["readability"] == "disabled in the config"
+
+
+async def test_the_domain_policy_refuses_a_redirect_to_a_private_address() -> None:
+    """routing.domains reaches the local fetcher: a public page that redirects to the cloud
+    metadata address is refused at that hop, before anything is fetched from it."""
+    asked: list[str] = []
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        asked.append(str(request.url))
+        if request.url.host == "public.example":
+            return httpx2.Response(302, headers={"Location": "http://169.254.169.254/latest/meta-data/"})
+        return httpx2.Response(200, html="<html><body><p>secrets</p></body></html>")
+
+    setup = dataclasses.replace(setup_for(readability.BUILTINS[0], answer), domains=DomainRules.of(deny_private=True))
+    outcome = await readability.Readability(setup).call(exchange("extract", {"url": "https://public.example/a"}))
+    assert outcome.kind == "permanent" and "169.254.169.254" in outcome.message
+    assert asked == ["https://public.example/a"]  # the private address was never asked
