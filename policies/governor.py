@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
 from frugal_proxy.governor.engine import Governor
 from frugal_proxy.policies import Policy
 from frugal_proxy.protocol import jsonrpc
@@ -70,5 +68,5 @@ def _arguments(exchange: Exchange) -> Any:
     raw = exchange.call.params.get("arguments")
     try:
         return jsonrpc.decode_any(raw) if raw is not None else {}
-    except msgspec.DecodeError:
+    except jsonrpc.MessageError:
         return None

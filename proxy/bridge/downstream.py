@@ -105,4 +105,7 @@ def _subscription_of(frame: Frame) -> Any:
     """The listen stream a notification is tagged for, if any."""
     meta = jsonrpc.sub_object(jsonrpc.params_of(frame), "_meta")
     raw = meta.get(eras.META_SUBSCRIPTION_ID)
-    return None if raw is None else jsonrpc.decode_any(raw)
+    try:
+        return None if raw is None else jsonrpc.decode_any(raw)
+    except jsonrpc.MessageError:
+        return None

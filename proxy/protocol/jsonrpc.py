@@ -5,14 +5,21 @@ their values (`msgspec.Raw`). Reading `method` or `id` decodes a few bytes; a 10
 never parsed, and re-encoding a frame copies its raw values verbatim. So whatever the proxy does
 not act on (unknown fields, unknown methods, `_meta` keys) passes through unchanged.
 
+Every line is held to `limits` before it is decoded, and reading the envelope (`jsonrpc`, `id`,
+`method`) never raises on what a peer sent: a line that cannot be used becomes a MessageError with
+the JSON-RPC error that answers it, and with the id when it can be recovered.
+
 Sans-IO: nothing here touches a socket or a pipe.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final
 
 import msgspec
+
+from frugal_proxy.protocol import limits
 
 Frame = dict[str, msgspec.Raw]
 RequestId = int | str
@@ -53,16 +60,30 @@ def raw(value: Any) -> msgspec.Raw:
 
 
 def decode_any(data: bytes | msgspec.Raw) -> Any:
-    """Fully decode a raw JSON value into Python objects."""
-    return _any_decoder.decode(data)
+    """Fully decode a raw JSON value into Python objects; a value msgspec cannot hold (a number
+    out of range, invalid UTF-8, a lone surrogate) raises MessageError naming the limit."""
+    try:
+        return _any_decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        raise MessageError(INVALID_REQUEST, limits.value_message(exc)) from None
+    except msgspec.DecodeError as exc:
+        raise MessageError(PARSE_ERROR, f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise MessageError(INVALID_REQUEST, limits.DEPTH_MESSAGE) from None
 
 
 def decode_frames(line: bytes | bytearray) -> tuple[list[Frame], bool]:
     """Decode one line into frames; the flag says whether it was a batch (a JSON array).
 
     Raises MessageError with -32700 for bytes that are not JSON, -32600 for JSON that is not a
-    JSON-RPC message (or an empty batch).
+    JSON-RPC message (or an empty batch) or that breaks a limit (`limits.check`), with the id
+    when it can be read.
     """
+    try:
+        limits.check(line)
+    except limits.LineRefused as exc:
+        code = PARSE_ERROR if exc.parse else INVALID_REQUEST
+        raise MessageError(code, str(exc), top_level_id(line[:_ID_SEARCH_BYTES])) from None
     is_batch = _first_byte(line) == ord("[")
     try:
         frames = _batch_decoder.decode(line) if is_batch else [_frame_decoder.decode(line)]
@@ -84,44 +105,96 @@ def _first_byte(line: bytes | bytearray) -> int | None:
 
 
 def check_frame(frame: Frame) -> None:
-    """Raise MessageError(-32600) unless the frame is a well-formed request, notification or reply."""
-    if frame.get("jsonrpc") != _JSONRPC_20 and decode_any(frame.get("jsonrpc", b"null")) != "2.0":
-        raise MessageError(INVALID_REQUEST, 'missing "jsonrpc": "2.0"', _safe_id(frame))
+    """Raise MessageError(-32600) unless the frame is a well-formed request, notification or
+    reply whose id the proxy can carry faithfully: a string or an integer (never a fraction, an
+    exponent or a value msgspec cannot hold: such an id is refused, not rewritten)."""
+    ident, id_problem = _read(frame["id"]) if "id" in frame else (None, None)
+    known_id = ident if _is_id(ident) else None
+    version, _ = _read(frame["jsonrpc"]) if "jsonrpc" in frame else (None, None)
+    if frame.get("jsonrpc") != _JSONRPC_20 and version != "2.0":
+        raise MessageError(INVALID_REQUEST, 'missing "jsonrpc": "2.0"', known_id)
     has_method = "method" in frame
     has_reply = "result" in frame or "error" in frame
     if has_method == has_reply:
-        raise MessageError(INVALID_REQUEST, "a message needs either a method or a result/error", _safe_id(frame))
-    if has_method and not isinstance(decode_any(frame["method"]), str):
-        raise MessageError(INVALID_REQUEST, "method must be a string", _safe_id(frame))
+        raise MessageError(INVALID_REQUEST, "a message needs either a method or a result/error", known_id)
+    if has_method and not isinstance(_read(frame["method"])[0], str):
+        raise MessageError(INVALID_REQUEST, "method must be a string", known_id)
+    if id_problem is not None:
+        raise MessageError(INVALID_REQUEST, f"the id cannot be carried: {id_problem}")
     if "id" in frame:
-        ident = decode_any(frame["id"])
-        if ident is not None and (isinstance(ident, bool) or not isinstance(ident, int | str)):
+        if ident is not None and not _is_id(ident):
             raise MessageError(INVALID_REQUEST, "id must be a string or an integer")
         if ident is None and has_method:
             raise MessageError(INVALID_REQUEST, "a request id must not be null")
 
 
-def _safe_id(frame: Frame) -> RequestId | None:
+def _read(value: msgspec.Raw) -> tuple[Any, str | None]:
+    """A small envelope value decoded, or (None, why not) when it cannot be."""
     try:
-        ident = decode_any(frame["id"]) if "id" in frame else None
-    except msgspec.DecodeError:
-        return None
-    return ident if isinstance(ident, int | str) and not isinstance(ident, bool) else None
+        return decode_any(value), None
+    except MessageError as exc:
+        return None, str(exc)
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int | str) and not isinstance(value, bool)
+
+
+# Where an id is looked for in a line that is refused whole: its first bytes, top level only.
+_ID_SEARCH_BYTES: Final = 64 * 1024
+_TOKEN = re.compile(rb'\s*(?:("(?:[^"\\]|\\.)*")|([\[{])|([\]}])|([:,])|([^\s"\[\]{}:,]+))', re.DOTALL)
+
+
+def top_level_id(head: bytes | bytearray) -> RequestId | None:
+    """The id of a message from its first bytes (of a line too long, too deep or otherwise
+    refused), read at the top level of the object only, so that an `"id"` key inside `params`
+    is never taken for it; None when it is not there, not usable, or past the bytes given."""
+    depth, expecting_key, key, position = 0, False, b"", 0
+    while (match := _TOKEN.match(head, position)) is not None and match.end() > position:
+        position = match.end()
+        string, opener, closer, separator, scalar = match.groups()
+        if opener is not None:
+            if depth == 0 and opener == b"[":
+                return None  # a batch has no one id
+            if depth == 1 and key == b'"id"':
+                return None
+            depth += 1
+            expecting_key = depth == 1
+        elif closer is not None:
+            depth -= 1
+            key = b""
+            if depth <= 0:
+                return None
+        elif depth != 1:
+            continue
+        elif separator == b",":
+            expecting_key, key = True, b""
+        elif string is not None and expecting_key:
+            expecting_key, key = False, string
+        elif (string or scalar) is not None and key == b'"id"':
+            if scalar is not None and position == len(head):
+                return None  # cut off: the number may go on
+            ident, _ = _read(msgspec.Raw(string or scalar))
+            return ident if _is_id(ident) else None
+    return None
 
 
 def method_of(frame: Frame) -> str | None:
     """The method of a request or notification, None for a reply."""
     value = frame.get("method")
-    return None if value is None else str(decode_any(value))
+    if value is None:
+        return None
+    method, _ = _read(value)
+    return method if isinstance(method, str) else ""
 
 
 def id_of(frame: Frame) -> RequestId | None:
-    """The id of a request or reply, None for a notification."""
+    """The id of a request or reply, None for a notification (or an id that cannot be read)."""
     value = frame.get("id")
     if value is None:
         return None
-    ident = decode_any(value)
-    return ident if isinstance(ident, int | str) else None
+    ident, _ = _read(value)
+    return ident if _is_id(ident) else None
 
 
 def is_request(frame: Frame) -> bool:
@@ -205,10 +278,14 @@ def error_of(frame: Frame) -> tuple[int, str] | None:
     value = frame.get("error")
     if value is None:
         return None
-    body = decode_any(value)
+    body, _ = _read(value)
     if not isinstance(body, dict):
         return (INTERNAL_ERROR, "malformed error")
-    return (int(body.get("code", INTERNAL_ERROR)), str(body.get("message", "")))
+    code = body.get("code", INTERNAL_ERROR)
+    return (
+        code if isinstance(code, int) and not isinstance(code, bool) else INTERNAL_ERROR,
+        str(body.get("message", "")),
+    )
 
 
 def tool_error_result(text: str) -> dict[str, Any]:

@@ -168,6 +168,12 @@ class Router:
         await self.downstream.send(jsonrpc.error(event.error.request_id, event.error.code, str(event.error)))
 
     async def _on_frame(self, frame: Frame) -> None:
+        try:
+            await self._take(frame)
+        except jsonrpc.MessageError as exc:  # a value too long to have been checked whole
+            log.warning("client sent a message the proxy cannot use; dropped", extra={"reason": str(exc)[:200]})
+
+    async def _take(self, frame: Frame) -> None:
         if jsonrpc.is_reply(frame):
             if not self.downstream.take_reply(frame):
                 log.warning(

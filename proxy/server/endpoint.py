@@ -81,6 +81,15 @@ class Endpoint:
         if isinstance(read, Response):
             return read
         frames, batch = read
+        try:
+            return await self._post(request, frames, batch, version, modern)
+        except jsonrpc.MessageError as exc:  # a value too long to have been checked whole
+            ident = exc.request_id if exc.request_id is not None or batch else jsonrpc.id_of(frames[0])
+            return rpc_error(400, exc.code, str(exc), ident)
+
+    async def _post(
+        self, request: Request, frames: list[Frame], batch: bool, version: str | None, modern: bool
+    ) -> Response:
         if batch:
             return await self._batch(request, frames, version)
         frame = frames[0]

@@ -69,7 +69,7 @@ class FrameReader:
             self._ready.extend(self._framer.feed(chunk))
         line = self._ready.popleft()
         if isinstance(line, OversizedLine):
-            ident = _id_from_head(line.head)
+            ident = jsonrpc.top_level_id(line.head)
             message = (
                 f"message of {line.size} bytes exceeds the {self.max_line_bytes}-byte line cap"
                 " (raise it with --max-message-bytes)"
@@ -116,21 +116,3 @@ class FrameWriter:
 def _preview(line: bytes | bytearray) -> str:
     """A short, printable prefix of a bad line, for a log message (never the whole payload)."""
     return line[:60].decode("utf-8", "replace").encode("unicode_escape").decode("ascii")
-
-
-def _id_from_head(head: bytes) -> jsonrpc.RequestId | None:
-    """Find `"id": <int|str>` in the first bytes of an oversized message, if it is there."""
-    marker = head.find(b'"id"')
-    if marker < 0:
-        return None
-    rest = head[marker + 4 :].lstrip(b" \t:").lstrip()
-    if rest[:1] == b'"':
-        end = rest.find(b'"', 1)
-        return rest[1:end].decode("utf-8", "replace") if end > 0 else None
-    digits = bytearray()
-    for byte in rest:
-        if chr(byte).isdigit() or (byte == ord("-") and not digits):
-            digits.append(byte)
-        else:
-            break
-    return int(digits) if digits and digits != b"-" else None

@@ -5,13 +5,16 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
 import anyio
+import httpx2
 import pytest
 
-from tests.conftest import FAULTY_SERVER, proxy_command
+from tests.conftest import FAULTY_SERVER, notes_command, proxy_command
+from tests.e2e.test_http_downstream import LEGACY_HEADERS, Proxy, modern_body, modern_headers
+from tests.e2e.test_http_downstream import start as start_http
 from tests.rawclient import MODERN_META, RawClient
 
 pytestmark = pytest.mark.anyio
@@ -281,3 +284,104 @@ async def test_a_bad_budget_flag_exits_2_naming_the_limit() -> None:
         tg.cancel_scope.cancel()
     assert code == 2
     assert "max_bytes must be at least 1024" in client.stderr_text()
+
+
+# -- frames that used to take the whole process down (issue 18) -----------------------------------------
+
+DEEP = b"[" * 1000 + b"]" * 1000
+DIGITS = b"9" * 5000
+
+CRASHERS = {
+    "id 1e999": (b'{"jsonrpc":"2.0","id":1e999,"method":"ping"}', -32600, None),
+    "id -1e999": (b'{"jsonrpc":"2.0","id":-1e999,"method":"ping"}', -32600, None),
+    "jsonrpc 1e999": (b'{"jsonrpc":1e999,"id":7,"method":"ping"}', -32600, 7),
+    "method 1e999": (b'{"jsonrpc":"2.0","id":7,"method":1e999}', -32600, 7),
+    "cancelled requestId 1e999": (
+        b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1e999}}',
+        -32600,
+        None,
+    ),
+    "reply id 1e999": (b'{"jsonrpc":"2.0","id":1e999,"result":{}}', -32600, None),
+    "1e999 inside a batch": (
+        b'[{"jsonrpc":"2.0","id":8,"method":"ping"},{"jsonrpc":"2.0","id":1e999,"method":"ping"}]',
+        -32600,
+        None,
+    ),
+    "request id of 5000 digits": (b'{"jsonrpc":"2.0","id":' + DIGITS + b',"method":"ping"}', -32600, None),
+    "reply id of 5000 digits": (b'{"jsonrpc":"2.0","id":' + DIGITS + b',"result":{}}', -32600, None),
+    "params arrays 1000 deep": (
+        b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":' + DEEP + b"}}}",
+        -32600,
+        7,
+    ),
+    "params objects 1000 deep": (
+        b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":' + b'{"a":' * 1000 + b"1" + b"}" * 1001,
+        -32600,
+        7,
+    ),
+    "invalid UTF-8 in the id": (b'{"jsonrpc":"2.0","id":"\xff\xfe","method":"ping"}', -32700, None),
+    "invalid UTF-8 in the method": (b'{"jsonrpc":"2.0","id":7,"method":"\xff\xfe"}', -32700, 7),
+}
+
+
+@pytest.mark.parametrize(("line", "code", "ident"), CRASHERS.values(), ids=CRASHERS.keys())
+async def test_a_frame_that_used_to_crash_the_proxy_is_answered(line: bytes, code: int, ident: object) -> None:
+    async with proxied() as client:
+        await client.initialize()
+        await client.send_line(line)
+        reply = await client.receive(wait=5)
+        assert reply["id"] == ident and reply["error"]["code"] == code
+        assert text(await call(client, 1, "echo", {"text": "still here"})) == "still here"
+        assert client.process.returncode is None
+    assert "client sent a bad message" in client.stderr_text()
+    assert "Traceback" not in client.stderr_text()
+
+
+# The Python SDK drops, without an answer, a message nested about 195 deep or holding an integer
+# of more than 4300 digits: forwarded, these two calls would wait forever. The proxy answers them.
+HANGERS = {
+    "an integer argument of 5000 digits": (b'{"a":' + DIGITS + b',"b":1}', "4300 characters"),
+    "arrays nested 900 deep": (b'{"a":' + b"[" * 900 + b"]" * 900 + b',"b":1}', "128 levels"),
+}
+
+
+@pytest.mark.parametrize(("arguments", "named"), HANGERS.values(), ids=HANGERS.keys())
+async def test_a_call_that_used_to_hang_is_answered_at_once(arguments: bytes, named: str) -> None:
+    async with proxied(upstream=notes_command()) as client:
+        await client.initialize()
+        await client.send_line(
+            b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"add","arguments":' + arguments + b"}}"
+        )
+        reply = await client.receive(wait=5)
+        assert reply["id"] == 5 and reply["error"]["code"] == -32600
+        assert named in reply["error"]["message"]
+        assert text(await call(client, 6, "add", {"a": 2, "b": 3})) == "5"
+
+
+# -- over HTTP ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def http_proxy() -> Iterator[Proxy]:
+    proxy = start_http(FAULTY)
+    yield proxy
+    proxy.stop()
+
+
+def echo_over_http(url: str, words: str) -> str:
+    body = modern_body("tools/call", {"name": "echo", "arguments": {"text": words}}, ident=99)
+    reply = httpx2.post(url, json=body, headers=modern_headers("tools/call", "echo"), timeout=10)
+    assert reply.status_code == 200, reply.text
+    return str(reply.json()["result"]["content"][0]["text"])
+
+
+@pytest.mark.parametrize(("line", "code", "ident"), CRASHERS.values(), ids=CRASHERS.keys())
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+def test_a_body_that_used_to_crash_the_proxy_gets_a_400(
+    http_proxy: Proxy, line: bytes, code: int, ident: object, era: str
+) -> None:
+    headers = modern_headers("ping") if era == "modern" else LEGACY_HEADERS
+    reply = httpx2.post(http_proxy.url, content=line, headers=headers, timeout=10)
+    assert reply.status_code == 400
+    assert reply.json()["error"]["code"] == code and reply.json()["id"] == ident
+    assert echo_over_http(http_proxy.url, "still here") == "still here"

@@ -75,3 +75,126 @@ def test_params_of_keeps_values_raw() -> None:
     params = jsonrpc.params_of(frame)
     assert isinstance(params["big"], msgspec.Raw)
     assert bytes(params["big"]) == b"[1,2,3]"
+
+
+# -- frames that used to take the proxy down: each is refused with the error that answers it --------
+
+DEEP = b"[" * 1000 + b"]" * 1000
+DIGITS = b"9" * 5000
+
+
+@pytest.mark.parametrize(
+    ("line", "code", "ident", "named"),
+    [
+        (b'{"jsonrpc":"2.0","id":1e999,"method":"ping"}', jsonrpc.INVALID_REQUEST, None, "64-bit float"),
+        (b'{"jsonrpc":"2.0","id":-1e999,"method":"ping"}', jsonrpc.INVALID_REQUEST, None, "64-bit float"),
+        (b'{"jsonrpc":1e999,"id":1,"method":"ping"}', jsonrpc.INVALID_REQUEST, 1, "64-bit float"),
+        (b'{"jsonrpc":"2.0","id":2,"method":1e999}', jsonrpc.INVALID_REQUEST, 2, "64-bit float"),
+        (
+            b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1e999}}',
+            jsonrpc.INVALID_REQUEST,
+            None,
+            "64-bit float",
+        ),
+        (b'{"jsonrpc":"2.0","id":1e999,"result":{}}', jsonrpc.INVALID_REQUEST, None, "64-bit float"),
+        (b'[{"jsonrpc":"2.0","id":1e999,"method":"ping"}]', jsonrpc.INVALID_REQUEST, None, "64-bit float"),
+        (b'{"jsonrpc":"2.0","id":' + DIGITS + b',"method":"ping"}', jsonrpc.INVALID_REQUEST, None, "4300"),
+        (b'{"jsonrpc":"2.0","id":' + DIGITS + b',"result":{}}', jsonrpc.INVALID_REQUEST, None, "4300"),
+        (b'{"jsonrpc":"2.0","id":3,"method":"x","params":{"a":' + DEEP + b"}}", jsonrpc.INVALID_REQUEST, 3, "128"),
+        (
+            b'{"jsonrpc":"2.0","id":3,"method":"x","params":' + b'{"a":' * 1000 + b"1" + b"}" * 1001,
+            jsonrpc.INVALID_REQUEST,
+            3,
+            "128",
+        ),
+        (b'{"jsonrpc":"2.0","id":"\xff\xfe","method":"ping"}', jsonrpc.PARSE_ERROR, None, "UTF-8"),
+        (b'{"jsonrpc":"2.0","id":4,"method":"\xff\xfe"}', jsonrpc.PARSE_ERROR, 4, "UTF-8"),
+        (
+            b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"add","arguments":{"a":' + DIGITS + b"}}}",
+            jsonrpc.INVALID_REQUEST,
+            5,
+            "4300",
+        ),
+        (
+            b'{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"add","arguments":{"a":'
+            + b"[" * 900
+            + b"]" * 900
+            + b"}}}",
+            jsonrpc.INVALID_REQUEST,
+            6,
+            "128",
+        ),
+    ],
+)
+def test_frames_that_crashed_the_proxy_are_refused(line: bytes, code: int, ident: object, named: str) -> None:
+    with pytest.raises(jsonrpc.MessageError) as caught:
+        jsonrpc.decode_frames(line)
+    assert (caught.value.code, caught.value.request_id) == (code, ident)
+    assert named in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"jsonrpc":"2.0","id":1.5,"method":"ping"}',
+        b'{"jsonrpc":"2.0","id":1e2,"method":"ping"}',
+        b'{"jsonrpc":"2.0","id":[1],"method":"ping"}',
+        b'{"jsonrpc":"2.0","id":{"a":1},"result":{}}',
+    ],
+)
+def test_an_id_that_cannot_be_carried_faithfully_is_refused_not_rewritten(line: bytes) -> None:
+    (frame,), _ = jsonrpc.decode_frames(line)
+    with pytest.raises(jsonrpc.MessageError) as caught:
+        jsonrpc.check_frame(frame)
+    assert caught.value.code == jsonrpc.INVALID_REQUEST and caught.value.request_id is None
+
+
+def test_the_envelope_of_a_line_too_long_to_be_checked_whole_is_read_safely() -> None:
+    padding = b'"' + b"x" * (2 * 1024 * 1024) + b'"'
+    line = b'{"jsonrpc":"2.0","id":1e999,"method":-1e999,"params":{"p":' + padding + b"}}"
+    (frame,), _ = jsonrpc.decode_frames(line)
+    assert jsonrpc.id_of(frame) is None and jsonrpc.method_of(frame) == ""
+    with pytest.raises(jsonrpc.MessageError) as caught:
+        jsonrpc.check_frame(frame)
+    assert caught.value.code == jsonrpc.INVALID_REQUEST
+    assert "method must be a string" in str(caught.value)
+    del frame["method"]
+    frame["result"] = msgspec.Raw(b"{}")
+    with pytest.raises(jsonrpc.MessageError, match=r"the id cannot be carried: .*64-bit float"):
+        jsonrpc.check_frame(frame)
+    with pytest.raises(jsonrpc.MessageError, match="64-bit float"):
+        jsonrpc.decode_any(frame["id"])
+
+
+def test_decode_any_names_what_it_cannot_hold() -> None:
+    with pytest.raises(jsonrpc.MessageError, match="4300 characters") as caught:
+        jsonrpc.decode_any(msgspec.Raw(DIGITS))
+    assert caught.value.code == jsonrpc.INVALID_REQUEST
+    with pytest.raises(jsonrpc.MessageError) as caught:
+        jsonrpc.decode_any(msgspec.Raw(b'"\\udc00x"'))
+    assert caught.value.code == jsonrpc.PARSE_ERROR
+
+
+@pytest.mark.parametrize(
+    ("head", "ident"),
+    [
+        (b'{"jsonrpc":"2.0","id":7,"method":"x","params":{"a":' + DEEP, 7),
+        (b'{"method":"x","params":{"id":99,"deep":[[[[' + b"]]]]" + b'},"id":"late"', "late"),
+        (b'{"method":"x","params":{"id":99,"a":[[', None),  # the only "id" is not the top level's
+        (b'{"jsonrpc":"2.0","id":"ab\\"c","method"', 'ab"c'),
+        (b'{"jsonrpc":"2.0","id":1e999,"method":"x"}', None),
+        (b'{"jsonrpc":"2.0","id":true,"method":"x"}', None),
+        (b'{"jsonrpc":"2.0","id":{"x":1},"method":"x"}', None),
+        (b'[{"jsonrpc":"2.0","id":1,"method":"x"}]', None),
+        (b'{"jsonrpc":"2.0","id":12', None),  # cut off: the number may go on
+        (b"", None),
+        (b"\xff\xfe", None),
+    ],
+)
+def test_top_level_id_finds_only_the_messages_own_id(head: bytes, ident: object) -> None:
+    assert jsonrpc.top_level_id(head) == ident
+
+
+def test_an_error_with_a_code_that_is_not_an_integer_is_read_safely() -> None:
+    (frame,), _ = jsonrpc.decode_frames(b'{"jsonrpc":"2.0","id":1,"error":{"code":"oops","message":"m"}}')
+    assert jsonrpc.error_of(frame) == (jsonrpc.INTERNAL_ERROR, "m")
