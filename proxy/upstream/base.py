@@ -27,7 +27,7 @@ import anyio
 import anyio.abc
 import msgspec
 
-from frugal_proxy.errors import UpstreamDown
+from frugal_proxy.errors import UpstreamDown, UpstreamError
 from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
 
@@ -305,7 +305,26 @@ class UpstreamBase(abc.ABC):
     async def _deliver(self, frame: Frame, pending: dict[int, Pending]) -> None:
         """Route one message from the server: a reply to its waiting request, a server request
         to the link, progress and related notifications to the request they belong to, any other
-        notification to the link."""
+        notification to the link. A message whose values cannot be used is dropped with a
+        warning: the reading goes on."""
+        try:
+            await self._route(frame, pending)
+        except jsonrpc.MessageError as exc:
+            log.warning(
+                "upstream sent a message the proxy cannot use; dropped",
+                extra={"upstream": self.name, "method": jsonrpc.method_of(frame), "reason": str(exc)[:200]},
+            )
+
+    def _unusable(self, pending: dict[int, Pending], error: jsonrpc.MessageError) -> None:
+        """A line that is not a usable message: the request it answers (when its id can be read)
+        fails with an UpstreamError that says why; the connection is kept."""
+        ident = error.request_id
+        waiting = pending.pop(ident, None) if isinstance(ident, int) else None
+        if waiting is not None:
+            waiting.failure = unusable_reply(self.name, str(error))
+            waiting.done.set()
+
+    async def _route(self, frame: Frame, pending: dict[int, Pending]) -> None:
         if jsonrpc.is_reply(frame):
             ident = jsonrpc.id_of(frame)
             waiting = pending.pop(ident, None) if isinstance(ident, int) else None
@@ -360,6 +379,11 @@ class UpstreamBase(abc.ABC):
             return False
         await handler(frame)
         return True
+
+
+def unusable_reply(name: str, reason: str) -> UpstreamError:
+    """The error of a request whose reply the upstream sent in a form the proxy cannot carry."""
+    return UpstreamError(f"upstream {name!r} sent a reply the proxy cannot use: {reason}")
 
 
 def discovered(reply: Frame | None) -> dict[str, Any] | None:

@@ -27,7 +27,7 @@ from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.headers import learn_param_headers, modern_headers
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.upstream import http_wire as wire
-from frugal_proxy.upstream.base import Pending, UpstreamBase
+from frugal_proxy.upstream.base import Pending, UpstreamBase, unusable_reply
 
 log = logging.getLogger("frugal_proxy.upstream")
 
@@ -138,8 +138,10 @@ class PostExchange(UpstreamBase):
             raise self._too_large() from None
         try:
             frames = list(wire.frames_of(body))
-        except wire.NotJsonRpc:
-            raise self._garbage("application/json", response.status_code) from None
+        except wire.NotJsonRpc as exc:
+            if body.lstrip()[:1] not in (b"{", b"["):  # not JSON at all: an HTML page, say
+                raise self._garbage("application/json", response.status_code) from None
+            raise unusable_reply(self.name, str(exc)) from None
         reply = None
         for frame in frames:
             if jsonrpc.is_reply(frame) and jsonrpc.id_of(frame) == upstream_id:
@@ -177,6 +179,9 @@ class PostExchange(UpstreamBase):
                 "upstream sent an event that is not JSON-RPC; dropped",
                 extra={"upstream": self.name, "reason": str(exc)[:200]},
             )
+            if upstream_id is not None and exc.error.request_id == upstream_id:
+                raise unusable_reply(self.name, str(exc)) from None
+            self._unusable(self._pending, exc.error)
             return None
         reply = None
         for frame in frames:

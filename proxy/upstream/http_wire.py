@@ -30,7 +30,12 @@ class BodyTooLarge(Exception):
 
 
 class NotJsonRpc(Exception):
-    """A body or event that is not a JSON-RPC message."""
+    """A body or event that is not a usable JSON-RPC message; `error` says why (its code, and
+    the id of the request it answers when that could be read)."""
+
+    def __init__(self, error: jsonrpc.MessageError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +135,7 @@ def frames_of(data: bytes | str) -> Iterator[Frame]:
         for frame in frames:
             jsonrpc.check_frame(frame)
     except jsonrpc.MessageError as exc:
-        raise NotJsonRpc(str(exc)) from None
+        raise NotJsonRpc(exc) from None
     yield from frames
 
 

@@ -267,13 +267,7 @@ class UpstreamConnection(UpstreamBase):
                 await self._died(gen)
 
     def _bad_line(self, gen: _Generation, event: BadLine) -> None:
-        ident = event.error.request_id
-        pending = gen.pending.pop(ident, None) if isinstance(ident, int) else None
-        if pending is not None:
-            pending.failure = jsonrpc.MessageError(
-                jsonrpc.INTERNAL_ERROR, f"upstream {self.name!r} sent an unusable reply: {event.error}"
-            )
-            pending.done.set()
+        self._unusable(gen.pending, event.error)
         log.warning(
             "upstream wrote a line that is not JSON-RPC; dropped",
             extra={"upstream": self.name, "bytes": event.size, "reason": str(event.error)[:200]},

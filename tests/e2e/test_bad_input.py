@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import sys
 import time
@@ -15,6 +16,7 @@ import pytest
 from tests.conftest import FAULTY_SERVER, notes_command, proxy_command
 from tests.e2e.test_http_downstream import LEGACY_HEADERS, Proxy, modern_body, modern_headers
 from tests.e2e.test_http_downstream import start as start_http
+from tests.e2e.test_http_upstream import _python_server as http_server
 from tests.rawclient import MODERN_META, RawClient
 
 pytestmark = pytest.mark.anyio
@@ -115,8 +117,8 @@ async def test_oversized_upstream_reply_fails_only_that_call() -> None:
     async with proxied("--max-message-bytes", "20000") as client:
         await client.initialize()
         reply = await call(client, 1, "huge", {"size": 50_000})
-        assert reply["error"]["code"] == -32603
-        assert "line cap" in reply["error"]["message"]
+        assert reply["result"]["isError"] is True
+        assert "sent a reply the proxy cannot use" in text(reply) and "20000-byte line cap" in text(reply)
         assert text(await call(client, 2, "huge", {"size": 1000})) == "x" * 1000
 
 
@@ -358,6 +360,66 @@ async def test_a_call_that_used_to_hang_is_answered_at_once(arguments: bytes, na
         assert text(await call(client, 6, "add", {"a": 2, "b": 3})) == "5"
 
 
+# -- a hostile upstream ---------------------------------------------------------------------------------
+
+
+async def emit(client: RawClient, ident: int, lines: list[bytes], reply: str | None) -> dict:
+    """Have the faulty server write `lines` as they are ({ID}: this call's id), then answer."""
+    encoded = [base64.b64encode(line).decode() for line in lines]
+    return await call(client, ident, "emit", {"lines": encoded, "reply": reply})
+
+
+UNUSABLE_REPLIES = {
+    "a reply nested 1000 deep": (b'{"jsonrpc":"2.0","id":{ID},"result":{"content":' + DEEP + b"}}", "128 levels"),
+    "1e999 in a reply": (b'{"jsonrpc":"2.0","id":{ID},"result":{"n":1e999,"content":[]}}', "64-bit float"),
+    "an integer of 5000 digits in a reply": (
+        b'{"jsonrpc":"2.0","id":{ID},"result":{"n":' + DIGITS + b',"content":[]}}',
+        "4300 characters",
+    ),
+    "invalid UTF-8 in a reply": (
+        b'{"jsonrpc":"2.0","id":{ID},"result":{"content":[{"type":"text","text":"\xff"}]}}',
+        "UTF-8",
+    ),
+}
+
+
+@pytest.mark.parametrize(("line", "named"), UNUSABLE_REPLIES.values(), ids=UNUSABLE_REPLIES.keys())
+async def test_an_unusable_reply_fails_its_call_and_the_connection_goes_on(line: bytes, named: str) -> None:
+    async with proxied() as client:
+        await client.initialize()
+        pid = text(await call(client, 1, "pid"))
+        failed = await emit(client, 2, [line], None)
+        assert failed["result"]["isError"] is True
+        assert "sent a reply the proxy cannot use" in text(failed) and named in text(failed)
+        assert text(await call(client, 3, "echo", {"text": "next"})) == "next"
+        assert text(await call(client, 4, "pid")) == pid  # the same process: the connection was kept
+    assert "upstream wrote a line that is not JSON-RPC" in client.stderr_text()
+
+
+STRAY_FRAMES = {
+    "a reply with id 1e999": b'{"jsonrpc":"2.0","id":1e999,"result":{}}',
+    "a reply with an id of 5000 digits": b'{"jsonrpc":"2.0","id":' + DIGITS + b',"result":{}}',
+    "a reply with a fractional id": b'{"jsonrpc":"2.0","id":1.5,"result":{}}',
+    "a cancellation of request 1e999": (
+        b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1e999}}'
+    ),
+    "a server request with method 1e999": b'{"jsonrpc":"2.0","id":5,"method":1e999}',
+    "a notification nested 1000 deep": b'{"jsonrpc":"2.0","method":"notifications/message","params":' + DEEP + b"}",
+    "invalid UTF-8 in a method": b'{"jsonrpc":"2.0","method":"\xff\xfe"}',
+    "a batch of 1e999 ids": b'[{"jsonrpc":"2.0","id":1e999,"result":{}},{"jsonrpc":"2.0","id":-1e999,"result":{}}]',
+}
+
+
+@pytest.mark.parametrize("line", STRAY_FRAMES.values(), ids=STRAY_FRAMES.keys())
+async def test_an_unusable_message_from_the_upstream_is_dropped_with_a_warning(line: bytes) -> None:
+    async with proxied() as client:
+        await client.initialize()
+        assert text(await emit(client, 1, [line], "answered after it")) == "answered after it"
+        assert text(await call(client, 2, "echo", {"text": "next"})) == "next"
+    assert "upstream wrote a line that is not JSON-RPC" in client.stderr_text()
+    assert "Traceback" not in client.stderr_text()
+
+
 # -- over HTTP ------------------------------------------------------------------------------------------
 
 
@@ -385,3 +447,53 @@ def test_a_body_that_used_to_crash_the_proxy_gets_a_400(
     assert reply.status_code == 400
     assert reply.json()["error"]["code"] == code and reply.json()["id"] == ident
     assert echo_over_http(http_proxy.url, "still here") == "still here"
+
+
+@pytest.fixture(scope="module")
+def faulty_http() -> Iterator[str]:
+    for base in http_server("faulty"):
+        yield f"{base}/mcp"
+
+
+async def emit_over_http(client: RawClient, ident: int, **arguments: object) -> dict:
+    return await call(client, ident, "emit", arguments)
+
+
+def packed(line: bytes) -> str:
+    return base64.b64encode(line).decode()
+
+
+# httpx2 reads an event stream as text, invalid UTF-8 replaced: over SSE the proxy never sees it.
+OVER_SSE = {name: frame for name, frame in STRAY_FRAMES.items() if "UTF-8" not in name}
+
+
+@pytest.mark.parametrize(
+    ("line", "named", "carried"),
+    [
+        *((line, named, "json") for line, named in UNUSABLE_REPLIES.values()),
+        *((line, named, "sse") for name, (line, named) in UNUSABLE_REPLIES.items() if "UTF-8" not in name),
+    ],
+)
+async def test_an_unusable_reply_over_http_fails_its_call_and_the_connection_goes_on(
+    faulty_http: str, line: bytes, named: str, carried: str
+) -> None:
+    async with proxied(upstream=[faulty_http]) as client:
+        await client.initialize()
+        if carried == "json":
+            failed = await emit_over_http(client, 1, body=packed(line))
+        else:
+            failed = await emit_over_http(client, 1, events=[packed(line)], reply=None)
+        assert failed["result"]["isError"] is True
+        assert "sent a reply the proxy cannot use" in text(failed) and named in text(failed)
+        assert text(await call(client, 2, "ok")) == "fine"
+
+
+@pytest.mark.parametrize("line", OVER_SSE.values(), ids=OVER_SSE.keys())
+async def test_an_unusable_event_over_http_is_dropped_with_a_warning(faulty_http: str, line: bytes) -> None:
+    async with proxied(upstream=[faulty_http]) as client:
+        await client.initialize()
+        answered = await emit_over_http(client, 1, events=[packed(line)], reply="answered after it")
+        assert text(answered) == "answered after it"
+        assert text(await call(client, 2, "ok")) == "fine"
+    assert "upstream sent an event that is not JSON-RPC" in client.stderr_text()
+    assert "Traceback" not in client.stderr_text()

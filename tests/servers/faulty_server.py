@@ -2,18 +2,26 @@
 
 Written against raw JSON-RPC (no SDK) so that it can do what a well-behaved SDK server never
 would: write garbage to stdout, answer ids nobody sent, send oversized lines, die mid-call.
+
+`emit {lines, reply}` writes each of `lines` (base64, `{ID}` standing for the call's own id) to
+stdout as it is, then answers the call with `reply` (no answer when it is null): a hostile
+upstream for the bad-input and fuzz tests. `cancellations` answers with the request ids of the
+`notifications/cancelled` it has received, `noisy {lines}` writes that many lines of garbage
+before its answer.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sys
 import threading
 import time
 
-TOOLS = ["echo", "garbage", "stray_reply", "huge", "die", "ask", "pid", "slow"]
+TOOLS = ["echo", "garbage", "stray_reply", "huge", "die", "ask", "pid", "slow", "emit", "cancellations", "noisy"]
 _write_lock = threading.Lock()
+_cancelled: list[object] = []
 _waiting: dict[int, dict] = {}
 _next_id = [1000]
 
@@ -28,6 +36,13 @@ def raw(line: str) -> None:
     with _write_lock:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
+
+
+def raw_bytes(lines: list[bytes]) -> None:
+    with _write_lock:
+        for line in lines:
+            sys.stdout.buffer.write(line + b"\n")
+        sys.stdout.buffer.flush()
 
 
 def text_result(request_id: object, text: str, is_error: bool = False) -> None:
@@ -72,6 +87,16 @@ def call(request_id: object, name: str, arguments: dict) -> None:
         os._exit(7)
     elif name == "ask":
         threading.Thread(target=ask_client, args=(request_id,), daemon=True).start()
+    elif name == "emit":
+        ident = json.dumps(request_id).encode()
+        raw_bytes([base64.b64decode(line).replace(b"{ID}", ident) for line in arguments.get("lines", [])])
+        if arguments.get("reply", "emitted") is not None:
+            text_result(request_id, str(arguments.get("reply", "emitted")))
+    elif name == "cancellations":
+        text_result(request_id, json.dumps(_cancelled))
+    elif name == "noisy":
+        raw_bytes([b"noise %d: not JSON-RPC" % number for number in range(int(arguments.get("lines", 3)))])
+        text_result(request_id, "after noise")
     elif name == "pid":
         text_result(request_id, str(os.getpid()))
     elif name == "slow":
@@ -100,6 +125,8 @@ def main() -> None:
                 waiting["event"].set()
             continue
         if request_id is None:
+            if method == "notifications/cancelled":
+                _cancelled.append((message.get("params") or {}).get("requestId"))
             continue
         if method == "initialize":
             result = {

@@ -5,12 +5,15 @@
 
 The faulty server answers `server/discover` and `tools/list` properly; each of its tools then
 answers `tools/call` the way its name says: `boom` with HTTP 500, `garbage` with an HTML page,
-`busy` with 429 and `Retry-After: 7`, `ok` with a proper result. Under `/down/` every request
-gets a 500, under `/html/` an HTML page.
+`busy` with 429 and `Retry-After: 7`, `ok` with a proper result, `emit {body}` with `body`
+(base64, `{ID}` standing for the call's id) as its JSON answer, and `emit {events}` with an SSE
+stream of those events (each base64 with `{ID}`, then a proper result unless `reply` is null).
+Under `/down/` every request gets a 500, under `/html/` an HTML page.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import sys
@@ -27,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "serve
 
 TOOLS = [
     {"name": name, "description": f"answers {name}", "inputSchema": {"type": "object", "properties": {}}}
-    for name in ("ok", "boom", "garbage", "busy")
+    for name in ("ok", "boom", "garbage", "busy", "emit")
 ]
 
 
@@ -63,10 +66,29 @@ async def faulty(request: Request) -> Response:
             return HTMLResponse("<html><body>not what you wanted</body></html>")
         if name == "busy":
             return Response("slow down", status_code=429, headers={"Retry-After": "7"})
+        if name == "emit":
+            return _emit(ident, body["params"].get("arguments") or {})
         return _result(ident, {"content": [{"type": "text", "text": "fine"}]})
     return JSONResponse(
         {"jsonrpc": "2.0", "id": ident, "error": {"code": -32601, "message": f"no method {method}"}}, status_code=404
     )
+
+
+def _emit(ident: Any, arguments: dict[str, Any]) -> Response:
+    """What the `emit` tool answers with: the body or the events it was given, as they are."""
+    own = json.dumps(ident).encode()
+
+    def unpacked(item: str) -> bytes:
+        return base64.b64decode(item).replace(b"{ID}", own)
+
+    if "body" in arguments:
+        return Response(unpacked(arguments["body"]), media_type="application/json")
+    events = [b"event: message\ndata: " + unpacked(item) + b"\n\n" for item in arguments.get("events", [])]
+    if arguments.get("reply", "emitted") is not None:
+        result = {"resultType": "complete", "content": [{"type": "text", "text": arguments.get("reply", "emitted")}]}
+        reply = json.dumps({"jsonrpc": "2.0", "id": ident, "result": result}).encode()
+        events.append(b"event: message\ndata: " + reply + b"\n\n")
+    return Response(b"".join(events), media_type="text/event-stream")
 
 
 async def down(request: Request) -> Response:
