@@ -116,34 +116,43 @@ def main() -> None:
         if not line.strip():
             continue
         message = json.loads(line)
-        method = message.get("method")
-        request_id = message.get("id")
-        if method is None:
-            waiting = _waiting.get(request_id)
-            if waiting is not None:
-                waiting["reply"] = message
-                waiting["event"].set()
-            continue
-        if request_id is None:
-            if method == "notifications/cancelled":
-                _cancelled.append((message.get("params") or {}).get("requestId"))
-            continue
-        if method == "initialize":
-            result = {
-                "protocolVersion": message["params"].get("protocolVersion", "2025-11-25"),
-                "capabilities": {"tools": {}},
-                "serverInfo": {"name": "faulty", "version": "1"},
-            }
-            send({"jsonrpc": "2.0", "id": request_id, "result": result})
-        elif method == "tools/list":
-            tools = [{"name": n, "inputSchema": {"type": "object"}} for n in TOOLS]
-            send({"jsonrpc": "2.0", "id": request_id, "result": {"tools": tools}})
-        elif method == "tools/call":
-            call(request_id, message["params"]["name"], message["params"].get("arguments") or {})
-        elif method == "ping":
-            send({"jsonrpc": "2.0", "id": request_id, "result": {}})
-        else:
-            send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": "Method not found"}})
+        try:
+            handle(message)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:  # odd params: say so, stay up
+            if isinstance(message, dict) and "method" in message and message.get("id") is not None:
+                error = {"code": -32602, "message": f"bad params: {type(exc).__name__}"}
+                send({"jsonrpc": "2.0", "id": message["id"], "error": error})
+
+
+def handle(message: dict) -> None:
+    method = message.get("method")
+    request_id = message.get("id")
+    if method is None:
+        waiting = _waiting.get(request_id)
+        if waiting is not None:
+            waiting["reply"] = message
+            waiting["event"].set()
+        return
+    if request_id is None:
+        if method == "notifications/cancelled":
+            _cancelled.append((message.get("params") or {}).get("requestId"))
+        return
+    if method == "initialize":
+        result = {
+            "protocolVersion": message["params"].get("protocolVersion", "2025-11-25"),
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "faulty", "version": "1"},
+        }
+        send({"jsonrpc": "2.0", "id": request_id, "result": result})
+    elif method == "tools/list":
+        tools = [{"name": n, "inputSchema": {"type": "object"}} for n in TOOLS]
+        send({"jsonrpc": "2.0", "id": request_id, "result": {"tools": tools}})
+    elif method == "tools/call":
+        call(request_id, message["params"]["name"], message["params"].get("arguments") or {})
+    elif method == "ping":
+        send({"jsonrpc": "2.0", "id": request_id, "result": {}})
+    else:
+        send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": "Method not found"}})
 
 
 if __name__ == "__main__":
