@@ -287,6 +287,7 @@ async def wrap_stdio(
             log.info("client closed stdin; shutting down")
             with anyio.move_on_after(DRAIN_SECONDS):
                 await session.drain()
+            await session.cancel_in_flight()
             downstream.close()
     finally:
         source.restore()

@@ -146,6 +146,7 @@ async def serve_stdio(config: Config) -> int:
             await session.serve(FrameReader(source, config.limits.max_message_bytes))
             with anyio.move_on_after(DRAIN_SECONDS):
                 await session.drain()
+            await session.cancel_in_flight()
             downstream.close()
             with anyio.CancelScope(shield=True):
                 await assembly.aclose()

@@ -141,6 +141,14 @@ class Router:
             self._idle = anyio.Event()
             await self._idle.wait()
 
+    async def cancel_in_flight(self, grace: float = 1.0) -> None:
+        """Cancel every request still in flight, each upstream too, and wait (up to `grace`
+        seconds) for the cancellations to go out: the client is gone and nobody will read them."""
+        for scope in list(self._inflight.values()):
+            scope.cancel()
+        with anyio.move_on_after(grace):
+            await self.drain()
+
     async def reply_to(
         self,
         frame: Frame,

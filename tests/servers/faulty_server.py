@@ -6,8 +6,8 @@ would: write garbage to stdout, answer ids nobody sent, send oversized lines, di
 `emit {lines, reply}` writes each of `lines` (base64, `{ID}` standing for the call's own id) to
 stdout as it is, then answers the call with `reply` (no answer when it is null): a hostile
 upstream for the bad-input and fuzz tests. `cancellations` answers with the request ids of the
-`notifications/cancelled` it has received, `noisy {lines}` writes that many lines of garbage
-before its answer.
+`notifications/cancelled` it has received (each is also noted on stderr), `noisy {lines}`
+writes that many lines of garbage before its answer.
 """
 
 from __future__ import annotations
@@ -136,6 +136,8 @@ def handle(message: dict) -> None:
     if request_id is None:
         if method == "notifications/cancelled":
             _cancelled.append((message.get("params") or {}).get("requestId"))
+            sys.stderr.write(f"faulty: cancelled {_cancelled[-1]}\n")
+            sys.stderr.flush()
         return
     if method == "initialize":
         result = {
