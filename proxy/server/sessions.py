@@ -85,24 +85,25 @@ class HttpSessions:
         self.idle_timeout = idle_timeout
         self.max_sessions = max_sessions
         self._sessions: dict[str, HttpSession] = {}
-        self._opening = 0
+        self._opening: set[str] = set()  # ids of sessions started but not yet registered
         self._running = 0
         self._all_done = anyio.Event()
 
     def __len__(self) -> int:
         """Live sessions plus those being opened (so that a burst cannot pass the bound)."""
-        return len(self._sessions) + self._opening
+        return len(self._sessions) + len(self._opening)
 
     def get(self, session_id: str) -> HttpSession | None:
         return self._sessions.get(session_id)
 
     async def open(self) -> HttpSession:
         """A new session with its own upstream connections (started, not necessarily ready)."""
-        self._opening += 1  # before any await: the caller's bound check and this count are one step
+        session_id = secrets.token_urlsafe(32)
+        self._opening.add(session_id)  # before any await: the caller's bound check and this count are one step
         try:
-            started: HttpSession = await self._tg.start(self._run, secrets.token_urlsafe(32))
+            started: HttpSession = await self._tg.start(self._run, session_id)
         finally:
-            self._opening -= 1
+            self._opening.discard(session_id)
         return started
 
     def end(self, session_id: str) -> bool:
@@ -151,6 +152,7 @@ class HttpSessions:
             session = Router(upstreams, peer, running.task_group, **self._upstreams.options)
             entry = HttpSession(session_id, session, peer, outbox)
             self._sessions[session_id] = entry
+            self._opening.discard(session_id)  # counted once: registered, no longer opening
             task_status.started(entry)
             await entry.ended.wait()
             with anyio.move_on_after(DRAIN_SECONDS):

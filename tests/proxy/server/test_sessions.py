@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from frugal_proxy.protocol import jsonrpc
@@ -74,3 +75,25 @@ async def test_what_a_client_is_sent_unasked_waits_in_its_outbox() -> None:
     assert [jsonrpc.method_of(jsonrpc.decode_frames(data)[0][0]) for data in events] == [
         "notifications/tools/list_changed"
     ]
+
+
+async def test_a_session_is_counted_once_while_it_opens() -> None:
+    seen: list[int] = []
+    async with sessions(Made()) as live, anyio.create_task_group() as tg:
+        opened = anyio.Event()
+
+        async def watch() -> None:  # what a request checking the bound sees, loop turn after loop turn
+            while not opened.is_set():
+                seen.append(len(live))
+                await anyio.lowlevel.checkpoint()
+
+        async def open_one() -> None:
+            await live.open()
+            opened.set()
+
+        tg.start_soon(watch)
+        tg.start_soon(open_one)
+        await opened.wait()
+        assert len(live) == 1
+        await live.end_all()
+    assert max(seen) == 1, seen
