@@ -15,6 +15,7 @@ Sans-IO: nothing here touches a socket or a pipe.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any, Final
 
 import msgspec
@@ -41,12 +42,15 @@ _JSONRPC_20: Final = msgspec.Raw(b'"2.0"')
 
 
 class MessageError(ValueError):
-    """A line that is not a usable JSON-RPC message; `code` is the JSON-RPC error to answer with."""
+    """A line that is not a usable JSON-RPC message; `code` is the JSON-RPC error to answer with,
+    `request_id` the message's id when it could be read, `reply` whether the message is a reply
+    (to the request of that id) rather than a request of its own."""
 
-    def __init__(self, code: int, message: str, request_id: RequestId | None = None) -> None:
+    def __init__(self, code: int, message: str, request_id: RequestId | None = None, *, reply: bool = False) -> None:
         super().__init__(message)
         self.code = code
         self.request_id = request_id
+        self.reply = reply
 
 
 def encode(value: Any) -> bytes:
@@ -83,7 +87,8 @@ def decode_frames(line: bytes | bytearray) -> tuple[list[Frame], bool]:
         limits.check(line)
     except limits.LineRefused as exc:
         code = PARSE_ERROR if exc.parse else INVALID_REQUEST
-        raise MessageError(code, str(exc), top_level_id(line[:_ID_SEARCH_BYTES])) from None
+        head = line[:_ID_SEARCH_BYTES]
+        raise MessageError(code, str(exc), top_level_id(head), reply=is_reply_head(head)) from None
     is_batch = _first_byte(line) == ord("[")
     try:
         frames = _batch_decoder.decode(line) if is_batch else [_frame_decoder.decode(line)]
@@ -149,34 +154,48 @@ def top_level_id(head: bytes | bytearray) -> RequestId | None:
     """The id of a message from its first bytes (of a line too long, too deep or otherwise
     refused), read at the top level of the object only, so that an `"id"` key inside `params`
     is never taken for it; None when it is not there, not usable, or past the bytes given."""
+    for key, value in _top_level(head):
+        if key == b'"id"':
+            ident, _ = _read(msgspec.Raw(value)) if value is not None else (None, None)
+            return ident if _is_id(ident) else None
+    return None
+
+
+def is_reply_head(head: bytes | bytearray) -> bool:
+    """Whether the message whose first bytes these are is a reply: a `result` or `error` at its
+    top level (a request has a `method`; what the bytes do not reach is not guessed at)."""
+    return any(key in (b'"result"', b'"error"') for key, _ in _top_level(head))
+
+
+def _top_level(head: bytes | bytearray) -> Iterator[tuple[bytes, bytes | None]]:
+    """The top-level members of the object whose first bytes these are, as (key, value): the
+    value's raw bytes for a string or a scalar, None for an array or object (or one cut off)."""
     depth, expecting_key, key, position = 0, False, b"", 0
     while (match := _TOKEN.match(head, position)) is not None and match.end() > position:
         position = match.end()
         string, opener, closer, separator, scalar = match.groups()
         if opener is not None:
             if depth == 0 and opener == b"[":
-                return None  # a batch has no one id
-            if depth == 1 and key == b'"id"':
-                return None
+                return  # a batch: no one message
+            if depth == 1 and key:
+                yield key, None
+                key = b""
             depth += 1
             expecting_key = depth == 1
         elif closer is not None:
             depth -= 1
-            key = b""
             if depth <= 0:
-                return None
+                return
         elif depth != 1:
             continue
         elif separator == b",":
             expecting_key, key = True, b""
         elif string is not None and expecting_key:
             expecting_key, key = False, string
-        elif (string or scalar) is not None and key == b'"id"':
-            if scalar is not None and position == len(head):
-                return None  # cut off: the number may go on
-            ident, _ = _read(msgspec.Raw(string or scalar))
-            return ident if _is_id(ident) else None
-    return None
+        elif key and (string or scalar) is not None:
+            cut = scalar is not None and position == len(head)  # the number may go on
+            yield key, None if cut else (string or scalar)
+            key = b""
 
 
 def method_of(frame: Frame) -> str | None:

@@ -69,12 +69,13 @@ class FrameReader:
             self._ready.extend(self._framer.feed(chunk))
         line = self._ready.popleft()
         if isinstance(line, OversizedLine):
-            ident = jsonrpc.top_level_id(line.head)
+            ident, reply = jsonrpc.top_level_id(line.head), jsonrpc.is_reply_head(line.head)
             message = (
                 f"message of {line.size} bytes exceeds the {self.max_line_bytes}-byte line cap"
                 " (raise it with --max-message-bytes)"
             )
-            return BadLine(jsonrpc.MessageError(jsonrpc.INVALID_REQUEST, message, ident), line.size, "")
+            error = jsonrpc.MessageError(jsonrpc.INVALID_REQUEST, message, ident, reply=reply)
+            return BadLine(error, line.size, "")
         try:
             frames, batch = jsonrpc.decode_frames(line)
             for frame in frames:

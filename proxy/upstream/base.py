@@ -316,10 +316,10 @@ class UpstreamBase(abc.ABC):
             )
 
     def _unusable(self, pending: dict[int, Pending], error: jsonrpc.MessageError) -> None:
-        """A line that is not a usable message: the request it answers (when its id can be read)
-        fails with an UpstreamError that says why; the connection is kept."""
+        """A line that is not a usable message: the request it answers (when it is a reply whose
+        id can be read) fails with an UpstreamError that says why; the connection is kept."""
         ident = error.request_id
-        waiting = pending.pop(ident, None) if isinstance(ident, int) else None
+        waiting = pending.pop(ident, None) if error.reply and isinstance(ident, int) else None
         if waiting is not None:
             waiting.failure = unusable_reply(self.name, str(error))
             waiting.done.set()

@@ -179,7 +179,7 @@ class PostExchange(UpstreamBase):
                 "upstream sent an event that is not JSON-RPC; dropped",
                 extra={"upstream": self.name, "reason": str(exc)[:200]},
             )
-            if upstream_id is not None and exc.error.request_id == upstream_id:
+            if upstream_id is not None and exc.error.reply and exc.error.request_id == upstream_id:
                 raise unusable_reply(self.name, str(exc)) from None
             self._unusable(self._pending, exc.error)
             return None

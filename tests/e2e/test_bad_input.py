@@ -407,6 +407,10 @@ STRAY_FRAMES = {
     "a notification nested 1000 deep": b'{"jsonrpc":"2.0","method":"notifications/message","params":' + DEEP + b"}",
     "invalid UTF-8 in a method": b'{"jsonrpc":"2.0","method":"\xff\xfe"}',
     "a batch of 1e999 ids": b'[{"jsonrpc":"2.0","id":1e999,"result":{}},{"jsonrpc":"2.0","id":-1e999,"result":{}}]',
+    # a request of the server's own that happens to carry the id of the call in flight: not its reply
+    "a server request nested 1000 deep with the call's id": (
+        b'{"jsonrpc":"2.0","id":{ID},"method":"roots/list","params":{"a":' + DEEP + b"}}"
+    ),
 }
 
 

@@ -198,3 +198,27 @@ def test_top_level_id_finds_only_the_messages_own_id(head: bytes, ident: object)
 def test_an_error_with_a_code_that_is_not_an_integer_is_read_safely() -> None:
     (frame,), _ = jsonrpc.decode_frames(b'{"jsonrpc":"2.0","id":1,"error":{"code":"oops","message":"m"}}')
     assert jsonrpc.error_of(frame) == (jsonrpc.INTERNAL_ERROR, "m")
+
+
+@pytest.mark.parametrize(
+    ("head", "reply"),
+    [
+        (b'{"jsonrpc":"2.0","id":7,"result":{"content":' + DEEP, True),
+        (b'{"id":7,"jsonrpc":"2.0","error":{"code":1', True),
+        (b'{"jsonrpc":"2.0","id":7,"method":"roots/list","params":' + DEEP, False),
+        (b'{"jsonrpc":"2.0","method":"x","params":{"result":1}}', False),  # not at the top level
+        (b'{"jsonrpc":"2.0","id":7,', False),  # cut before it says
+        (b'[{"jsonrpc":"2.0","id":7,"result":{}}]', False),
+    ],
+)
+def test_a_refused_line_is_known_as_a_reply_only_by_its_top_level(head: bytes, reply: bool) -> None:
+    assert jsonrpc.is_reply_head(head) is reply
+
+
+def test_a_refused_line_says_whether_it_was_a_reply() -> None:
+    with pytest.raises(jsonrpc.MessageError) as caught:
+        jsonrpc.decode_frames(b'{"jsonrpc":"2.0","id":7,"result":' + DEEP + b"}")
+    assert caught.value.request_id == 7 and caught.value.reply
+    with pytest.raises(jsonrpc.MessageError) as caught:
+        jsonrpc.decode_frames(b'{"jsonrpc":"2.0","id":7,"method":"x","params":' + DEEP + b"}")
+    assert caught.value.request_id == 7 and not caught.value.reply
