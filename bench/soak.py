@@ -8,7 +8,8 @@ most sent by the client over stdio, a share (`--upstream-share`) written by a ho
 (the faulty test server's `emit` tool). After every batch a valid call must be answered within
 10 s. Printed at the end: frames sent, crashes (the process exited; it is restarted), hangs (a
 valid call not answered in time), lines the proxy wrote that were not JSON, the proxy's peak RSS
-(VmHWM) and its RSS at the start and the end.
+(VmHWM), and its RSS at the start, every 10,000 frames and at the end. `--dump DIR` writes the
+batch before each crash or hang there, one line a frame, to replay.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ def main() -> None:
     sent = crashes = hangs = not_json = 0
     began = time.monotonic()
     report_at = 10_000
+    samples: list[int] = []  # VmRSS every 10,000 frames
     while sent < options.frames:
         from_upstream = rng.random() < options.upstream_share
         frames = fuzzing.UPSTREAM_FRAMES if from_upstream else fuzzing.FRAMES
@@ -98,7 +100,8 @@ def main() -> None:
         sent += len(lines)
         peak = max(peak, memory(client.process.pid).get("VmHWM", 0))
         if sent >= report_at:
-            print(f"{sent} frames, {time.monotonic() - began:.0f} s", file=sys.stderr)
+            samples.append(memory(client.process.pid).get("VmRSS", 0))
+            print(f"{sent} frames, {time.monotonic() - began:.0f} s, RSS {samples[-1] / 1024:.1f} MB", file=sys.stderr)
             report_at += 10_000
     last = memory(client.process.pid)
     peak = max(peak, last.get("VmHWM", 0))
@@ -111,6 +114,7 @@ def main() -> None:
     print(f"lines not JSON:     {not_json}")
     print(f"peak RSS (VmHWM):   {peak / 1024:.1f} MB")
     print(f"RSS start / end:    {first.get('VmRSS', 0) / 1024:.1f} MB / {last.get('VmRSS', 0) / 1024:.1f} MB")
+    print("RSS every 10,000:   " + ", ".join(f"{rss / 1024:.0f}" for rss in samples) + " MB")
     print(f"exit status:        {code}")
     sys.exit(1 if crashes or hangs or not_json or code else 0)
 
