@@ -7,7 +7,7 @@ import os
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import anyio
 import httpx2
@@ -25,15 +25,20 @@ FAULTY = [sys.executable, str(FAULTY_SERVER)]
 
 
 @asynccontextmanager
-async def proxied(*options: str, upstream: list[str] = FAULTY) -> AsyncIterator[RawClient]:
+async def running(command: list[str]) -> AsyncIterator[RawClient]:
+    """A raw client on the stdio of `command`, closed (its stdin) at the end."""
     async with anyio.create_task_group() as tg:
-        client = await RawClient.start(tg, proxy_command(upstream, *options))
+        client = await RawClient.start(tg, command)
         try:
             yield client
         finally:
             if client.process.returncode is None:
                 await client.close()
             tg.cancel_scope.cancel()
+
+
+def proxied(*options: str, upstream: list[str] = FAULTY) -> AbstractAsyncContextManager[RawClient]:
+    return running(proxy_command(upstream, *options))
 
 
 async def call(client: RawClient, ident: int, name: str, arguments: dict[str, object] | None = None) -> dict:
@@ -174,17 +179,18 @@ async def test_stdin_eof_shuts_the_upstream_down() -> None:
         await client.initialize()
         pid = int(text(await call(client, 1, "pid")))
         assert await client.close() == 0
-    with anyio.fail_after(5):
-        while _alive(pid):  # noqa: ASYNC110 - a foreign pid has no event to wait on
-            await anyio.sleep(0.05)
+    await gone(pid)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+async def gone(pid: int, wait: float = 5) -> None:
+    """Until the process `pid` has exited (TimeoutError after `wait` seconds)."""
+    with anyio.fail_after(wait):
+        while True:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            await anyio.sleep(0.05)  # a foreign pid has no event to wait on
 
 
 async def test_batch_gets_one_array_of_replies() -> None:

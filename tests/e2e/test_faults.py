@@ -7,15 +7,14 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import anyio
 import httpx2
 import pytest
 
-from tests.e2e.test_bad_input import FAULTY, call, proxied, text
+from tests.e2e.test_bad_input import FAULTY, call, gone, proxied, running, text
 from tests.e2e.test_http_downstream import META, modern_body, modern_headers, start
 from tests.rawclient import RawClient
 
@@ -44,19 +43,11 @@ async def test_an_upstream_killed_with_16_calls_in_flight_fails_each_and_restart
     assert "upstream died with requests in flight" in client.stderr_text()
 
 
-@asynccontextmanager
-async def served(tmp_path: Path, call_timeout: str) -> AsyncIterator[RawClient]:
+def served(tmp_path: Path, call_timeout: str) -> AbstractAsyncContextManager[RawClient]:
+    """`frugal-proxy serve` with the faulty server as its one upstream, under a call timeout."""
     config = tmp_path / "frugal.toml"
     config.write_text(f'[upstreams.faulty]\ncommand = {json.dumps(FAULTY)}\ntimeout = "{call_timeout}"\n')
-    command = [sys.executable, "-m", "frugal_proxy", "serve", "--config", str(config)]
-    async with anyio.create_task_group() as tg:
-        client = await RawClient.start(tg, command)
-        try:
-            yield client
-        finally:
-            if client.process.returncode is None:
-                await client.close()
-            tg.cancel_scope.cancel()
+    return running([sys.executable, "-m", "frugal_proxy", "serve", "--config", str(config)])
 
 
 async def test_a_stopped_upstream_times_calls_out_and_is_used_again_once_continued(tmp_path: Path) -> None:
@@ -85,17 +76,7 @@ async def test_a_client_that_closes_stdin_mid_call_has_the_call_cancelled_upstre
         with anyio.fail_after(5):
             while "faulty: cancelled" not in client.stderr_text():  # noqa: ASYNC110 - the pipe's last words
                 await anyio.sleep(0.05)
-    with anyio.fail_after(5):
-        while _alive(pid):  # noqa: ASYNC110 - a foreign pid has no event to wait on
-            await anyio.sleep(0.05)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    await gone(pid)
 
 
 async def test_a_dropped_http_connection_cancels_its_call_and_others_go_on() -> None:
