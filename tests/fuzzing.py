@@ -1,11 +1,12 @@
 """Mutations of valid JSON-RPC messages, for the fuzz tests and `bench/soak.py`.
 
 A mutation takes a `random.Random` and one of the valid frames below and returns the bytes of
-one line: the frame with a value's type swapped, a number out of any range, nesting too deep,
-invalid UTF-8 or a lone surrogate, a NUL byte, a duplicate key, the line cut short or made too
-long, a batch of 0, 1 or 1000 frames, a reply to an id nobody sent. The tests draw the random
-generator, the frame and the mutation from hypothesis (`batches()`), so that a failure shrinks
-to a few frames and replays; the soak script draws them from a seeded `random.Random`.
+one line: the frame with a value's type swapped, a number out of any range, nesting too deep, a
+string holding JSON nested deep, invalid UTF-8 or a lone surrogate, a NUL byte, a duplicate key,
+the line cut short or made too long, a batch of 0, 1 or 1000 frames, a reply to an id nobody
+sent. The tests draw the random generator, the frame and the mutation from hypothesis
+(`batches()`), so that a failure shrinks to a few frames and replays; the soak script draws
+them from a seeded `random.Random`.
 
 Frames are encoded by `encode` below rather than by json, so that a mutation can put in a
 literal no encoder would write (`Literal(b"1e999")`).
@@ -161,6 +162,11 @@ def deep_nesting(rng: random.Random, frame: dict[str, Any]) -> bytes:
     return encode(_replace(rng, frame, _nested(rng)))
 
 
+def deep_text(rng: random.Random, frame: dict[str, Any]) -> bytes:
+    """A string that is itself JSON nested deep (a tool's text result, say): valid at any depth."""
+    return encode(_replace(rng, frame, bytes(_nested(rng).data).decode()))
+
+
 def invalid_utf8(rng: random.Random, frame: dict[str, Any]) -> bytes:
     bad = rng.choice(BAD_UTF8)
     return encode(_replace(rng, frame, Literal(b'"a' + bad + b'b"')))
@@ -222,6 +228,7 @@ MUTATIONS: dict[str, Callable[[random.Random, dict[str, Any]], bytes]] = {
     "swap_type": swap_type,
     "huge_number": huge_number,
     "deep_nesting": deep_nesting,
+    "deep_text": deep_text,
     "invalid_utf8": invalid_utf8,
     "lone_surrogate": lone_surrogate,
     "nul_byte": nul_byte,

@@ -36,6 +36,7 @@ import msgspec
 
 from frugal_proxy.config import Budget, Mode
 from frugal_proxy.governor import cuts, json_shape, lazy_json, schema_check
+from frugal_proxy.protocol import limits
 
 Kind = Literal["markdown", "text", "html"]
 PRIORITY: dict[Kind, int] = {"markdown": 0, "text": 1, "html": 2}
@@ -690,13 +691,20 @@ def _groups(
 def _text_group(text: _Text, budget: Budget) -> Group:
     """A text's group: records when it is JSON (a JSON text is never cut as lines or prose,
     unless the route forces a mode), lines or text otherwise."""
-    if budget.mode in (None, "records") and _first(text.payload) in (b"[", b"{"):
+    if budget.mode in (None, "records") and _opens(text.payload) is not None:
         array = _carrying_array(text.payload)
         if array is not None:
             return _RecordsGroup(text, text.payload, array)
-        if _first(text.payload) == b"{" and _is_json(text.payload):
+        if _opens(text.payload) == b"{" and _is_json(text.payload):
             return _RecordsGroup(text, text.payload, None)
     return _TextGroup(text, _kind_of(text.name, text.mime, text.payload), budget.mode)
+
+
+def _opens(payload: bytes) -> bytes | None:
+    """The bracket a text opens when it may be JSON the governor decodes: None for other text,
+    and for JSON nested deeper than the proxy decodes anything (that is shaped as text)."""
+    start = _first(payload)
+    return start if start in (b"[", b"{") and not limits.too_deep(payload) else None
 
 
 def _is_json(payload: bytes) -> bool:
@@ -757,7 +765,7 @@ def _is_array_of(payload: bytes, array: _Found) -> bool:
     (a list result rendered as one block beside `{"result": [...]}`): as many items, the same
     first one."""
     _, key, items = array
-    if key is None or _first(payload) != b"[":
+    if key is None or _opens(payload) != b"[":
         return False
     found = _carrying_array(payload)
     if found is None or len(found[2]) != len(items):
@@ -769,7 +777,7 @@ def _is_json_of(payload: bytes, array: _Found) -> bool:
     """Whether a text block is a serialisation of the structured result: the same top-level
     keys and, where an array carries it, as many items."""
     container, key, items = array
-    if _first(payload) not in (b"{", b"["):
+    if _opens(payload) is None:
         return False
     if key is not None:
         found = _carrying_array(payload)

@@ -366,6 +366,16 @@ async def test_a_call_that_used_to_hang_is_answered_at_once(arguments: bytes, na
         assert text(await call(client, 6, "add", {"a": 2, "b": 3})) == "5"
 
 
+@pytest.mark.parametrize("depth", [1000, 100_000])
+async def test_a_result_whose_text_is_json_nested_too_deep_is_shaped_as_text(depth: int) -> None:
+    async with proxied() as client:
+        await client.initialize()
+        deep = "[" * depth + "]" * depth
+        reply = await call(client, 1, "echo", {"text": deep})  # the governor decoded it: RecursionError
+        assert reply["result"]["content"][0]["text"].startswith(deep[:1000])
+        assert text(await call(client, 2, "echo", {"text": "next"})) == "next"
+
+
 # -- a hostile upstream ---------------------------------------------------------------------------------
 
 

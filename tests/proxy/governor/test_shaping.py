@@ -339,3 +339,13 @@ def test_any_json_text_stays_valid_json_in_every_copy(
         assert json.loads(out["structuredContent"][key]) == kept
     assert markers(out) == [out["content"][-1]["text"]]
     assert shaped.over_budget or measured(out) <= max_bytes
+
+
+@pytest.mark.parametrize("deep", ["[" * 3000 + "]" * 3000, '{"a":' * 5000 + "1" + "}" * 5000])
+@pytest.mark.parametrize("copies", ["text", "sdk string"])
+def test_a_json_text_nested_past_the_limit_is_shaped_as_text(deep: str, copies: str) -> None:
+    result = {"content": [{"type": "text", "text": deep}]} if copies == "text" else sdk_string(deep)
+    shaped = plan(msgspec.json.encode(result), Budget(max_bytes=4096))  # once a RecursionError
+    assert shaped is not None and shaped.cuts
+    _, out = render(result, Budget(max_bytes=4096))
+    assert out["content"][0]["text"].startswith(deep[:100]) and markers(out)
