@@ -18,7 +18,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import anyio
 import anyio.abc
+import anyio.to_thread
 
 from frugal_proxy import home, ledger
 from frugal_proxy.capabilities import CAPABILITIES, TOOLS
@@ -31,6 +33,7 @@ from frugal_proxy.config import (
     format_duration,
 )
 from frugal_proxy.governor.engine import Governor
+from frugal_proxy.ledger import feeds
 from frugal_proxy.ledger.writer import writer_for
 from frugal_proxy.pipeline.dispatch import DispatchSettings
 from frugal_proxy.policies import Policy
@@ -53,7 +56,7 @@ from frugal_proxy.state.call_windows import MemoryCallWindows
 from frugal_proxy.state.cooldowns import MemoryCooldowns
 from frugal_proxy.state.latency import MemoryLatency
 from frugal_proxy.state.result_cache import MemoryResultCache
-from frugal_proxy.state.spend import MemorySpend
+from frugal_proxy.state.spend import MemorySpend, utc_day
 from frugal_proxy.state.usage import MemoryUsage
 
 log = logging.getLogger("frugal_proxy.pipeline")
@@ -71,11 +74,16 @@ class Assembly:
     upstream_tools: list[tuple[ProviderSpec, ProviderConfig]] = field(default_factory=list)
     off: dict[str, str] = field(default_factory=dict)
     http: HttpClient | None = None
+    feeds: Feeds | None = None
     dispatch: DispatchSettings = field(default_factory=DispatchSettings)  # the deadline
 
     async def start(self, task_group: anyio.abc.TaskGroup) -> None:
         """Start what providers keep running for the life of the process (a remote MCP server's
-        shared connection); each has a `serve(task_status=...)`."""
+        shared connection); each has a `serve(task_status=...)`. Then rebuild what the usage
+        ledger knows (today's spend, this month's billed calls, recent latencies) in the
+        background, off the event loop."""
+        if self.feeds is not None and ledger.enabled(None):
+            task_group.start_soon(self.feeds.rebuild)
         for provider in self.providers:
             serve = getattr(provider, "serve", None)
             if serve is not None:
@@ -90,6 +98,36 @@ class Assembly:
                 await close()
         if self.http is not None:
             await self.http.close()
+
+
+@dataclass
+class Feeds:
+    """The routing state the usage ledger can rebuild after a restart: the free-quota counts, the
+    fast strategy's latency book and each provider's spend today."""
+
+    usage: MemoryUsage
+    latency: MemoryLatency
+    spend: MemorySpend
+    specs: list[ProviderSpec]
+
+    async def rebuild(self) -> None:
+        now = time.time()
+        names = {spec.name for spec in self.specs}
+        today, month, recent = await anyio.to_thread.run_sync(self._read, now, names)
+        for spec in self.specs:
+            if spec.name in today:
+                self.spend.seed(spend_key(spec.capability, spec.name), today[spec.name])
+        for provider, calls in month.items():
+            for _ in range(calls):
+                self.usage.count(provider)
+        for provider, latencies in recent.items():
+            for latency in latencies:
+                self.latency.observe(provider, latency)
+
+    @staticmethod
+    def _read(now: float, names: set[str]) -> tuple[dict[str, int], dict[str, int], dict[str, list[float]]]:
+        day = utc_day(now)
+        return feeds.spend_on(day), feeds.billed_calls(day[:7]), feeds.served_latencies(names, now=now)
 
 
 def provider_key(spec: ProviderSpec) -> str:
@@ -144,6 +182,8 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
             assembly.routes.append(Route(tool["name"], names, tool["outputSchema"], capability=capability))
     routing: dict[str, CapabilityRouting] = {name: getattr(config.routing, name) for name in CAPABILITIES}
     usage = MemoryUsage(time.time)
+    latency, spend = MemoryLatency(), MemorySpend(time.time)
+    assembly.feeds = Feeds(usage, latency, spend, specs)
     watched = [name for name, upstream in config.upstreams.items() if upstream.loop_guard]
     window = config.routing.loop_window_seconds
     domains = config.routing.domains.rules
@@ -151,9 +191,9 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
         LoopGuard(config.routing.loop_limit, window, MemoryCallWindows(), upstreams=watched),  # admit
         *([DomainPolicy(domains)] if domains.active else []),  # admit: URLs; after a search: its results
         *([_cache(config)] if config.cache.enabled else []),  # admit: a hit answers; seal: keeps answers
-        Routing(routing, usage, MemoryLatency()),  # route: order, deny, pin
+        Routing(routing, usage, latency),  # route: order, deny, pin
         Ceiling(usage),  # route: max_cost_usd
-        Budget(_daily_caps(config), MemorySpend(time.time)),  # route, dispatch: daily_budget_usd
+        Budget(_daily_caps(config), spend),  # route, dispatch: daily_budget_usd
         Cooldown(_cooldown(config), MemoryCooldowns()),  # route, dispatch: fenced off after a 429
     ]
 

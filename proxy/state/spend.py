@@ -61,6 +61,11 @@ class MemorySpend:
         self._today()
         return self._spent.get(key, 0)
 
+    def seed(self, key: str, micros: int) -> None:
+        """Add what the usage ledger says was spent today before this process started."""
+        self._today()
+        self._spent[key] = self._spent.get(key, 0) + micros
+
     async def reserve(self, key: str, micros: int, cap: int) -> str | None:
         # No await between the check and the add: one step on the event loop.
         day = self._today()

@@ -3,14 +3,19 @@ last, the governor's own tools present and bound to the exposed engine."""
 
 from __future__ import annotations
 
+import datetime
 import logging
+import time
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
+from frugal_proxy import config as config_module
 from frugal_proxy.config import GovernorSettings
+from frugal_proxy.ledger.line import encode
 from frugal_proxy.pipeline.assembly import assemble
 from frugal_proxy.pipeline.pipeline import build_pipeline
 from frugal_proxy.policies.call_log import CallLog
@@ -21,6 +26,7 @@ from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers import FakeProvider
 from frugal_proxy.providers.own_tools import OwnToolProvider
 from frugal_proxy.records import Call, Exchange, Outcome, Route
+from tests.ledger_lines import usage_line
 
 pytestmark = pytest.mark.anyio
 
@@ -192,3 +198,22 @@ async def test_several_guards_on_one_call_as_the_trace_shows_them() -> None:
     assert body["cost_usd"] == 0 and body["total_cost_usd"] == 0
     text = jsonrpc.decode_any(refused["result"])["content"][0]["text"]
     assert text.startswith("frugal__search: loop guard: this exact frugal__search call has been made 3 times")
+
+
+async def test_serve_rebuilds_spend_quotas_and_latencies_from_the_ledger(frugal_home: Path) -> None:
+    """After a restart the day's spend, the month's billed calls and recent latencies come back
+    from the usage ledger, read off the event loop once serve starts."""
+    now = time.time()
+    stamp = datetime.datetime.fromtimestamp(now, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    usage = frugal_home / "usage"
+    usage.mkdir(parents=True)
+    line = usage_line(ts=stamp, provider="wikipedia", billed={"wikipedia": 0.003}, served_ms={"wikipedia": 80.0})
+    (usage / f"{stamp[:7]}.jsonl").write_bytes(encode(line) * 2)
+    config = config_module.loads("[search_providers.wikipedia]\ncost_per_call = 0.003\n", environ={})
+    assembly = assemble(config=config, environ={})
+    assert assembly.feeds is not None
+    await assembly.feeds.rebuild()
+    assert assembly.feeds.spend.spent("search/wikipedia") == 6_000
+    assert assembly.feeds.usage.calls_this_month("wikipedia") == 2
+    assert assembly.feeds.latency.estimate("wikipedia") == (80.0, 2)
+    await assembly.aclose()
