@@ -28,7 +28,6 @@ from __future__ import annotations
 import msgspec
 
 from frugal_proxy.capabilities import ExtractRequest, Page
-from frugal_proxy.providers.http_client import NETWORK_ERRORS, BadAnswer, fault, json_body, network_fault
 from frugal_proxy.providers.page_fetch import host_of, page_fault
 from frugal_proxy.providers.page_text import answer
 from frugal_proxy.providers.registry import Builtin, Setup
@@ -67,23 +66,17 @@ class Firecrawl:
         wanted = set(request.formats)
         formats = [f for f in ("markdown", "html") if f in wanted or (f == "markdown" and "text" in wanted)]
         body = {"url": request.url, "formats": formats, "onlyMainContent": True}
-        try:
-            response = await self.setup.http.send(
-                "POST",
-                self.setup.base_url + SCRAPE_PATH,
-                json=body,
-                headers={"Authorization": f"Bearer {self.setup.key or ''}"},
-                request_timeout=self.setup.timeout,
-            )
-        except NETWORK_ERRORS as exc:
-            return network_fault(name, exc)
-        failed = fault(name, response)
-        if failed is not None:
-            return failed
-        try:
-            found = json_body(name, response, _Answer)
-        except BadAnswer as exc:
-            return Outcome("transient", message=str(exc))
+        found = await self.setup.http.fetch_json(
+            name,
+            "POST",
+            self.setup.base_url + SCRAPE_PATH,
+            _Answer,
+            json=body,
+            headers={"Authorization": f"Bearer {self.setup.key or ''}"},
+            request_timeout=self.setup.timeout,
+        )
+        if isinstance(found, Outcome):
+            return found
         if not found.success or found.data is None:
             return Outcome("transient", message=f"{name} answered without success")
         data = found.data

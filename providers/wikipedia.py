@@ -20,7 +20,6 @@ import anyio
 import msgspec
 
 from frugal_proxy.capabilities import MAX_RESULTS, SearchHit, SearchRequest
-from frugal_proxy.providers.http_client import NETWORK_ERRORS, BadAnswer, fault, json_body, network_fault
 from frugal_proxy.providers.registry import Builtin, Setup
 from frugal_proxy.records import Exchange, Outcome
 
@@ -52,20 +51,17 @@ class Wikipedia:
         assert isinstance(request, SearchRequest)
         name = self.spec.name
         params = {"q": request.query, "limit": str(min(request.max_results, MAX_RESULTS))}
-        try:
-            async with self._slots:
-                response = await self.setup.http.send(
-                    "GET", self.setup.base_url + SEARCH_PATH, params=params, request_timeout=self.setup.timeout
-                )
-        except NETWORK_ERRORS as exc:
-            return network_fault(name, exc)
-        failed = fault(name, response)
-        if failed is not None:
-            return failed
-        try:
-            found = json_body(name, response, _Pages)
-        except BadAnswer as exc:
-            return Outcome("transient", message=str(exc))
+        async with self._slots:
+            found = await self.setup.http.fetch_json(
+                name,
+                "GET",
+                self.setup.base_url + SEARCH_PATH,
+                _Pages,
+                params=params,
+                request_timeout=self.setup.timeout,
+            )
+        if isinstance(found, Outcome):
+            return found
         hits = [
             SearchHit(
                 title=page.title,
