@@ -14,7 +14,7 @@ routed again: what the extraction already cost comes off the ceiling first.
 
 from __future__ import annotations
 
-from decimal import ROUND_FLOOR, Decimal
+from decimal import Decimal
 
 from frugal_proxy import money
 from frugal_proxy.policies import Policy
@@ -26,7 +26,8 @@ from frugal_proxy.state.usage import UsageCounter
 def ceiling_micros(amount: Decimal) -> int:
     """A ceiling in micro-dollars, rounded down (a ceiling finer than a micro-dollar cannot be
     met more exactly)."""
-    return int((amount * money.MICROS_PER_USD).to_integral_value(rounding=ROUND_FLOOR))
+    numerator, denominator = amount.as_integer_ratio()  # exact: no 28-digit rounding before the floor
+    return numerator * money.MICROS_PER_USD // denominator
 
 
 class Ceiling(Policy):

@@ -51,9 +51,9 @@ class Routing(Policy):
 
     def route(self, exchange: Exchange) -> None:
         route = exchange.route
-        settings = self.settings.get(route.capability or "") or CapabilityRouting()
         if len(exchange.candidates) < 2 and route.capability is None:
             return  # a plain tool with one upstream: nothing to order
+        settings = self.settings.get(route.capability or "") or CapabilityRouting()
         where = f"routing.{route.capability}" if route.capability else f"routes.{route.name}"
         kept: list[ProviderSpec] = []
         for spec in exchange.candidates:
@@ -72,7 +72,8 @@ class Routing(Policy):
             return
         strategy = route.strategy or settings.strategy
         ordered = self._order(kept, strategy)
-        preferred = [name for name in settings.order if any(spec.name == name for spec in ordered)]
+        # A name given twice is one preference: a provider is one candidate, tried once.
+        preferred = [name for name in dict.fromkeys(settings.order) if any(spec.name == name for spec in ordered)]
         if preferred:
             first = [next(spec for spec in ordered if spec.name == name) for name in preferred]
             ordered = first + [spec for spec in ordered if spec.name not in preferred]
@@ -120,6 +121,8 @@ class Routing(Policy):
         return known[0] if known is not None else float("inf")
 
     async def seal(self, exchange: Exchange) -> None:
+        if exchange.route.capability is None and len(exchange.route.providers) < 2:
+            return  # a plain tool with one upstream: nothing to learn for ordering
         for attempt in exchange.attempts:
             if attempt.outcome in ("ok", "empty"):
                 self.usage.count(attempt.provider)

@@ -142,7 +142,7 @@ def _check_max_chars(value: int | None) -> None:
 
 
 def _check_ceiling(value: Decimal | None) -> None:
-    if value is not None and (not value.is_finite() or value < 0):
+    if value is not None and (not value.is_finite() or value < 0 or value.adjusted() > 6):
         raise ValueError("max_cost_usd is an amount of US dollars, 0 or more (0: free providers only)")
 
 

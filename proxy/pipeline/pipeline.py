@@ -98,6 +98,7 @@ class Pipeline:
         last = exchange.attempts[-1] if exchange.attempts else None
         if last is not None and last.outcome == "ok":  # it answered, with (nearly) nothing: not a win
             exchange.attempts[-1] = msgspec.structs.replace(last, outcome="empty")
+        read = (exchange.route, exchange.request, exchange.outcome)
         exchange.route = then
         exchange.request = browse_from(exchange.request)
         exchange.answer = None
@@ -105,6 +106,13 @@ class Pipeline:
         for policy in self.policies:
             policy.route(exchange)
         await self.dispatch.run(exchange)
+        if exchange.outcome is None or exchange.outcome.kind != "ok":
+            # No browser did better: the page as it was read is still the answer (and was paid for).
+            exchange.route, exchange.request, exchange.outcome = read
+            exchange.answer = None
+            exchange.trace.append(
+                Decision("dispatch", "execute", "fell forward", "no browser did better: the page as read")
+            )
 
     @staticmethod
     def _receipt(exchange: Exchange) -> Receipt:

@@ -88,7 +88,8 @@ def reason_line(exchange: Exchange, receipt: Receipt) -> str:
     elif receipt.provider_used is None:
         parts.append(f"no provider answered after {len(receipt.attempts)} attempt(s)")
     else:
-        number = next(i for i, a in enumerate(receipt.attempts, 1) if a.provider == receipt.provider_used)
+        # The answer's attempt is the last that answered, as the receipt counts it.
+        number = max(i for i, a in enumerate(receipt.attempts, 1) if a.outcome in ("ok", "empty"))
         verb = "won" if receipt.attempts[number - 1].outcome == "ok" else "answered with nothing"
         parts.append(f"provider={receipt.provider_used} {verb} on attempt {number}")
     return "; ".join(parts)

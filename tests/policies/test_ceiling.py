@@ -142,3 +142,11 @@ async def test_refused_before_any_spend_through_the_pipeline() -> None:
         "frugal__search: ceiling: youcom costs $0.0050 per call, above max_cost_usd $0.0010: "
         "raise max_cost_usd to $0.0050, or leave provider out"
     )
+
+
+def test_a_ceiling_is_floored_exactly_and_a_huge_one_is_refused() -> None:
+    # 28-digit decimal arithmetic would round this up to $0.005 and let a $0.005 provider in.
+    assert ceiling_micros(Decimal("0.0049999999999999999999999999999")) == 4_999
+    assert ceiling_micros(Decimal("0.001")) == 1_000
+    with pytest.raises(ValueError, match="max_cost_usd"):
+        SearchRequest("q", max_cost_usd=Decimal("1e999999"))

@@ -116,3 +116,9 @@ async def test_seal_counts_billed_answers_for_the_quota() -> None:
     await routing.seal(ex)
     assert routing.usage.calls_this_month("serper") == 1 and routing.usage.calls_this_month("marginalia") == 0
     assert routing.latency.estimate("serper") is None  # an empty answer says nothing of its speed
+
+
+def test_a_name_given_twice_in_order_is_one_candidate() -> None:
+    ex = routed()
+    policy(order=["serper", "serper"]).route(ex)
+    assert order(ex) == ["serper", "youcom-free", "marginalia", "youcom", "brave"]

@@ -241,3 +241,18 @@ async def test_the_governor_cuts_a_routed_answers_hits_and_never_its_receipt() -
     assert json.loads(answer["content"][0]["text"]) == content
     assert "output truncated to" in answer["content"][1]["text"]  # the marker, outside the JSON
     assert answer["_meta"]["frugal/governor"]["receipts"][0]["total_records"] == 50
+
+
+async def test_a_failed_fall_forward_keeps_the_page_as_read() -> None:
+    reader = paging("firecrawl", "extract", "Loading…", 1_000)
+
+    async def down(ex: Exchange) -> Outcome:
+        return Outcome("transient", message="browserless failed (503)")
+
+    browser = FakeProvider("browserless", down, 2_000, capability="browse")
+    pipeline = build_pipeline({"firecrawl": reader, "browserless": browser})
+    body = structured(await pipeline.run(execute(("firecrawl",), ("browserless",))))
+    assert body["capability"] == "extract" and body["provider_used"] == "firecrawl"
+    assert body["page"]["markdown"] == "Loading…"  # type: ignore[index]
+    assert body["cost_usd"] == 0.001 and body["total_cost_usd"] == 0.001  # the failed render cost nothing
+    assert "no browser did better: the page as read" in body["reason"]  # type: ignore[operator]
