@@ -80,6 +80,7 @@ class Dispatch:
     async def run(self, exchange: Exchange) -> None:
         """Try the candidates in order until one answers (see the module docstring)."""
         stopped = False
+        empty = None  # the last free provider's empty answer: the answer if nothing better comes
         for spec in exchange.candidates:
             if self.expired(exchange):
                 stopped = True
@@ -94,6 +95,8 @@ class Dispatch:
                 return
             if outcome.kind == "empty" and not spec.free:
                 return  # a paid provider answered, with nothing: it billed, so the chain ends
+            if outcome.kind == "empty":
+                empty = outcome
             if cut or self.expired(exchange):
                 stopped = True
                 break
@@ -101,8 +104,9 @@ class Dispatch:
             within = format_duration(self.settings.deadline or 0)
             why = f"the call deadline ({within}) ran out after {len(exchange.attempts)} attempt(s)"
             exchange.trace.append(Decision("dispatch", "deadline", "stopped", why))
-        elif exchange.route.capability and exchange.outcome is not None and exchange.outcome.kind == "empty":
-            return  # every free provider found nothing: an empty answer, not an error
+        elif exchange.route.capability and empty is not None:
+            exchange.outcome = empty  # a free provider found nothing, the rest failed: an empty answer
+            return
         exchange.answer = jsonrpc.result(exchange.call.request_id, jsonrpc.tool_error_result(failure(exchange)))
 
     async def _kept_back(self, exchange: Exchange, spec: ProviderSpec) -> bool:

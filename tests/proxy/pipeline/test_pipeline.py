@@ -256,3 +256,15 @@ async def test_a_failed_fall_forward_keeps_the_page_as_read() -> None:
     assert body["page"]["markdown"] == "Loading…"  # type: ignore[index]
     assert body["cost_usd"] == 0.001 and body["total_cost_usd"] == 0.001  # the failed render cost nothing
     assert "no browser did better: the page as read" in body["reason"]  # type: ignore[operator]
+
+
+async def test_a_free_empty_answer_stands_when_the_providers_after_it_fail() -> None:
+    async def busy(ex: Exchange) -> Outcome:
+        return Outcome("rate_limited", message="marginalia is rate-limiting (429)", retry_after=7.0)
+
+    failing = FakeProvider("marginalia", busy, capability="search")
+    pipeline = build_pipeline({"wiki": searching("wiki", 0), "marginalia": failing})
+    body = structured(await pipeline.run(routed("wiki", "marginalia")))
+    assert body["results"] == [] and body["provider_used"] == "wiki"
+    assert body["warnings"] == ["no provider found anything for this query"]
+    assert [(a["provider"], a["outcome"]) for a in body["attempts"]] == [("wiki", "empty"), ("marginalia", "error")]  # type: ignore[union-attr]
