@@ -39,10 +39,7 @@ class SearchRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_cost_usd: Decimal | None = None
 
     def __post_init__(self) -> None:
-        if not self.query.strip():
-            raise ValueError("query must not be empty")
-        if len(self.query) > MAX_QUERY_CHARS:
-            raise ValueError(f"query has at most {MAX_QUERY_CHARS} characters")
+        _check_text(self.query, "query")
         if not 1 <= self.max_results <= MAX_RESULTS:
             raise ValueError(f"max_results is 1 to {MAX_RESULTS}")
         _check_ceiling(self.max_cost_usd)
@@ -84,10 +81,7 @@ class ExecuteRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_cost_usd: Decimal | None = None
 
     def __post_init__(self) -> None:
-        if not self.intent.strip():
-            raise ValueError("intent must not be empty")
-        if len(self.intent) > MAX_QUERY_CHARS:
-            raise ValueError(f"intent has at most {MAX_QUERY_CHARS} characters")
+        _check_text(self.intent, "intent")
         _check_ceiling(self.max_cost_usd)
 
 
@@ -129,6 +123,13 @@ class Page(msgspec.Struct, frozen=True, omit_defaults=True):
         """Whether the page holds less readable text than `min_chars` (a near-empty page)."""
         body = self.markdown or self.text or ""
         return len(body.strip()) < min_chars
+
+
+def _check_text(value: str, name: str) -> None:
+    if not value.strip():
+        raise ValueError(f"{name} must not be empty")
+    if len(value) > MAX_QUERY_CHARS:
+        raise ValueError(f"{name} has at most {MAX_QUERY_CHARS} characters")
 
 
 def _check_url(url: str) -> None:

@@ -14,18 +14,16 @@ through each provider's `base_url`).
 from __future__ import annotations
 
 import collections
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+from tests.servers.threaded import serve_in_thread
 
 CORPUS = [
     (
@@ -78,20 +76,6 @@ def _app(counts: collections.Counter[str]) -> Starlette:
 
 @contextmanager
 def fake_apis() -> Iterator[FakeApis]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    port = sock.getsockname()[1]
-    apis = FakeApis(f"http://127.0.0.1:{port}")
-    server = uvicorn.Server(uvicorn.Config(_app(apis.requests), log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    try:
-        yield apis
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
+    counts: collections.Counter[str] = collections.Counter()
+    with serve_in_thread(_app(counts)) as base:
+        yield FakeApis(base, counts)

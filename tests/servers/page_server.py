@@ -18,19 +18,17 @@ test process; drivers reach them by URL).
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from tests.servers.threaded import serve_in_thread
 
 PARAGRAPH = (
     "Frugal routing sends each call to the cheapest provider that can serve it, and falls over to "
@@ -156,20 +154,6 @@ def _recording(app: ASGIApp, seen: list[str]) -> ASGIApp:
 
 @contextmanager
 def page_server() -> Iterator[PageServer]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    port = sock.getsockname()[1]
-    served = PageServer(f"http://127.0.0.1:{port}")
-    server = uvicorn.Server(uvicorn.Config(_recording(_app(), served.requests), log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    try:
-        yield served
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
+    requests: list[str] = []
+    with serve_in_thread(_recording(_app(), requests)) as base:
+        yield PageServer(base, requests)
