@@ -32,6 +32,9 @@ META_LOG_LEVEL: Final = "io.modelcontextprotocol/logLevel"
 META_SERVER_INFO: Final = "io.modelcontextprotocol/serverInfo"
 META_SUBSCRIPTION_ID: Final = "io.modelcontextprotocol/subscriptionId"
 MODERN_META_KEYS: Final = (META_VERSION, META_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL)
+# The spec's logging levels (RFC 5424's severities), least severe first: what `logging/setLevel`
+# and `_meta[META_LOG_LEVEL]` may name.
+LOG_LEVELS: Final = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 # Results that must carry ttlMs and cacheScope on the modern side (SEP-2549).
 CACHEABLE_METHODS: Final = frozenset(
@@ -92,12 +95,27 @@ def validate_modern(request_id: jsonrpc.RequestId, meta: dict[str, msgspec.Raw])
         )
     capabilities = jsonrpc.decode_any(meta[META_CAPABILITIES])
     info = jsonrpc.decode_any(meta[META_CLIENT_INFO]) if META_CLIENT_INFO in meta else None
-    level = jsonrpc.decode_any(meta[META_LOG_LEVEL]) if META_LOG_LEVEL in meta else None
+    level = None
+    if META_LOG_LEVEL in meta:
+        level = log_level(jsonrpc.decode_any(meta[META_LOG_LEVEL]), f"_meta[{META_LOG_LEVEL!r}]", request_id)
     return ModernContext(
         version=version,
         capabilities=capabilities if isinstance(capabilities, dict) else {},
         client_info=info if isinstance(info, dict) else None,
-        log_level=level if isinstance(level, str) else None,
+        log_level=level,
+    )
+
+
+def log_level(value: Any, field: str, request_id: jsonrpc.RequestId | None = None) -> str:
+    """A logging level as sent (in `field`); MessageError(-32602) naming the spec's eight
+    levels unless it is one of them."""
+    if isinstance(value, str) and value in LOG_LEVELS:
+        return value
+    shown = repr(value) if isinstance(value, str | int | float | bool) or value is None else type(value).__name__
+    raise jsonrpc.MessageError(
+        jsonrpc.INVALID_PARAMS,
+        f"{field} must be one of the logging levels {', '.join(LOG_LEVELS)}; got {shown[:60]}",
+        request_id,
     )
 
 

@@ -224,6 +224,10 @@ class Router:
             try:
                 reply = await self._serve_request(client_id, frame, origin)
             except jsonrpc.MessageError as exc:
+                log.warning(
+                    "client request refused",
+                    extra={"method": jsonrpc.method_of(frame), "code": exc.code, "reason": str(exc)[:200]},
+                )
                 reply = jsonrpc.error(client_id, exc.code, str(exc), _error_data(exc))
             except BridgeError as exc:
                 log.warning("bridging failed", extra={"reason": str(exc)[:200]})
@@ -406,8 +410,11 @@ class Router:
     # -- logging ------------------------------------------------------------------------------------
 
     async def _set_level(self, params: dict[str, msgspec.Raw]) -> Frame:
-        level = jsonrpc.decode_any(params.get("level", msgspec.Raw(b"null")))
-        self.client.log_level = level if isinstance(level, str) else None
+        """A session-era client's level, checked before anything keeps it: a refused level
+        changes nothing later requests carry."""
+        sent = jsonrpc.decode_any(params["level"]) if "level" in params else None
+        level = eras.log_level(sent, "logging/setLevel params.level")
+        self.client.log_level = level
         for link in self.links:
             if link.upstream.running and link.upstream.era == "legacy":
                 await link.forward("logging/setLevel", params, self.client, None)

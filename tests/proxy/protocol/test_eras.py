@@ -53,3 +53,21 @@ def test_complete_for_modern_never_widens_a_cache_scope() -> None:
 def test_negotiate_handshake() -> None:
     assert eras.negotiate_handshake("2025-03-26") == "2025-03-26"
     assert eras.negotiate_handshake("2099-01-01") == eras.LATEST_HANDSHAKE
+
+
+def test_log_level_takes_the_spec_levels_and_names_them_otherwise() -> None:
+    assert eras.log_level("emergency", "level") == "emergency"
+    for bad in ("nonsense", "WARNING", None, 3, ["debug"]):
+        with pytest.raises(jsonrpc.MessageError) as caught:
+            eras.log_level(bad, "params.level", 7)
+        assert caught.value.code == jsonrpc.INVALID_PARAMS and caught.value.request_id == 7
+        assert "params.level" in str(caught.value) and all(level in str(caught.value) for level in eras.LOG_LEVELS)
+
+
+def test_a_modern_request_with_a_bad_log_level_is_refused() -> None:
+    meta = raw_params({eras.META_VERSION: "2026-07-28", eras.META_CAPABILITIES: {}, eras.META_LOG_LEVEL: "loud"})
+    with pytest.raises(jsonrpc.MessageError) as caught:
+        eras.validate_modern(1, meta)
+    assert caught.value.code == jsonrpc.INVALID_PARAMS
+    meta[eras.META_LOG_LEVEL] = jsonrpc.raw("notice")
+    assert eras.validate_modern(1, meta).log_level == "notice"
