@@ -29,7 +29,7 @@ from frugal_proxy.bridge.downstream import ClientGone, DownstreamPeer
 from frugal_proxy.bridge.listen_hub import ListenHub
 from frugal_proxy.bridge.mrtr import HeldCalls, fulfil_input_required
 from frugal_proxy.bridge.roots import GrantedRoots
-from frugal_proxy.errors import BridgeError, UpstreamDown
+from frugal_proxy.errors import BridgeError, UpstreamDown, UpstreamTimeout
 from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame, RequestId
 from frugal_proxy.protocol.subscriptions import filter_for_legacy, tag
@@ -79,9 +79,11 @@ class UpstreamLink:
         task_group: anyio.abc.TaskGroup,
         *,
         on_change: ChangeHandler | None = None,
+        deadline: float | None = None,
     ) -> None:
         self.upstream = upstream
         self.name = upstream.name
+        self.deadline = deadline  # seconds a request may wait for this upstream (None: no limit)
         self.client = client
         self.downstream = downstream
         self._tg = task_group
@@ -109,7 +111,29 @@ class UpstreamLink:
         headers: Mapping[str, str] | None = None,
     ) -> Frame:
         """Send a request upstream in the upstream's era and bring the answer back in the client's.
-        `headers` go on with it where the upstream's transport carries them."""
+        `headers` go on with it where the upstream's transport carries them. Past the link's
+        `deadline` the request is cancelled upstream and UpstreamTimeout names the knob."""
+        if self.deadline is None:
+            return await self._forward(method, params, client, on_progress, headers)
+        try:
+            with anyio.fail_after(self.deadline):
+                return await self._forward(method, params, client, on_progress, headers)
+        except TimeoutError:
+            log.warning("upstream request timed out", extra={"upstream": self.name, "method": method})
+            raise UpstreamTimeout(
+                f"upstream {self.name!r} did not answer within {self.deadline:g} s (the deadline of its "
+                f"{method}: upstreams.{self.name}.timeout, at most limits.call_timeout); "
+                "the call was cancelled upstream"
+            ) from None
+
+    async def _forward(
+        self,
+        method: str,
+        params: dict[str, msgspec.Raw],
+        client: Any,
+        on_progress: ProgressSink | None,
+        headers: Mapping[str, str] | None,
+    ) -> Frame:
         assert isinstance(client, Client)
         upstream = self.upstream
         await upstream.ensure_ready()

@@ -181,9 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"frugal-proxy: error: --header wants 'NAME: VALUE', got {key!r}", file=sys.stderr)
             return 2
         headers[key.strip()] = value.strip()
-    base = _file_governor(options.config)
-    if isinstance(base, int):
-        return base
+    read = _file_settings(options.config)
+    if isinstance(read, int):
+        return read
+    base, call_timeout = read
     limits = {"max_bytes": options.max_bytes, "max_records": options.max_records, "max_tokens": options.max_tokens}
     governor = {**base, **{key: value for key, value in limits.items() if value is not None}}  # flags win
     if options.no_govern:
@@ -191,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.configure(options.log_level)
     name = options.name or upstream_name(command)
     if options.http:
-        return wrap_http(options, command, name, env, headers, governor)
+        return wrap_http(options, command, name, env, headers, governor, call_timeout)
     try:
         return anyio.run(
             wrap_stdio,
@@ -202,6 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             options.probe_timeout,
             governor,
             headers,
+            call_timeout,
         )
     except KeyboardInterrupt:
         return 130
@@ -258,9 +260,11 @@ async def wrap_stdio(
     probe_timeout: float,
     governor: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
+    call_timeout: float | None = None,
 ) -> int:
     """Serve one stdio client in front of one upstream (a stdio command or a remote URL) until
-    the client goes away. `governor` holds the size governor's settings (GovernorSettings keys)."""
+    the client goes away. `governor` holds the size governor's settings (GovernorSettings keys),
+    `call_timeout` the seconds any request may wait for the upstream (None: no limit)."""
     source, sink = FdSource(sys.stdin.fileno()), FdSink(sys.stdout.fileno())
     writer = FrameWriter(sink)
     downstream = DownstreamPeer(writer)
@@ -281,7 +285,7 @@ async def wrap_stdio(
                 print(f"frugal-proxy: the upstream did not start: {failed[name]}", file=sys.stderr)
                 return 2
             tg = running.task_group
-            session = Router(connection, downstream, tg, assembly=assembly)
+            session = Router(connection, downstream, tg, assembly=assembly, timeouts={name: call_timeout})
             tg.start_soon(stop_on_signal, tg.cancel_scope)
             await session.serve(FrameReader(source, max_line_bytes))
             log.info("client closed stdin; shutting down")
@@ -326,6 +330,7 @@ def wrap_http(
     env: dict[str, str],
     headers: dict[str, str],
     governor: dict[str, Any],
+    call_timeout: float | None = None,
 ) -> int:
     """Serve one upstream over Streamable HTTP (`--http ADDR`); session-era sessions get their own."""
     from frugal_proxy.cli.http_options import run_http
@@ -347,25 +352,28 @@ def wrap_http(
     # Lazy: `ready` starts the endpoint's own connection; a session's own ones start on first use.
     spec = _spec(command, name, env, headers, options.max_message_bytes, options.probe_timeout, lazy=True)
     fleet = Fleet((spec,))
-    upstreams = UpstreamSet(fleet.connect, {"governor": settings}, fleet.lazy)
+    upstreams = UpstreamSet(fleet.connect, {"governor": settings, "timeouts": {name: call_timeout}}, fleet.lazy)
     return run_http(options, upstreams, ready)
 
 
-def _file_governor(path_option: str | None) -> dict[str, Any] | int:
-    """The `[governor]` of the config file the wrap form reads, as settings keys (every other table
-    but `[upstreams]`, which the wrapped command replaces, is serve's); {} with no file. The file:
+def _file_settings(path_option: str | None) -> tuple[dict[str, Any], float | None] | int:
+    """What the wrap form reads of the config file: its `[governor]` as settings keys, and the
+    deadline of every request to the upstream (`limits.call_timeout`, 5m unset, None for "0s");
+    every other table but `[upstreams]`, which the wrapped command replaces, is serve's. The file:
     `--config`, else `$FRUGAL_CONFIG`, else the default path when it exists."""
     from frugal_proxy import config as config_module
 
     path = config_module.config_path(path_option)
     if path_option is None and not os.environ.get("FRUGAL_CONFIG") and not path.exists():
-        return {}
+        return {}, config_module.PLAIN_CALL_TIMEOUT
     try:
-        settings = config_module.load(path).governor
+        loaded = config_module.load(path)
     except config_module.ConfigError as exc:
         print(f"frugal-proxy: config error: {exc}", file=sys.stderr)
         return 2
-    return {field: getattr(settings, field) for field in settings.__struct_fields__}
+    settings = loaded.governor
+    governor = {field: getattr(settings, field) for field in settings.__struct_fields__}
+    return governor, loaded.limits.call_timeout_seconds or None
 
 
 def _governor_settings(governor: dict[str, Any]) -> GovernorSettings:

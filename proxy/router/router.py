@@ -78,8 +78,12 @@ class Router:
         self.downstream = downstream
         self._tg = task_group
         self.client = Client()
+        deadlines = timeouts or {}
         self.links = [
-            UpstreamLink(up, self.client, downstream, task_group, on_change=self._changed) for up in connections
+            UpstreamLink(
+                up, self.client, downstream, task_group, on_change=self._changed, deadline=deadlines.get(up.name)
+            )
+            for up in connections
         ]
         self._link_by_name = {link.name: link for link in self.links}
         self.catalog = Catalog(self.links, prefixes, filters, page_size)
@@ -92,12 +96,8 @@ class Router:
         self.own_tools = OwnToolProvider(assembly.own_tools)
         self.operator = operator
         providers: dict[str, Provider] = {
-            link.name: McpToolProvider(
-                link.name,
-                link.forward,
-                price_micros=(prices or {}).get(link.name, 0),
-                timeout=(timeouts or {}).get(link.name),
-            )
+            # The link bounds every request to its upstream, a tools/call included.
+            link.name: McpToolProvider(link.name, link.forward, price_micros=(prices or {}).get(link.name, 0))
             for link in self.links
         }
         providers[self.own_tools.name] = self.own_tools

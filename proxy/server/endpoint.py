@@ -31,6 +31,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from frugal_proxy.bridge.link import UpstreamLink
 from frugal_proxy.protocol import eras, jsonrpc, subscriptions
 from frugal_proxy.protocol.headers import decode_header_value, learn_param_headers, param_header_problem
 from frugal_proxy.protocol.jsonrpc import Frame
@@ -46,6 +47,7 @@ log = logging.getLogger("frugal_proxy.http_server")
 SESSION_HEADER = "mcp-session-id"
 NAME_KEYS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 REQUEST_TIMEOUT = -32001  # the code SDKs use for a request that timed out
+HEALTH_PROBE = 2.0  # seconds an upstream has to answer /healthz's probe
 
 
 @dataclass
@@ -363,5 +365,19 @@ class Endpoint:
     # -- health ----------------------------------------------------------------------------------------
 
     async def health(self, request: Request) -> Response:
-        upstreams = {link.name: "up" if link.upstream.running else "down" for link in self.shared.links}
-        return JSONResponse({"status": "ok", "upstreams": upstreams})
+        """Each upstream `up` (it answered a probe within HEALTH_PROBE seconds), `unresponsive`
+        (connected, but it did not: stopped, hung or overloaded) or `down`."""
+        upstreams: dict[str, str] = {}
+
+        async def probe(link: UpstreamLink) -> None:
+            upstream = link.upstream
+            if not upstream.running:
+                upstreams[link.name] = "down"
+                return
+            upstreams[link.name] = "up" if await upstream.answers(HEALTH_PROBE) else "unresponsive"
+
+        async with anyio.create_task_group() as tg:
+            for link in self.shared.links:
+                tg.start_soon(probe, link)
+        ordered = {link.name: upstreams[link.name] for link in self.shared.links}
+        return JSONResponse({"status": "ok", "upstreams": ordered})

@@ -8,7 +8,7 @@
 
 Links and the session see only this surface: `name`, `era`, `modern`, `running`,
 `discover_result`, `initialize_result`, `initialize_params`, `generation`, `ensure_ready()`,
-`initialize()`, `request()`, `notify()`, `send_reply()`, `state()`, `shutdown()`, the
+`initialize()`, `request()`, `answers()`, `notify()`, `send_reply()`, `state()`, `shutdown()`, the
 `on_server_request` / `on_notification` callbacks and `async with`. A connection that cannot be
 reached raises `UpstreamDown`.
 """
@@ -192,6 +192,22 @@ class UpstreamBase(abc.ABC):
             retry_in = max(0.0, self._next_start - time.monotonic())
             return {"state": "down", "reason": str(self._last_down), "retry_in_s": round(retry_in, 1)}
         return {"state": "not started"}
+
+    async def answers(self, within: float) -> bool:
+        """Whether it answers a probe within `within` seconds: `ping` in the session era,
+        `server/discover` (the era's own request) in 2026-07-28. An error reply is an answer;
+        a connection that is not running does not answer."""
+        if not self.running or self.era is None:
+            return False
+        method, params = ("server/discover", self.discover_params()) if self.modern else ("ping", None)
+        with anyio.move_on_after(within):
+            try:
+                await self.request(method, params)
+            except UpstreamError:
+                return False
+            return True
+        log.warning("upstream did not answer a health probe", extra={"upstream": self.name, "seconds": within})
+        return False
 
     # -- negotiation -----------------------------------------------------------------------------
 

@@ -4,14 +4,21 @@ each bad value gets its own -32602 naming the field."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import pytest
 
 from tests.conftest import notes_command
-from tests.e2e.test_bad_input import call, proxied, text
+from tests.e2e.test_bad_input import FAULTY, call, proxied, running, text
 from tests.e2e.test_http_downstream import INITIALIZE, LEGACY_HEADERS, META, Proxy, modern_body, modern_headers
 from tests.e2e.test_http_downstream import start as start_http
 from tests.rawclient import MODERN_META
@@ -79,3 +86,77 @@ def test_an_invalid_log_level_in_a_modern_request_over_http_is_refused(notes_htt
     body = modern_body("tools/call", {"name": "add", "arguments": {"a": 2, "b": 3}})
     added = httpx2.post(notes_http.url, json=body, headers=modern_headers("tools/call", "add"), timeout=10).json()
     assert added["result"]["content"][0]["text"] == "5"
+
+
+# -- deadlines -----------------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def stopped(pid: int) -> AsyncIterator[None]:
+    """The process stopped (SIGSTOP) for the block, continued (SIGCONT) whatever happens."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def names_the_deadline(message: str, seconds: str = "1") -> bool:
+    return all(
+        part in message
+        for part in ("'faulty'", f"within {seconds} s", "upstreams.faulty.timeout", "limits.call_timeout")
+    )
+
+
+async def test_every_request_over_stdio_to_a_stopped_upstream_ends_at_its_deadline(tmp_path: Path) -> None:
+    config = tmp_path / "frugal.toml"
+    config.write_text(f'[upstreams.faulty]\ncommand = {json.dumps(FAULTY)}\ntimeout = "1s"\n')
+    async with running([sys.executable, "-m", "frugal_proxy", "serve", "--config", str(config)]) as client:
+        await client.initialize()
+        pid = int(text(await call(client, 1, "pid")))
+        async with stopped(pid):
+            with anyio.fail_after(10):  # 1 s each; without a deadline these wait forever
+                listed = await client.request(2, "tools/list", {}, wait=10)
+                prompts = await client.request(3, "prompts/list", {}, wait=10)
+                called = await call(client, 4, "echo", {"text": "anyone?"})
+            assert listed["error"]["code"] == -32603 and names_the_deadline(listed["error"]["message"])
+            assert "tools/list" in listed["error"]["message"]
+            assert "error" in prompts and names_the_deadline(prompts["error"]["message"])
+            assert called["result"]["isError"] is True and names_the_deadline(text(called))
+        assert text(await call(client, 5, "echo", {"text": "back"})) == "back"
+    assert "upstream request timed out" in client.stderr_text()
+
+
+async def test_the_wrap_form_over_stdio_applies_the_config_files_call_timeout(tmp_path: Path) -> None:
+    config = tmp_path / "frugal.toml"
+    config.write_text('[limits]\ncall_timeout = "1s"\n')
+    async with proxied("--config", str(config), "--name", "faulty") as client:
+        await client.initialize()
+        pid = int(text(await call(client, 1, "pid")))
+        async with stopped(pid):
+            with anyio.fail_after(10):
+                called = await call(client, 2, "echo", {"text": "anyone?"})
+                listed = await client.request(3, "tools/list", {}, wait=10)
+            assert called["result"]["isError"] is True and names_the_deadline(text(called))
+            assert names_the_deadline(listed["error"]["message"])
+        assert text(await call(client, 4, "echo", {"text": "back"})) == "back"
+
+
+async def test_healthz_reports_a_stopped_upstream_unresponsive(tmp_path: Path) -> None:
+    config = tmp_path / "frugal.toml"
+    config.write_text(f"[upstreams.faulty]\ncommand = {json.dumps(FAULTY)}\n")
+    proxy = Proxy([sys.executable, "-m", "frugal_proxy", "serve", "--config", str(config), "--http", "127.0.0.1:0"])
+    try:
+        url = proxy.wait_listening()
+        body = modern_body("tools/call", {"name": "pid", "arguments": {}})
+        async with httpx2.AsyncClient(timeout=20) as http:
+            started = await http.post(url, json=body, headers=modern_headers("tools/call", "pid"))
+            pid = int(started.json()["result"]["content"][0]["text"])
+            assert (await http.get(f"{proxy.base}/healthz")).json()["upstreams"] == {"faulty": "up"}
+            async with stopped(pid):
+                with anyio.fail_after(10):
+                    health = await http.get(f"{proxy.base}/healthz")
+                assert health.status_code == 200 and health.json()["upstreams"] == {"faulty": "unresponsive"}
+            assert (await http.get(f"{proxy.base}/healthz")).json()["upstreams"] == {"faulty": "up"}
+    finally:
+        proxy.stop()
