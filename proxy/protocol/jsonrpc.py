@@ -87,8 +87,15 @@ def decode_frames(line: bytes | bytearray) -> tuple[list[Frame], bool]:
         limits.check(line)
     except limits.LineRefused as exc:
         code = PARSE_ERROR if exc.parse else INVALID_REQUEST
+        message = str(exc)
+        path = None if exc.parse or limits.too_deep(line) else bad_value_path(line)
+        if path is not None:
+            message = f"{''.join(key if key.startswith('[') else '.' + key for key in path)[1:]}: {message}"
+            if path[:1] == ["params"] and path[-1] == "progressToken":
+                code = INVALID_PARAMS  # a field whose type the spec fixes: a string or an integer
+                message += "; a progressToken is a string or an integer"
         head = line[:_ID_SEARCH_BYTES]
-        raise MessageError(code, str(exc), top_level_id(head), reply=is_reply_head(head)) from None
+        raise MessageError(code, message, top_level_id(head), reply=is_reply_head(head)) from None
     is_batch = _first_byte(line) == ord("[")
     try:
         frames = _batch_decoder.decode(line) if is_batch else [_frame_decoder.decode(line)]
@@ -99,6 +106,35 @@ def decode_frames(line: bytes | bytearray) -> tuple[list[Frame], bool]:
     if is_batch and not frames:
         raise MessageError(INVALID_REQUEST, "empty batch")
     return frames, is_batch
+
+
+_object_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_array_decoder = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def bad_value_path(line: bytes | bytearray) -> list[str] | None:
+    """Where in a message (not a batch) the first value msgspec cannot hold sits, as keys
+    (array positions as `[n]`); None when it cannot be told. Each level is decoded one deep, so
+    the cost is the line's size times its depth, paid only for a line already refused."""
+    path: list[str] = []
+    value: bytes | msgspec.Raw = bytes(line)
+    while True:
+        try:
+            members: list[tuple[str, msgspec.Raw]] = list(_object_decoder.decode(value).items())
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            try:
+                members = [(f"[{i}]", item) for i, item in enumerate(_array_decoder.decode(value))]
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                return path or None  # a scalar: the value itself
+        for key, member in members:
+            try:
+                _any_decoder.decode(member)
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                path.append(key)
+                value = member
+                break
+        else:
+            return None
 
 
 def _first_byte(line: bytes | bytearray) -> int | None:
@@ -196,6 +232,22 @@ def _top_level(head: bytes | bytearray) -> Iterator[tuple[bytes, bytes | None]]:
             cut = scalar is not None and position == len(head)  # the number may go on
             yield key, None if cut else (string or scalar)
             key = b""
+
+
+def progress_token(params: dict[str, msgspec.Raw]) -> msgspec.Raw | None:
+    """A request's `_meta.progressToken` as sent, None when it has none; MessageError(-32602)
+    naming the field unless it is a string or an integer (msgspec's range included)."""
+    raw_token = sub_object(params, "_meta").get("progressToken")
+    if raw_token is None:
+        return None
+    try:
+        token = decode_any(raw_token)
+    except MessageError as exc:
+        raise MessageError(INVALID_PARAMS, f"params._meta.progressToken: {exc}") from None
+    if not _is_id(token):
+        kind = "null" if token is None else type(token).__name__
+        raise MessageError(INVALID_PARAMS, f"params._meta.progressToken must be a string or an integer, not {kind}")
+    return raw_token
 
 
 def method_of(frame: Frame) -> str | None:

@@ -456,8 +456,7 @@ class Router:
     # -- notifications -----------------------------------------------------------------------------
 
     def _progress_sink(self, params: dict[str, msgspec.Raw], stream: ProgressSink | None) -> ProgressSink | None:
-        meta = jsonrpc.sub_object(params, "_meta")
-        token = meta.get("progressToken")
+        token = jsonrpc.progress_token(params)
         if token is None:
             return None
         downstream = self.downstream

@@ -160,3 +160,42 @@ async def test_healthz_reports_a_stopped_upstream_unresponsive(tmp_path: Path) -
             assert (await http.get(f"{proxy.base}/healthz")).json()["upstreams"] == {"faulty": "up"}
     finally:
         proxy.stop()
+
+
+# -- progress tokens -----------------------------------------------------------------------------------
+
+BAD_TOKENS = {"1e999": b"1e999", "-1e999": b"-1e999", "5000 digits": b"9" * 5000, "true": b"true"}
+BAD_TOKENS |= {"an object": b"{}", "an array": b"[1]", "a fraction": b"1.5", "null": b"null"}
+
+
+@pytest.mark.parametrize("token", BAD_TOKENS.values(), ids=BAD_TOKENS.keys())
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+async def test_a_bad_progress_token_over_stdio_gets_invalid_params_naming_it(token: bytes, era: str) -> None:
+    meta = json.dumps(MODERN_META if era == "modern" else {})[:-1].encode()
+    meta += (b"," if era == "modern" else b"") + b'"progressToken":' + token + b"}"
+    async with proxied(upstream=notes_command()) as client:
+        if era == "legacy":
+            await client.initialize()
+        await client.send_line(
+            b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2},"_meta":'
+            + meta
+            + b"}}"
+        )
+        reply = await client.receive(wait=10)
+        assert reply["id"] == 5 and reply["error"]["code"] == -32602, reply
+        assert "params._meta.progressToken" in reply["error"]["message"]
+        added = await client.request(
+            6,
+            "tools/call",
+            {"name": "add", "arguments": {"a": 2, "b": 3}, **({"_meta": MODERN_META} if era == "modern" else {})},
+        )
+        assert text(added) == "5"
+
+
+@pytest.mark.parametrize("token", [b"1e999", b"true"])
+def test_a_bad_progress_token_over_http_gets_invalid_params_naming_it(notes_http: Proxy, token: bytes) -> None:
+    meta = json.dumps(META)[:-1].encode() + b',"progressToken":' + token + b"}"
+    body = b'{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{"_meta":' + meta + b"}}"
+    reply = httpx2.post(notes_http.url, content=body, headers=modern_headers("tools/list"), timeout=10)
+    error = json.loads(reply.text.split("data: ", 1)[1]) if reply.text.startswith(("event", "id")) else reply.json()
+    assert error["error"]["code"] == -32602 and "params._meta.progressToken" in error["error"]["message"]

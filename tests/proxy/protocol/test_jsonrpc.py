@@ -211,3 +211,25 @@ def test_a_refused_line_says_whether_it_was_a_reply() -> None:
     with pytest.raises(jsonrpc.MessageError) as caught:
         jsonrpc.decode_frames(b'{"jsonrpc":"2.0","id":7,"method":"x","params":' + DEEP + b"}")
     assert caught.value.request_id == 7 and not caught.value.reply
+
+
+def test_a_refused_value_is_named_by_its_path() -> None:
+    line = b'{"jsonrpc":"2.0","id":3,"method":"x","params":{"a":[1,{"b":' + b"9" * 5000 + b"}]}}"
+    with pytest.raises(jsonrpc.MessageError) as caught:
+        jsonrpc.decode_frames(line)
+    assert caught.value.code == jsonrpc.INVALID_REQUEST and caught.value.request_id == 3
+    assert str(caught.value).startswith("params.a[1].b: an integer is out of range")
+
+
+def test_a_progress_token_out_of_range_or_of_the_wrong_type_is_invalid_params() -> None:
+    line = b'{"jsonrpc":"2.0","id":3,"method":"x","params":{"_meta":{"progressToken":1e999}}}'
+    with pytest.raises(jsonrpc.MessageError) as caught:
+        jsonrpc.decode_frames(line)
+    assert caught.value.code == jsonrpc.INVALID_PARAMS and "params._meta.progressToken" in str(caught.value)
+    for bad in (b"true", b"1.5", b"null", b"{}"):
+        params = {"_meta": msgspec.Raw(b'{"progressToken":' + bad + b"}")}
+        with pytest.raises(jsonrpc.MessageError) as caught:
+            jsonrpc.progress_token(params)
+        assert caught.value.code == jsonrpc.INVALID_PARAMS and "params._meta.progressToken" in str(caught.value)
+    assert jsonrpc.progress_token({"_meta": msgspec.Raw(b'{"progressToken":"t"}')}) == msgspec.Raw(b'"t"')
+    assert jsonrpc.progress_token({}) is None
