@@ -22,6 +22,7 @@ HANDSHAKE_ONLY_METHODS: Final = frozenset(
     {"initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"}
 )
 MODERN_VERSIONS: Final = ("2026-07-28",)
+BATCH_VERSION: Final = "2025-03-26"  # the one revision with JSON-RPC batches (2025-06-18 removed them)
 LATEST_HANDSHAKE: Final = "2025-11-25"
 LATEST_MODERN: Final = "2026-07-28"
 

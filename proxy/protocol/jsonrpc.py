@@ -86,16 +86,7 @@ def decode_frames(line: bytes | bytearray) -> tuple[list[Frame], bool]:
     try:
         limits.check(line)
     except limits.LineRefused as exc:
-        code = PARSE_ERROR if exc.parse else INVALID_REQUEST
-        message = str(exc)
-        path = None if exc.parse or limits.too_deep(line) else bad_value_path(line)
-        if path is not None:
-            message = f"{''.join(key if key.startswith('[') else '.' + key for key in path)[1:]}: {message}"
-            if path[:1] == ["params"] and path[-1] == "progressToken":
-                code = INVALID_PARAMS  # a field whose type the spec fixes: a string or an integer
-                message += "; a progressToken is a string or an integer"
-        head = line[:_ID_SEARCH_BYTES]
-        raise MessageError(code, message, top_level_id(head), reply=is_reply_head(head)) from None
+        raise _refusal(line, exc) from None
     is_batch = _first_byte(line) == ord("[")
     try:
         frames = _batch_decoder.decode(line) if is_batch else [_frame_decoder.decode(line)]
@@ -135,6 +126,49 @@ def bad_value_path(line: bytes | bytearray) -> list[str] | None:
                 break
         else:
             return None
+
+
+def _refusal(line: bytes | bytearray, exc: limits.LineRefused) -> MessageError:
+    """The error answering a line that broke a limit, naming where the value sits."""
+    code = PARSE_ERROR if exc.parse else INVALID_REQUEST
+    message = str(exc)
+    path = None if exc.parse or limits.too_deep(line) else bad_value_path(line)
+    if path is not None:
+        message = f"{''.join(key if key.startswith('[') else '.' + key for key in path)[1:]}: {message}"
+        if path[:1] == ["params"] and path[-1] == "progressToken":
+            code = INVALID_PARAMS  # a field whose type the spec fixes: a string or an integer
+            message += "; a progressToken is a string or an integer"
+    head = line[:_ID_SEARCH_BYTES]
+    return MessageError(code, message, top_level_id(head), reply=is_reply_head(head))
+
+
+def split_batch(line: bytes | bytearray) -> list[Frame | MessageError] | None:
+    """A batch taken element by element, as JSON-RPC 2.0 answers one (2025-03-26's batches):
+    each element a checked frame or the MessageError that answers it alone. None when the line
+    is not a batch that can be split: not JSON, not an array, empty, or nested too deep."""
+    if _first_byte(line) != ord("[") or limits.too_deep(line):
+        return None
+    try:
+        elements = _array_decoder.decode(line)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+    return [_element(bytes(element)) for element in elements] or None
+
+
+def _element(data: bytes) -> Frame | MessageError:
+    try:
+        limits.check(data)
+    except limits.LineRefused as exc:
+        return _refusal(data, exc)
+    try:
+        frame = _frame_decoder.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        return MessageError(INVALID_REQUEST, f"not a JSON-RPC message: {exc}")
+    try:
+        check_frame(frame)
+    except MessageError as exc:
+        return exc
+    return frame
 
 
 def _first_byte(line: bytes | bytearray) -> int | None:

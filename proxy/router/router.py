@@ -10,7 +10,7 @@ upstream nothing is renamed or re-paged: the proxy is transparent.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +36,7 @@ from frugal_proxy.records import Call, Decision, Exchange, ProgressSink
 from frugal_proxy.router.catalog import KINDS, Catalog, CatalogError
 from frugal_proxy.router.handshakes import Handshakes
 from frugal_proxy.router.routes import RouteTable, RouteUnavailable
-from frugal_proxy.transports.lines import BadLine, FrameReader, Frames
+from frugal_proxy.transports.lines import BadLine, FrameReader
 from frugal_proxy.upstream.base import UpstreamBase
 
 log = logging.getLogger("frugal_proxy.session")
@@ -124,7 +124,7 @@ class Router:
             if isinstance(event, BadLine):
                 await self._bad_line(event)
             elif event.batch:
-                self._tg.start_soon(self._serve_batch, event)
+                self._tg.start_soon(self._serve_batch, event.frames)
             else:
                 await self._on_frame(event.frames[0])
 
@@ -169,6 +169,9 @@ class Router:
         await self._on_frame(frame)
 
     async def _bad_line(self, event: BadLine) -> None:
+        if event.elements is not None and self.client.protocol_version == eras.BATCH_VERSION:
+            self._tg.start_soon(self._serve_batch, event.elements)  # each bad element answered alone
+            return
         log.warning(
             "client sent a bad message",
             extra={"code": event.error.code, "reason": str(event.error)[:200], "bytes": event.size},
@@ -193,8 +196,17 @@ class Router:
         else:
             self._tg.start_soon(self._answer, frame)
 
-    async def _serve_batch(self, event: Frames) -> None:
+    async def _serve_batch(self, elements: Sequence[Frame | jsonrpc.MessageError]) -> None:
+        """A batch's requests served together and answered as one array; an element that is
+        not a usable message gets its own error in it (JSON-RPC 2.0's batch rules)."""
         replies: list[Frame] = []
+        for element in elements:
+            if isinstance(element, jsonrpc.MessageError):
+                log.warning(
+                    "client sent a bad batch element", extra={"code": element.code, "reason": str(element)[:200]}
+                )
+                replies.append(jsonrpc.error(element.request_id, element.code, str(element)))
+        frames = [element for element in elements if not isinstance(element, jsonrpc.MessageError)]
 
         async def one(frame: Frame) -> None:
             reply = await self._reply_to(frame, STDIO)
@@ -202,7 +214,7 @@ class Router:
                 replies.append(reply)
 
         async with anyio.create_task_group() as tg:
-            for frame in event.frames:
+            for frame in frames:
                 if jsonrpc.is_request(frame):
                     tg.start_soon(one, frame)
                 else:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +38,7 @@ from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.records import ProgressSink
 from frugal_proxy.router.router import Router, removed_in_modern
 from frugal_proxy.server.events import EventLog
-from frugal_proxy.server.guard import GuardSettings, operator_of, read_messages
+from frugal_proxy.server.guard import GuardSettings, RefusedBatch, operator_of, read_messages
 from frugal_proxy.server.sessions import HttpSession, HttpSessions
 from frugal_proxy.server.streams import EventStream, ReplyStream, reply_response, rpc_error
 
@@ -80,6 +80,8 @@ class Endpoint:
                 return Response(status_code=405, headers={"Allow": "POST"})
             return await self._session_get_or_delete(request)
         read = await read_messages(request, self.settings.guard.body_cap)
+        if isinstance(read, RefusedBatch) and self._batches_per_element(request, version):
+            return await self._batch(request, read.elements, version)
         if isinstance(read, Response):
             return read
         frames, batch = read
@@ -262,10 +264,22 @@ class Endpoint:
         await session.take_in(frame)
         return Response(status_code=202)
 
-    async def _batch(self, request: Request, frames: list[Frame], version: str | None) -> Response:
+    def _batches_per_element(self, request: Request, version: str | None) -> bool:
+        """Whether a batch with bad elements is answered element by element: a 2025-03-26
+        client's (by its header, or the session it negotiated; that revision sent no header)."""
+        if version is not None or self.sessions is None:
+            return version == eras.BATCH_VERSION
+        entry = self.sessions.get(request.headers.get(SESSION_HEADER, ""))
+        return entry is not None and entry.session.client.protocol_version == eras.BATCH_VERSION
+
+    async def _batch(
+        self, request: Request, elements: Sequence[Frame | jsonrpc.MessageError], version: str | None
+    ) -> Response:
         """A 2025-03-26 batch: its requests answered together as one JSON array (202 when it
-        holds only notifications and responses). Later revisions removed batches."""
-        if version is not None and version != "2025-03-26":
+        holds only notifications and responses), an element that is not a usable message with
+        its own error in it (JSON-RPC 2.0's batch rules). Later revisions removed batches."""
+        frames = [element for element in elements if not isinstance(element, jsonrpc.MessageError)]
+        if version is not None and version != eras.BATCH_VERSION:
             message = (
                 f"JSON-RPC batches are not part of MCP {version} (only 2025-03-26 has them); send one message per POST"
             )
@@ -295,6 +309,12 @@ class Endpoint:
             for index, frame in enumerate(frames):
                 tg.start_soon(one, index, frame)
         answered = [reply for reply in replies if reply is not None]
+        for element in elements:
+            if isinstance(element, jsonrpc.MessageError):
+                log.warning(
+                    "client sent a bad batch element", extra={"code": element.code, "reason": str(element)[:200]}
+                )
+                answered.append(jsonrpc.error(element.request_id, element.code, str(element)))
         if not answered:
             return Response(status_code=202)
         return Response(jsonrpc.encode(answered), 200, media_type="application/json")

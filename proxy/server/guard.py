@@ -226,8 +226,20 @@ async def read_messages(request: Request, cap: int) -> tuple[list[Frame], bool] 
             jsonrpc.check_frame(frame)
     except jsonrpc.MessageError as exc:
         refusal = jsonrpc.error(exc.request_id, exc.code, str(exc))
+        elements = jsonrpc.split_batch(body) if exc.code != jsonrpc.PARSE_ERROR else None
+        if elements is not None:
+            return RefusedBatch(elements, jsonrpc.encode(refusal))
         return Response(jsonrpc.encode(refusal), 400, media_type="application/json")
     return frames, batch
+
+
+class RefusedBatch(Response):
+    """The 400 refusing a batch whole, holding it element by element (each a frame or the error
+    answering it alone) for an endpoint whose revision (2025-03-26) answers batches that way."""
+
+    def __init__(self, elements: list[Frame | jsonrpc.MessageError], body: bytes) -> None:
+        super().__init__(body, 400, media_type="application/json")
+        self.elements = elements
 
 
 def guard_settings(options: Any, operators: Operators | None) -> GuardSettings:

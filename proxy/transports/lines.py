@@ -39,11 +39,14 @@ class Frames:
 
 @dataclass(frozen=True, slots=True)
 class BadLine:
-    """A line that is not a usable message; `error` says which JSON-RPC error answers it."""
+    """A line that is not a usable message; `error` says which JSON-RPC error answers it.
+    For a batch that can be taken apart, `elements` holds it element by element (each a frame
+    or the error answering it alone), for a reader whose revision answers batches that way."""
 
     error: jsonrpc.MessageError
     size: int
     preview: str
+    elements: list[Frame | jsonrpc.MessageError] | None = None
 
 
 Event = Frames | BadLine
@@ -81,7 +84,8 @@ class FrameReader:
             for frame in frames:
                 jsonrpc.check_frame(frame)
         except jsonrpc.MessageError as exc:
-            return BadLine(exc, len(line), _preview(line))
+            elements = jsonrpc.split_batch(line) if exc.code != jsonrpc.PARSE_ERROR else None
+            return BadLine(exc, len(line), _preview(line), elements)
         return Frames(frames, batch, len(line))
 
 

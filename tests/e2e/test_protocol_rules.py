@@ -199,3 +199,72 @@ def test_a_bad_progress_token_over_http_gets_invalid_params_naming_it(notes_http
     reply = httpx2.post(notes_http.url, content=body, headers=modern_headers("tools/list"), timeout=10)
     error = json.loads(reply.text.split("data: ", 1)[1]) if reply.text.startswith(("event", "id")) else reply.json()
     assert error["error"]["code"] == -32602 and "params._meta.progressToken" in error["error"]["message"]
+
+
+# -- 2025-03-26 batches --------------------------------------------------------------------------------
+
+ADD = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add","arguments":{"a":2,"b":3}}}'
+BAD_BATCH = (
+    b"["
+    + b",".join(
+        [
+            ADD,
+            b'{"jsonrpc":"2.0","id":1e999,"method":"ping"}',
+            b'{"jsonrpc":"2.0","id":3,"method":"ping"}',
+            b'{"id":4,"method":"ping"}',
+            b"5",
+            b'{"jsonrpc":"2.0","id":6,"method":"tools/list","params":{"_meta":{"progressToken":1e999}}}',
+        ]
+    )
+    + b"]"
+)
+
+
+def answered_per_element(replies: Any) -> None:
+    assert isinstance(replies, list) and len(replies) == 6, replies
+    by_id = {reply["id"]: reply for reply in replies if reply["id"] is not None}
+    assert by_id[1]["result"]["content"][0]["text"] == "5"
+    assert by_id[3]["result"] == {}
+    assert by_id[4]["error"]["code"] == -32600 and "jsonrpc" in by_id[4]["error"]["message"]
+    assert by_id[6]["error"]["code"] == -32602 and "progressToken" in by_id[6]["error"]["message"]
+    unnamed = [reply["error"] for reply in replies if reply["id"] is None]
+    assert sorted(error["code"] for error in unnamed) == [-32600, -32600]
+    assert any(error["message"].startswith("id: a number is out of range") for error in unnamed)
+
+
+def initialize_as(version: str) -> dict[str, Any]:
+    return {**INITIALIZE, "params": {**INITIALIZE["params"], "protocolVersion": version}}
+
+
+async def test_a_2025_03_26_batch_over_stdio_is_answered_element_by_element() -> None:
+    async with proxied(upstream=notes_command()) as client:
+        await client.send(initialize_as("2025-03-26"))
+        assert (await client.receive())["result"]["protocolVersion"] == "2025-03-26"
+        await client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        await client.send_line(BAD_BATCH)
+        answered_per_element(await client.receive())
+    assert "client sent a bad batch element" in client.stderr_text()
+
+
+async def test_a_later_revisions_bad_batch_over_stdio_is_still_refused_whole() -> None:
+    async with proxied(upstream=notes_command()) as client:
+        await client.initialize()  # 2025-11-25
+        await client.send_line(BAD_BATCH)
+        refused = await client.receive()
+        assert isinstance(refused, dict) and refused["id"] is None and refused["error"]["code"] == -32600
+
+
+def test_a_2025_03_26_batch_over_http_is_answered_element_by_element(notes_http: Proxy) -> None:
+    opened = httpx2.post(notes_http.url, json=initialize_as("2025-03-26"), headers=LEGACY_HEADERS, timeout=10)
+    session = {**LEGACY_HEADERS, "Mcp-Session-Id": opened.headers["mcp-session-id"]}  # 2025-03-26 sent no version
+    reply = httpx2.post(notes_http.url, content=BAD_BATCH, headers=session, timeout=10)
+    assert reply.status_code == 200
+    answered_per_element(reply.json())
+    later = httpx2.post(notes_http.url, json=INITIALIZE, headers=LEGACY_HEADERS, timeout=10)
+    headers = {
+        **LEGACY_HEADERS,
+        "Mcp-Session-Id": later.headers["mcp-session-id"],
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    refused = httpx2.post(notes_http.url, content=BAD_BATCH, headers=headers, timeout=10)
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == -32600

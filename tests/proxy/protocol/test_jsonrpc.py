@@ -233,3 +233,14 @@ def test_a_progress_token_out_of_range_or_of_the_wrong_type_is_invalid_params() 
         assert caught.value.code == jsonrpc.INVALID_PARAMS and "params._meta.progressToken" in str(caught.value)
     assert jsonrpc.progress_token({"_meta": msgspec.Raw(b'{"progressToken":"t"}')}) == msgspec.Raw(b'"t"')
     assert jsonrpc.progress_token({}) is None
+
+
+def test_a_batch_splits_into_its_elements_each_checked_alone() -> None:
+    line = b'[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":1e999,"method":"ping"},7,{"id":4}]'
+    good, huge, scalar, bare = jsonrpc.split_batch(line) or []
+    assert isinstance(good, dict) and jsonrpc.id_of(good) == 1
+    assert isinstance(huge, jsonrpc.MessageError) and str(huge).startswith("id: a number is out of range")
+    assert isinstance(scalar, jsonrpc.MessageError) and scalar.code == jsonrpc.INVALID_REQUEST
+    assert isinstance(bare, jsonrpc.MessageError) and "jsonrpc" in str(bare)
+    for whole in (b"[]", b"[1,", b'{"jsonrpc":"2.0"}', b"[" * 200 + b"]" * 200):
+        assert jsonrpc.split_batch(whole) is None
