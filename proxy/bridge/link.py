@@ -2,12 +2,16 @@
 
 The client is in the session era once it sends `initialize`, and is served statelessly whenever
 a request names a 2026-07-28 version in `params._meta`. The upstream's era is what the probe
-found. Four cases follow:
+found, or, for a connection that serves this client alone, the client's own where the upstream
+speaks it (UpstreamBase.follow_client: a dual-era upstream is initialized with the client's
+params). Four cases follow:
 
     client \\ upstream   2026-07-28                         session era
     2026-07-28          forwarded as they are              the proxy initializes the upstream with
-                                                           the capabilities it can bridge; server
-                                                           requests become input_required (MRTR)
+                                                           what the client declared (of what it
+                                                           can bridge), again when a request
+                                                           declares more; server requests become
+                                                           input_required (MRTR)
     session era         the proxy answers initialize,      initialize passes through, so the
                         ping, logging/setLevel; stamps     upstream sees the client's real
                         _meta; input_required becomes      capabilities; everything forwarded
@@ -92,6 +96,7 @@ class UpstreamLink:
         self.roots = GrantedRoots(upstream)
         self.hub = ListenHub(downstream.send, self._subscribe_upstream, self._unsubscribe_upstream)
         self._init_lock = anyio.Lock()
+        self._declared: dict[str, Any] | None = None  # what the proxy's own initialize declared
         self._legacy_uris: set[str] = set()
         self._legacy_listen: anyio.CancelScope | None = None
         self._legacy_heard = anyio.Event()  # the legacy client's listen stream was acknowledged or refused
@@ -136,9 +141,9 @@ class UpstreamLink:
     ) -> Frame:
         assert isinstance(client, Client)
         upstream = self.upstream
-        await upstream.ensure_ready()
+        await self._ready(client)
         if upstream.era == "legacy":
-            await self.ensure_initialized()
+            await self.ensure_initialized(client)
         if upstream.modern:
             out = params if client.modern else eras.add_modern_meta(params, self.stamp())
             reply = await upstream.request(method, out, on_progress=on_progress, headers=headers)
@@ -163,6 +168,12 @@ class UpstreamLink:
             reply = await upstream.request(method, out, on_progress=on_progress)
         return complete_for_modern(method, reply)
 
+    async def _ready(self, client: Client | None = None) -> None:
+        """The upstream started and its era chosen; one that follows its client (it serves
+        this one alone) learns the client's era first."""
+        self.upstream.client_speaks((client or self.client).era)
+        await self.upstream.ensure_ready()
+
     def stamp(self) -> dict[str, Any]:
         """The per-request `_meta` keys a session-era client's requests carry to a modern upstream."""
         stamp: dict[str, Any] = {
@@ -185,7 +196,7 @@ class UpstreamLink:
         A modern upstream is described from its discover result.
         """
         upstream = self.upstream
-        await upstream.ensure_ready()
+        await self._ready()
         if upstream.era == "legacy":
             if passthrough:
                 async with self._init_lock:
@@ -214,24 +225,35 @@ class UpstreamLink:
             result["instructions"] = discovered["instructions"]
         return jsonrpc.result(None, result)
 
-    async def ensure_initialized(self) -> None:
-        """A session-era upstream that no client initialized is initialized by the proxy."""
+    async def ensure_initialized(self, client: Client | None = None) -> None:
+        """A session-era upstream that no client initialized is initialized by the proxy,
+        declaring what the (2026-07-28) client declared of what the proxy can bridge; when a
+        later request declares more, the upstream is initialized again with the union, so
+        that it never sees capabilities the client lacks nor misses ones it has."""
         upstream = self.upstream
-        if upstream.era != "legacy" or upstream.session_open:
+        if upstream.era != "legacy":
+            return
+        wanted = bridged_capabilities(client.capabilities) if client is not None and client.modern else {}
+        if upstream.session_open and (self._declared is None or covers(self._declared, wanted)):
             return
         # Not `initialize_params`: they are set as soon as an initialize is under way, and a
         # request sent before it is answered would reach a server with no session.
         async with self._init_lock:
-            if upstream.session_open or upstream.era != "legacy":
+            if upstream.era != "legacy":
                 return
+            if upstream.session_open and (self._declared is None or covers(self._declared, wanted)):
+                return  # a client's own initialize (None: nothing to widen), or wide enough
+            widening = upstream.session_open
+            declared = widened(self._declared or {}, wanted)
             self.roots.started()
-            reply = await upstream.initialize(
-                {
-                    "protocolVersion": eras.LATEST_HANDSHAKE,
-                    "capabilities": eras.BRIDGED_CLIENT_CAPABILITIES,
-                    "clientInfo": PROXY_CLIENT_INFO,
-                }
-            )
+            params = {
+                "protocolVersion": eras.LATEST_HANDSHAKE,
+                "capabilities": declared,
+                "clientInfo": PROXY_CLIENT_INFO,
+            }
+            if widening:
+                log.info("the client declared more; initializing the upstream again", extra={"upstream": upstream.name})
+            reply = await (upstream.reinitialize(params) if widening else upstream.initialize(params))
             problem = jsonrpc.error_of(reply)
             if problem is not None:
                 upstream.initialize_params = None
@@ -240,11 +262,12 @@ class UpstreamLink:
                 raise BridgeError(
                     f"upstream {upstream.name!r} refused initialize: {problem[1]}", jsonrpc.INTERNAL_ERROR
                 )
+            self._declared = declared
 
-    async def describe_for_modern(self) -> dict[str, Any]:
-        """This upstream's part of a `server/discover` result."""
+    async def describe_for_modern(self, client: Client | None = None) -> dict[str, Any]:
+        """This upstream's part of a `server/discover` result (for `client`, the request's)."""
         upstream = self.upstream
-        await upstream.ensure_ready()
+        await self._ready(client)
         if upstream.era == "modern":
             body = dict(upstream.discover_result or {})
             body["supportedVersions"] = list(eras.MODERN_VERSIONS)
@@ -252,7 +275,7 @@ class UpstreamLink:
             body.setdefault("ttlMs", 0)
             body.setdefault("cacheScope", "private")
             return body
-        await self.ensure_initialized()
+        await self.ensure_initialized(client)
         initialized = upstream.initialize_result or {}
         result: dict[str, Any] = {
             "resultType": "complete",
@@ -285,9 +308,11 @@ class UpstreamLink:
         """This upstream's part of a modern client's listen stream: reports the filter it
         honours through `task_status`, then relays notifications until cancelled."""
         upstream = self.upstream
-        await upstream.ensure_ready()
+        declared = jsonrpc.decode_any(meta[eras.META_CAPABILITIES]) if eras.META_CAPABILITIES in meta else {}
+        client = Client("modern", declared if isinstance(declared, dict) else {})
+        await self._ready(client)
         if upstream.era == "legacy":
-            await self.ensure_initialized()
+            await self.ensure_initialized(client)
             await self.hub.listen(subscription_id, requested, self.capabilities(), task_status=task_status)
             return
         acknowledged = anyio.Event()
@@ -320,7 +345,7 @@ class UpstreamLink:
         while True:
             with self._legacy_listen:
                 try:
-                    await self.upstream.ensure_ready()
+                    await self._ready()
                     # Every list the upstream has is asked for, whatever its listChanged flags say
                     # (servers set them by other rules): the acknowledgement says what it delivers.
                     wanted = filter_for_legacy(listenable(self.capabilities()), self._legacy_uris)
@@ -460,6 +485,44 @@ def delivered_changes(capabilities: dict[str, Any], honoured: dict[str, Any] | N
         if isinstance(caps.get(section), dict):
             caps[section] = {**caps[section], "listChanged": honoured.get(key) is True}
     return caps
+
+
+def bridged_capabilities(declared: dict[str, Any]) -> dict[str, Any]:
+    """What a session-era upstream is told of a 2026-07-28 client: the capabilities it declared
+    that the proxy bridges (sampling, elicitation, roots), with the sub-capabilities it named;
+    roots with `listChanged`, which the proxy sends when the client's roots arrive."""
+    out: dict[str, Any] = {}
+    for key in eras.BRIDGED_CLIENT_CAPABILITIES:
+        value = declared.get(key)
+        if not isinstance(value, dict):
+            continue
+        if key == "elicitation":
+            out[key] = {mode: {} for mode in ("form", "url") if mode in value} or {"form": {}}
+        elif key == "roots":
+            out[key] = {"listChanged": True}
+        else:
+            out[key] = dict(value)
+    return out
+
+
+def covers(have: dict[str, Any], want: dict[str, Any]) -> bool:
+    """Whether the capabilities `have` hold every capability and sub-capability of `want`."""
+    for key, value in want.items():
+        held = have.get(key)
+        if not isinstance(held, dict):
+            return False
+        if isinstance(value, dict) and any(flag not in held for flag in value):
+            return False
+    return True
+
+
+def widened(have: dict[str, Any], want: dict[str, Any]) -> dict[str, Any]:
+    """The union of two capability sets, sub-capabilities included."""
+    out = {key: dict(value) if isinstance(value, dict) else value for key, value in have.items()}
+    for key, value in want.items():
+        held = out.get(key)
+        out[key] = {**held, **value} if isinstance(held, dict) and isinstance(value, dict) else value
+    return out
 
 
 def capabilities_for_modern(capabilities: Any) -> dict[str, Any]:

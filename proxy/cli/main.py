@@ -269,6 +269,7 @@ async def wrap_stdio(
     writer = FrameWriter(sink)
     downstream = DownstreamPeer(writer)
     connection = connect(_spec(command, name, env, headers or {}, max_line_bytes, probe_timeout))
+    connection.follow_client()  # its era is chosen when the client's first message shows the client's
     try:
         # The upstream boots in its own process while this one imports the rest of the proxy.
         async with run([connection], log_failures=False) as running:

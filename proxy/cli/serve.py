@@ -133,6 +133,8 @@ async def serve_stdio(config: Config) -> int:
     downstream = DownstreamPeer(FrameWriter(sink))
     fleet = Fleet.from_config(config)
     upstreams = fleet.connect()
+    for upstream in upstreams:
+        upstream.follow_client()  # one client over stdio: each upstream speaks its era where it can
     status = StatusFile(upstreams)
     try:
         router_options = stdio_options(config)

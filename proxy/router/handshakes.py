@@ -63,15 +63,17 @@ class Handshakes:
             result["instructions"] = "\n".join(instructions)
         return jsonrpc.result(None, result)
 
-    async def discover(self) -> Frame:
+    async def discover(self, client: Client | None = None) -> Frame:
+        """The answer to `server/discover`; a session-era upstream is initialized declaring what
+        `client` (the request's) declared."""
         own = self.own_tools
         if self.single:
-            body = await self.links[0].describe_for_modern()
+            body = await self.links[0].describe_for_modern(client)
             if own:
                 ttl = body.get("ttlMs")
                 body["ttlMs"] = min(ttl if isinstance(ttl, int) and ttl >= 0 else 0, LISTING_TTL_MS)
             return jsonrpc.result(None, body)
-        answers = await self._each_link(self._describe)
+        answers = await self._each_link(lambda link: link.describe_for_modern(client))
         capabilities_seen: list[dict[str, Any]] = []
         instructions: list[str] = []
         ttls: list[int] = [LISTING_TTL_MS] if own else []
@@ -96,9 +98,6 @@ class Handshakes:
         if instructions:
             result["instructions"] = "\n".join(instructions)
         return jsonrpc.result(None, result)
-
-    async def _describe(self, link: UpstreamLink) -> dict[str, Any]:
-        return await link.describe_for_modern()
 
     async def _each_link(self, action: Any) -> list[tuple[UpstreamLink, Any]]:
         """Run an action on every link at once; an upstream that is down is left out, logged."""

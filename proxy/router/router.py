@@ -276,7 +276,7 @@ class Router:
         if client is None:
             return jsonrpc.result(None, {})  # a ping before initialize
         if method == "server/discover":
-            return await self.handshakes.discover()
+            return await self.handshakes.discover(client)
         removed = removed_in_modern(method, client.protocol_version) if client.modern else None
         if removed is not None:
             raise jsonrpc.MessageError(jsonrpc.METHOD_NOT_FOUND, removed, client_id)

@@ -4,7 +4,9 @@ upstream connections each.
 A Router owns its upstream connections' handlers (server requests and notifications reach the
 one client it serves), so a session-era client cannot share the upstreams of the endpoint's
 stateless Router: `initialize` starts a new set (new child processes for stdio upstreams, from
-the same config). What the proxy sends to the client unasked (server requests, notifications)
+the same config), which follow the client's era: a dual-era upstream is initialized with the
+client's own params, so its server-to-client requests reach the client as they would directly.
+What the proxy sends to the client unasked (server requests, notifications)
 waits in a bounded outbox until the client's standalone GET stream carries it (events).
 """
 
@@ -146,6 +148,8 @@ class HttpSessions:
 
     async def _serve(self, session_id: str, task_status: anyio.abc.TaskStatus[HttpSession]) -> None:
         upstreams = self._upstreams.make()
+        for upstream in upstreams:
+            upstream.follow_client("legacy")  # its own connections speak its era where they can
         outbox = Outbox()
         peer = DownstreamPeer(outbox)
         async with run(upstreams, lazy=self._upstreams.lazy) as running:

@@ -9,8 +9,15 @@
 Links and the session see only this surface: `name`, `era`, `modern`, `running`,
 `discover_result`, `initialize_result`, `initialize_params`, `generation`, `ensure_ready()`,
 `initialize()`, `request()`, `answers()`, `notify()`, `send_reply()`, `state()`, `shutdown()`, the
-`on_server_request` / `on_notification` callbacks and `async with`. A connection that cannot be
-reached raises `UpstreamDown`.
+`on_server_request` / `on_notification` callbacks, `follow_client()` / `client_speaks()` and
+`async with`. A connection that cannot be reached raises `UpstreamDown`.
+
+The era. A connection shared by several clients probes `server/discover` and falls back to the
+session era. A connection that serves one client alone (the stdio wrap, a session-era HTTP
+session) follows that client: its era is chosen when the client's era is known (its first
+message, or the session it opens). A session-era client's upstream is addressed through the
+client's own `initialize` first, so that a dual-era server serves it in its own era (server to
+client requests and all); only when the upstream refuses it is `server/discover` asked.
 """
 
 from __future__ import annotations
@@ -81,6 +88,11 @@ class UpstreamBase(abc.ABC):
         self.initialize_result: dict[str, Any] | None = None
         self.initialize_params: Any = None
         self.generation = 0
+        # Whether the era follows the one client this connection serves, and that client's era
+        # once known; `_assumed`: "legacy" taken on the client's word until initialize answers.
+        self.follows_client = False
+        self.client_era: Era | None = None
+        self._assumed = False
         self._ids = itertools.count(1)
         self._progress: dict[int, ProgressHandler] = {}
         self._related: dict[int, RelatedHandler] = {}
@@ -156,14 +168,34 @@ class UpstreamBase(abc.ABC):
         """Whether it speaks 2026-07-28 (this can change once, when a late discover answer arrives)."""
         return self.era == "modern"
 
+    def follow_client(self, era: Era | None = None) -> None:
+        """Serve one client alone, in its era: `era` when it is known already (a session-era
+        HTTP session), else the one its first message shows (`client_speaks`). Call it before
+        the connection starts."""
+        self.follows_client = True
+        self.client_era = era
+
+    def client_speaks(self, era: Era | None) -> None:
+        """The era of the client a request comes from; a connection that follows its client
+        takes the first one it hears, and negotiates in it on `ensure_ready`."""
+        if self.follows_client and self.client_era is None and era is not None:
+            self.client_era = era
+
+    def _era_due(self) -> bool:
+        """Connected, following a client whose era is now known, and no era chosen yet."""
+        return self.follows_client and self.era is None and self.client_era is not None and self.running
+
     async def ensure_ready(self) -> None:
         """Start (or restart) and negotiate, unless it is already running; while another task
         is starting it, wait until the era is negotiated (a connection is `running` as soon as
-        it can carry the discover probe, before the era is known)."""
-        if self.running and not self._start_lock.locked():
+        it can carry the discover probe, before the era is known). A connection that follows
+        its client negotiates once the client's era is known."""
+        if self.running and not self._start_lock.locked() and not self._era_due():
             return
         async with self._start_lock:
             if self.running:
+                if self._era_due():
+                    await self._negotiate()
                 return
             wait = self._next_start - time.monotonic()
             if wait > MAX_WAIT_FOR_RESTART:
@@ -222,6 +254,32 @@ class UpstreamBase(abc.ABC):
             }
         }
 
+    async def _negotiate(self) -> None:
+        """Choose the era, once it can be chosen (a transport calls this once it is connected).
+        A connection that follows its client waits for the client's era; a session-era client's
+        upstream is taken for session-era until its answer to initialize says otherwise (the
+        restart of a session replays its initialize); anyone else's is probed."""
+        if self.follows_client:
+            if self.client_era is None:
+                return  # chosen when the client's first message arrives (ensure_ready)
+            if self.client_era == "legacy":
+                self.era = "legacy"
+                self._assumed = True
+                self._address_in_session_era()
+                log.info("upstream addressed in the session era, as its client is", extra={"upstream": self.name})
+                if self.initialize_params is not None:
+                    await self._initialize(self.initialize_params)
+                return
+        await self._settle(await self._discover())
+
+    async def _discover(self) -> dict[str, Any] | None:
+        """What `server/discover` says of the upstream: its DiscoverResult, None for the session
+        era (a transport that probes while connecting says what it found)."""
+        return None
+
+    def _address_in_session_era(self) -> None:  # noqa: B027 - a no-op default hook
+        """A hook for what a transport changes to send the session era's initialize."""
+
     async def _settle(self, discovered: dict[str, Any] | None) -> None:
         """Adopt what the probe found: modern with its discover result, else the session era
         (replaying the last initialize, so a restart is invisible to the client)."""
@@ -251,6 +309,17 @@ class UpstreamBase(abc.ABC):
         self.initialize_params = params
         return await self._initialize(params)
 
+    async def reinitialize(self, params: Any) -> Frame:
+        """Initialize an established session-era upstream again, with params that declare more
+        (over HTTP a new session; over stdio the same process is asked again)."""
+        await self.ensure_ready()
+        self.initialize_params = params
+        await self._before_reinitialize()
+        return await self._initialize(params)
+
+    async def _before_reinitialize(self) -> None:  # noqa: B027 - a no-op default hook
+        """A hook for what a transport ends before initializing again (an HTTP session)."""
+
     async def _initialize(self, params: Any) -> Frame:
         if not self._probe_settled.is_set():
             # The discover probe timed out but may still be answered; a dual-era server that
@@ -262,6 +331,15 @@ class UpstreamBase(abc.ABC):
                 message = "the upstream answered server/discover: it is served statelessly"
                 return jsonrpc.error(None, jsonrpc.INVALID_REQUEST, message)
         reply = await self.request("initialize", params)
+        if self._assumed:
+            self._assumed = False
+            if "result" not in reply:
+                # Refused: a server that speaks only 2026-07-28 (it answers discover) is served
+                # statelessly; any other refusal is the session-era server's own answer.
+                found = await self._discover()
+                if found is not None:
+                    self._become_modern(found)
+                    return reply
         if "result" not in reply and not self._probe_settled.is_set():
             # A dual-era server refuses initialize once it has answered the discover probe; its
             # answer may still be on its way. Let it land, so the caller sees the modern era.

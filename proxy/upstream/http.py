@@ -104,6 +104,7 @@ class HttpUpstreamConnection(SessionMode, SseMode):
         self._session_version: str | None = None
         self._session_lock = anyio.Lock()
         self._post_url: str | None = None  # HTTP+SSE (http_sse): where messages go
+        self._found: dict[str, Any] | None = None  # what the last detection's discover found
 
     # -- lifetime --------------------------------------------------------------------------------
 
@@ -157,12 +158,28 @@ class HttpUpstreamConnection(SessionMode, SseMode):
 
     async def _start(self) -> None:
         self._closed = False
-        found = await self._detect()
+        self._found = await self._detect()
         self.generation += 1
         self._failures = 0
         self._alive = True
         log.info("upstream connected", extra={"upstream": self.name, "url": self.safe_url, "transport": self.mode})
-        await self._settle(found)
+        await self._negotiate()
+
+    async def _discover(self) -> dict[str, Any] | None:
+        return self._found  # the probe is the detection: a modern POST opens no session to lose
+
+    def _address_in_session_era(self) -> None:
+        if self.mode == "modern":
+            self.mode = "streamable"  # a dual-era server: its session era, for a session-era client
+
+    def _become_modern(self, discovered: dict[str, Any]) -> None:
+        super()._become_modern(discovered)
+        self.mode = "modern"
+
+    async def _before_reinitialize(self) -> None:
+        if self._stream_scope is not None:
+            self._stream_scope.cancel()
+        await self._end_session()  # the next initialize opens a new session
 
     def _lost(self, reason: str, *, retry_after: float | None = None) -> UpstreamDown:
         """Mark it down (the next request reconnects, after the backoff) and fail what waits."""

@@ -6,7 +6,10 @@ unasked messages, is `UpstreamBase`'s):
 
 - a caller that is cancelled sends `notifications/cancelled` for its upstream id;
 - era detection follows the spec: probe `server/discover`, and fall back to the session era on
-  any error or on a short timeout (never on one particular error code);
+  any error or on a short timeout (never on one particular error code); a process that serves
+  one client alone is probed only once that client's era is known, and not at all for a
+  session-era client whose `initialize` it accepts (a dual-era server answers either, and keeps
+  the era of the first one);
 - when the process dies every pending request fails at once with `UpstreamDown`, naming the exit
   status and the last lines of its stderr; the next request restarts it after a backoff
   (0.5 s doubling to 30 s, reset once a process has stayed up for a minute).
@@ -127,7 +130,10 @@ class UpstreamConnection(UpstreamBase):
         log.info("upstream started", extra={"upstream": self.name, "pid": child.pid})
         self._tg.start_soon(child.pump_stderr)
         self._tg.start_soon(self._read_loop, gen)
-        await self._settle(await self._probe_discover())
+        await self._negotiate()
+
+    async def _discover(self) -> dict[str, Any] | None:
+        return await self._probe_discover()
 
     async def _probe_discover(self) -> dict[str, Any] | None:
         """Ask `server/discover`; None means the session era (an error, or no answer in time).

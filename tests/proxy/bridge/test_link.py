@@ -68,7 +68,7 @@ async def test_modern_to_legacy_initializes_strips_meta_and_completes_results() 
         reply = await link.forward("tools/list", sent, Client("modern"), None)
         again = await link.forward("tools/list", sent, Client("modern"), None)
     initialize = upstream.last("initialize").params
-    assert initialize["capabilities"] == eras.BRIDGED_CLIENT_CAPABILITIES
+    assert initialize["capabilities"] == {}  # the client declared nothing: the upstream is told nothing
     assert initialize["clientInfo"] == PROXY_CLIENT_INFO
     assert upstream.methods() == ["initialize", "tools/list", "tools/list"]  # initialized once
     assert upstream.notifications == [("notifications/initialized", None)]
@@ -76,6 +76,25 @@ async def test_modern_to_legacy_initializes_strips_meta_and_completes_results() 
     listed = body(reply)
     assert listed["resultType"] == "complete" and listed["ttlMs"] == 0 and listed["cacheScope"] == "private"
     assert body(again) == listed
+
+
+async def test_modern_to_legacy_declares_what_the_client_declared_and_widens_for_more() -> None:
+    """The upstream is told the bridged part of the first request's clientCapabilities; a later
+    request that declares more initializes it again with the union; one that declares less or
+    the same changes nothing."""
+    upstream = FakeUpstream(era="legacy")
+    sent = params(_meta=MODERN_META)
+    async with link_to(upstream, Client("modern")) as link:
+        await link.forward("tools/list", sent, Client("modern", {"elicitation": {}, "experimental": {}}), None)
+        await link.forward("tools/list", sent, Client("modern", {}), None)
+        await link.forward("tools/list", sent, Client("modern", {"sampling": {}, "roots": {}}), None)
+        await link.forward("tools/list", sent, Client("modern", {"sampling": {}}), None)
+    declared = [call.params["capabilities"] for call in upstream.calls if call.method == "initialize"]
+    assert declared == [
+        {"elicitation": {"form": {}}},
+        {"elicitation": {"form": {}}, "sampling": {}, "roots": {"listChanged": True}},
+    ]
+    assert upstream.methods().count("tools/list") == 4
 
 
 async def test_modern_to_legacy_turns_a_server_request_into_input_required() -> None:

@@ -1,0 +1,126 @@
+"""What a client of each era gets through the proxy is what it gets directly, where the two
+eras meet: a session-era client of a dual-era server that asks the session-era way (over stdio
+and HTTP on both sides), and a 2026-07-28 client that declares nothing in front of a
+session-era server (server-everything registers some tools only for clients that can answer)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp_types import ElicitResult, TextContent
+
+from tests.conftest import ROOT, everything_command, params, proxy_command
+from tests.e2e.test_http_downstream import start
+from tests.e2e.test_wrap_stdio import roots, sampling
+from tests.rawclient import MODERN_META, RawClient
+
+pytestmark = pytest.mark.anyio
+
+SESSION_WAY = [sys.executable, str(ROOT / "tests" / "servers" / "session_way_server.py")]
+ASKS = [
+    ("ask_name", {}, "hello Ada"),
+    ("ask_model", {"topic": "tides"}, "model said: sampled: Summarise tides"),
+    ("ask_roots", {}, "file:///tmp/frugal-root"),
+]
+
+
+async def named(context: Any, request: Any) -> ElicitResult:
+    return ElicitResult(action="accept", content={"name": "Ada"})
+
+
+@pytest.fixture(scope="module")
+def session_way_url() -> Iterator[str]:
+    """The server over Streamable HTTP on 127.0.0.1 (both eras on one endpoint)."""
+    process = subprocess.Popen([*SESSION_WAY, "--http"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+    assert process.stdout is not None
+    line = process.stdout.readline().decode()
+    if not line.startswith("PORT "):
+        process.kill()
+        pytest.fail(f"the session-way server did not start: {line!r}")
+    yield f"http://127.0.0.1:{int(line.split()[1])}/mcp"
+    process.terminate()
+    process.wait(15)
+    process.stdout.close()
+
+
+def session_client(target: Any) -> Client:
+    return Client(
+        target,
+        mode="legacy",
+        sampling_callback=sampling,
+        elicitation_callback=named,
+        list_roots_callback=roots,
+        cache=None,
+    )
+
+
+async def answers(target: Any) -> list[tuple[bool, str]]:
+    said = []
+    async with session_client(target) as client:
+        assert client.protocol_version == "2025-11-25"
+        for tool, arguments, _ in ASKS:
+            result = await client.call_tool(tool, arguments)
+            text = " ".join(block.text for block in result.content if isinstance(block, TextContent))
+            said.append((bool(result.is_error), text))
+    return said
+
+
+@pytest.mark.parametrize("downstream", ["stdio", "http"])
+@pytest.mark.parametrize("upstream", ["stdio", "http"])
+async def test_a_session_era_client_of_a_dual_era_server_is_asked_as_directly(
+    upstream: str, downstream: str, request: pytest.FixtureRequest
+) -> None:
+    """ctx.elicit, create_message and list_roots reach the client through the proxy: the proxy
+    initializes the dual-era upstream with the client's own params instead of talking 2026-07-28."""
+    command = [request.getfixturevalue("session_way_url")] if upstream == "http" else SESSION_WAY
+    with anyio.fail_after(60):
+        direct = await answers(command[0] if upstream == "http" else params(command))
+        assert direct == [(False, expected) for _, _, expected in ASKS]  # the fixture works directly
+        if downstream == "stdio":
+            through = await answers(params(proxy_command(command)))
+        else:
+            proxy = start(command)
+            try:
+                through = await answers(proxy.url)
+            finally:
+                proxy.stop()
+    assert through == direct
+
+
+async def test_a_modern_client_that_declares_nothing_sees_the_tools_it_sees_directly() -> None:
+    """server-everything registers get-roots-list, the elicitation and the sampling tools only for
+    a client that declares those capabilities: a 2026-07-28 client declaring none sees the same
+    list through the proxy as directly (where it falls back to the session era)."""
+    with anyio.fail_after(60):
+        async with Client(params(everything_command()), mode="auto", cache=None) as client:
+            direct = sorted(tool.name for tool in (await client.list_tools()).tools)
+        async with Client(params(proxy_command(everything_command())), mode="auto", cache=None) as client:
+            assert client.protocol_version == "2026-07-28"
+            listed = (await client.list_tools()).tools
+            through = sorted(tool.name for tool in listed if not tool.name.startswith("frugal__"))
+    assert "get-sum" in direct and "get-roots-list" not in direct
+    assert through == direct
+
+
+async def test_a_modern_client_that_declares_more_later_widens_the_upstream() -> None:
+    """The first request declares nothing; a later one declares sampling, elicitation and roots:
+    server-everything is initialized again and lists the tools that need them; a request that
+    declares nothing again does not narrow it (the upstream keeps what any request declared)."""
+    wide = {"sampling": {}, "elicitation": {}, "roots": {}}
+    counts = []
+    async with anyio.create_task_group() as tg:
+        client = await RawClient.start(tg, proxy_command(everything_command()))
+        for ident, declared in enumerate([{}, wide, {}], 1):
+            meta = {**MODERN_META, "io.modelcontextprotocol/clientCapabilities": declared}
+            reply = await client.request(ident, "tools/list", {"_meta": meta}, wait=30)
+            names = {tool["name"] for tool in reply["result"]["tools"]}
+            counts.append(("get-roots-list" in names, "trigger-sampling-request" in names))
+        assert await client.close() == 0
+        tg.cancel_scope.cancel()
+    assert counts == [(False, False), (True, True), (True, True)]
