@@ -5,13 +5,17 @@ scripts/setup.sh) tests servers over HTTP. For each suite version and spec revis
 first against our fixture server (tests/servers/conformance_server.py) served directly over
 Streamable HTTP, the baseline, and then against `frugal-proxy --http` wrapping the same server
 over stdio, with and without --stateless. Every scored scenario that passes directly must pass
-through the proxy. The counts are printed (`pytest -s`, or scripts/conformance.sh).
+through the proxy. A second fixture process (`--session-way`: it asks for sampling and
+elicitation by server request in both eras, as the python-sdk's everything server does) is run
+directly and through `frugal-proxy --http -- <its URL>`. The counts are printed (`pytest -s`,
+or scripts/conformance.sh).
 
 Scored: for 0.1.16 every scenario of the active suite tagged for the revision (2025-06-18 and
 2025-11-25 from one run at 2025-11-25: the suite uses the revision only to pick scenarios); for
-0.2.0-alpha.12 the frozen set `--requirements 2026-07-28` names (the tasks extension and the
-pending scenarios run and are reported, not scored). A session-era client gets a session, and so
-a fixture server process, of its own from the proxy: most of the time goes there.
+0.2.0-alpha.12 the frozen sets `--requirements 2026-07-28` and `--requirements 2025-11-25` name
+(the tasks extension and the pending scenarios run and are reported, not scored). A session-era
+client gets a session, and so a fixture server process, of its own from the proxy: most of the
+time goes there.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,6 +73,7 @@ class Run:
 RUNS = [
     Run("0.1.16", ("2025-06-18", "2025-11-25"), requirements=False),
     Run("0.2.0-alpha.12", ("2026-07-28",), requirements=True),
+    Run("0.2.0-alpha.12", ("2025-11-25",), requirements=True),
 ]
 
 
@@ -157,24 +163,35 @@ def run_suite(run: Run, url: str, out: Path) -> Results:
     return results
 
 
-@pytest.fixture(scope="module")
-def direct_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The fixture server over Streamable HTTP on 127.0.0.1 (it prints `PORT <n>`)."""
-    node22()  # skip before starting anything when Node 22 is absent
-    errors = (tmp_path_factory.mktemp("direct") / "stderr").open("w")
+@contextmanager
+def fixture_server(folder: Path, *options: str) -> Iterator[str]:
+    """The fixture server over Streamable HTTP on 127.0.0.1 (it prints `PORT <n>`); its URL."""
+    errors = (folder / "stderr").open("w")
     process = subprocess.Popen(
-        [sys.executable, str(FIXTURE), "--http"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors
+        [sys.executable, str(FIXTURE), "--http", *options],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=errors,
     )
     assert process.stdout is not None
     line = process.stdout.readline().decode()
     if not line.startswith("PORT "):
         process.kill()
         pytest.fail(f"the fixture server did not start: {line!r}")
-    yield f"http://127.0.0.1:{int(line.split()[1])}/mcp"
-    process.terminate()
-    process.wait(15)
-    process.stdout.close()
-    errors.close()
+    try:
+        yield f"http://127.0.0.1:{int(line.split()[1])}/mcp"
+    finally:
+        process.terminate()
+        process.wait(15)
+        process.stdout.close()
+        errors.close()
+
+
+@pytest.fixture(scope="module")
+def direct_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    node22()  # skip before starting anything when Node 22 is absent
+    with fixture_server(tmp_path_factory.mktemp("direct")) as url:
+        yield url
 
 
 class Baselines:
@@ -186,7 +203,7 @@ class Baselines:
 
     def of(self, run: Run) -> Results:
         if run not in self._runs:
-            self._runs[run] = run_suite(run, self.url, self.folder / run.suite)
+            self._runs[run] = run_suite(run, self.url, self.folder / f"{run.suite}-{run.specs[-1]}")
             print(f"\nconformance {run} direct: {self._runs[run].counts()}")
         return self._runs[run]
 
@@ -231,3 +248,43 @@ def test_proxy_passes_what_the_server_passes(
     lost = sorted(name for name in expected if not through.passed(name))
     failed = [f"{name}: {failure}" for name in lost for failure in through.failures.get(name, ["no result"])]
     assert not lost, f"{run} through the {mode}: {through.counts()}; failing only through it:\n" + "\n".join(failed)
+
+
+# The python-sdk's everything server asks for sampling and elicitation the session-era way
+# (ctx.session.create_message, elicit_form) whatever the client speaks; `--session-way` makes the
+# fixture do the same. Through `frugal-proxy --http -- <its URL>` a session-era client must still
+# get those requests: the proxy speaks the session era to a dual-era upstream for it.
+ASKS_THE_CLIENT = {"tools-call-sampling", "tools-call-elicitation", "elicitation-sep1034-defaults"}
+
+
+@pytest.fixture(scope="module")
+def session_way_baselines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Baselines]:
+    node22()
+    with fixture_server(tmp_path_factory.mktemp("session-way"), "--session-way") as url:
+        yield Baselines(url, tmp_path_factory.mktemp("session-way-baseline"))
+
+
+@pytest.fixture(scope="module")
+def url_proxy(session_way_baselines: Baselines) -> Iterator[Proxy]:
+    """frugal-proxy --http wrapping the session-way fixture by its URL."""
+    started = start([session_way_baselines.url])
+    yield started
+    started.stop()
+
+
+@pytest.mark.timeout(2 * SUITE_TIMEOUT + 30)
+@pytest.mark.parametrize("run", RUNS, ids=str)
+def test_proxy_of_a_dual_era_url_passes_what_the_server_passes(
+    run: Run, url_proxy: Proxy, session_way_baselines: Baselines, tmp_path: Path
+) -> None:
+    direct = session_way_baselines.of(run)
+    through = run_suite(run, url_proxy.url, tmp_path / "results")
+    print(f"\nconformance {run} proxy of the session-way URL: {through.counts()}")
+    expected = {name for name in direct.all_scored() if direct.passed(name)}
+    if run.specs != ("2026-07-28",):  # the session-era runs score the scenarios that ask the client
+        assert ASKS_THE_CLIENT <= expected, f"{run} directly: {direct.counts()}"
+    lost = sorted(name for name in expected if not through.passed(name))
+    failed = [f"{name}: {failure}" for name in lost for failure in through.failures.get(name, ["no result"])]
+    assert not lost, f"{run} through the proxy of the URL: {through.counts()}; failing only through it:\n" + "\n".join(
+        failed
+    )

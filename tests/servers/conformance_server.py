@@ -12,6 +12,11 @@ exact wire shape the scenario asks for.
     python tests/servers/conformance_server.py --http         # Streamable HTTP at /mcp on
                                                               # 127.0.0.1, free port printed
                                                               # as `PORT <n>`
+    python tests/servers/conformance_server.py --http --session-way
+                                                              # the sampling and elicitation
+                                                              # tools ask the session-era way
+                                                              # in both eras, as the python-sdk
+                                                              # everything server does
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ EMPTY = {"type": "object", "properties": {}}
 NAME_FORM = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
 
 Ctx = ServerRequestContext[Any, Any]
+SESSION_WAY = False  # --session-way: ask() always asks the session-era way
 Result = dict[str, Any]
 
 
@@ -130,9 +136,10 @@ async def ask(ctx: Ctx, key: str, request: Result) -> Any:
 
     Session era: sent to the client on the call's own stream, the answer awaited. 2026-07-28: the
     answer the client sent back in `inputResponses[key]`, or None when it has yet to be asked (the
-    caller then answers `input_required`).
+    caller then answers `input_required`); with `--session-way`, sent as in the session era, which
+    a 2026-07-28 connection refuses (NoBackChannelError).
     """
-    if modern(ctx):
+    if modern(ctx) and not SESSION_WAY:
         return responses(ctx).get(key)
     params = request["params"]
     if request["method"] == "elicitation/create":
@@ -754,7 +761,10 @@ async def serve_stdio(server: Server[Any]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--http", action="store_true", help="serve Streamable HTTP on 127.0.0.1 instead of stdio")
+    parser.add_argument("--session-way", action="store_true", help="ask for sampling and elicitation by server request")
     options = parser.parse_args()
+    global SESSION_WAY
+    SESSION_WAY = options.session_way
     server = build()
     if options.http:
         serve_http(server)
