@@ -51,9 +51,8 @@ def add_http_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--rate-limit",
-        default="100/1000",
         metavar="RPS/BURST",
-        help="per-client-IP token bucket (default: 100/1000)",
+        help="per-client-IP token bucket (default: 100/1000; none on a loopback bind, where every client is 127.0.0.1)",
     )
     group.add_argument(
         "--max-body-bytes", type=int, default=4 * 1024 * 1024, metavar="N", help="request body cap (default: 4 MiB)"
@@ -67,6 +66,52 @@ def add_http_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--max-sessions", type=int, default=100, metavar="N", help="most session-era sessions at once (default: 100)"
+    )
+    group.add_argument(
+        "--max-connections",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="most open HTTP connections at once; more get 503 "
+        "(default: 1000, lowered to fit the file-descriptor limit)",
+    )
+    group.add_argument(
+        "--max-connections-per-ip",
+        type=int,
+        default=256,
+        metavar="N",
+        help="most open HTTP connections from one client IP; more get 503 (default: 256)",
+    )
+    group.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="close a connection whose request headers are not complete this long after it opened "
+        "or its previous response ended, with 408 (default: 10)",
+    )
+    group.add_argument(
+        "--body-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="close a connection whose request body is not complete this long after its headers, "
+        "with 408 (default: 30)",
+    )
+    group.add_argument(
+        "--keep-alive-timeout",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="close a kept-alive connection idle this long between requests (default: 5)",
+    )
+    group.add_argument(
+        "--handshake-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="drop a session whose client sends nothing on it (not even notifications/initialized) this long "
+        "after its initialize was answered (default: 10)",
     )
     group.add_argument(
         "--request-timeout",
@@ -88,6 +133,7 @@ def run_http(
     the config's `[auth]` table (the wrap form has none: FRUGAL_AUTH_TOKEN only)."""
     from frugal_proxy.config import Auth
     from frugal_proxy.server.app import listen_socket, parse_address, serve_http
+    from frugal_proxy.server.connections import ConnectionLimits
     from frugal_proxy.server.endpoint import HttpSettings
     from frugal_proxy.server.governor_routes import PATHS
     from frugal_proxy.server.guard import HEALTH_PATH, bind_refusal, guard_settings, is_loopback
@@ -98,7 +144,7 @@ def run_http(
     try:
         host, port = parse_address(options.http)
         operators = Operators.from_config(auth or Auth(), os.environ)
-        guard = guard_settings(options, operators)
+        guard = guard_settings(options, operators, loopback=is_loopback(host))
     except ValueError as exc:
         print(f"frugal-proxy: error: {exc}", file=sys.stderr)
         return 2
@@ -116,9 +162,15 @@ def run_http(
         guard.allowed_hosts = guard.allowed_hosts | {host}
     if operators.required and not is_loopback(host):
         guard.any_host = True  # see GuardSettings.any_host
-    if not options.request_timeout > 0:
-        print("frugal-proxy: error: --request-timeout must be a positive number of seconds", file=sys.stderr)
-        return 2
+    for flag in ("request_timeout", "header_timeout", "body_timeout", "keep_alive_timeout", "handshake_timeout"):
+        if not getattr(options, flag) > 0:
+            problem = f"--{flag.replace('_', '-')} must be a positive number of seconds"
+            print(f"frugal-proxy: error: {problem}", file=sys.stderr)
+            return 2
+    for flag in ("max_connections", "max_connections_per_ip"):
+        if getattr(options, flag) < 1:
+            print(f"frugal-proxy: error: --{flag.replace('_', '-')} must be at least 1", file=sys.stderr)
+            return 2
     if not options.http_path.startswith("/"):
         print("frugal-proxy: error: --http-path must start with /", file=sys.stderr)
         return 2
@@ -131,6 +183,14 @@ def run_http(
         max_sessions=options.max_sessions,
         request_timeout=options.request_timeout,
         guard=guard,
+        connections=ConnectionLimits(
+            overall=options.max_connections,
+            per_ip=options.max_connections_per_ip,
+            header_timeout=options.header_timeout,
+            body_timeout=options.body_timeout,
+        ),
+        keep_alive_timeout=options.keep_alive_timeout,
+        handshake_timeout=options.handshake_timeout,
     )
     try:
         sock = listen_socket(host, port)

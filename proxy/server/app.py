@@ -6,6 +6,7 @@ uvicorn on a socket bound beforehand, and the upstreams' lifetime around it.
 from __future__ import annotations
 
 import logging
+import resource
 import signal
 import socket
 import sys
@@ -25,6 +26,7 @@ from frugal_proxy.pipeline.assembly import assemble
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.router.router import Router
+from frugal_proxy.server.connections import ConnectionLimits, limited_protocol
 from frugal_proxy.server.endpoint import Endpoint, HttpSettings
 from frugal_proxy.server.governor_routes import governor_routes, http_error
 from frugal_proxy.server.guard import HEALTH_PATH, Guard
@@ -37,6 +39,8 @@ from frugal_proxy.upstream.fleet import run
 log = logging.getLogger("frugal_proxy.http_server")
 
 DRAIN_SECONDS = 5.0
+FD_RESERVE = 64  # the proxy's own files: its logs, state, listening socket, event loop
+FDS_PER_UPSTREAM = 4  # a stdio upstream's three pipes, with room for an HTTP upstream's sockets
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -123,7 +127,11 @@ async def serve_http(
         sessions = None
         if not settings.stateless:
             sessions = HttpSessions(
-                tg, upstreams, idle_timeout=settings.idle_timeout, max_sessions=settings.max_sessions
+                tg,
+                upstreams,
+                idle_timeout=settings.idle_timeout,
+                max_sessions=settings.max_sessions,
+                handshake_timeout=settings.handshake_timeout,
             )
             tg.start_soon(sessions.expire_idle)
         endpoint = Endpoint(shared, sessions, settings)
@@ -134,6 +142,8 @@ async def serve_http(
             lifespan="off",
             server_header=False,
             timeout_graceful_shutdown=int(DRAIN_SECONDS),
+            http=limited_protocol(fit_connections(settings, len(connections))),
+            timeout_keep_alive=settings.keep_alive_timeout,  # type: ignore[arg-type]
         )
         server = _Server(config)
 
@@ -157,6 +167,31 @@ async def serve_http(
         with anyio.CancelScope(shield=True):
             await assembly.aclose()
     return 0
+
+
+def fit_connections(settings: HttpSettings, upstream_count: int) -> ConnectionLimits:
+    """The connection limits, the overall cap lowered when the file-descriptor limit (raised
+    first from its soft to its hard value) cannot hold that many connections beside the
+    upstreams' pipes and sockets (a few each, for the shared set and every session's)."""
+    limits = settings.connections
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
+    if soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError):
+            pass
+    sessions = 0 if settings.stateless else settings.max_sessions
+    reserve = FD_RESERVE + FDS_PER_UPSTREAM * upstream_count * (1 + sessions)
+    room = max(1, soft - reserve)
+    if limits.overall > room:
+        log.warning(
+            "--max-connections lowered to fit the file-descriptor limit",
+            extra={"wanted": limits.overall, "allowed": room, "nofile": soft},
+        )
+        return replace(limits, overall=room)
+    return limits
 
 
 def listen_socket(host: str, port: int) -> socket.socket:

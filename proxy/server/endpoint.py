@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,9 +37,16 @@ from frugal_proxy.protocol.headers import decode_header_value, learn_param_heade
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.records import ProgressSink
 from frugal_proxy.router.router import Router, removed_in_modern
+from frugal_proxy.server.connections import DEFAULT_KEEP_ALIVE_TIMEOUT, ConnectionLimits
 from frugal_proxy.server.events import EventLog
-from frugal_proxy.server.guard import GuardSettings, RefusedBatch, operator_of, read_messages
-from frugal_proxy.server.sessions import HttpSession, HttpSessions
+from frugal_proxy.server.guard import (
+    GuardSettings,
+    RefusedBatch,
+    media_type_refusal,
+    operator_of,
+    read_messages,
+)
+from frugal_proxy.server.sessions import DEFAULT_HANDSHAKE_TIMEOUT, HttpSession, HttpSessions
 from frugal_proxy.server.streams import EventStream, ReplyStream, reply_response, rpc_error
 
 log = logging.getLogger("frugal_proxy.http_server")
@@ -60,6 +67,9 @@ class HttpSettings:
     max_sessions: int = 100
     request_timeout: float = 30.0
     guard: GuardSettings = field(default_factory=GuardSettings)
+    connections: ConnectionLimits = field(default_factory=ConnectionLimits)
+    keep_alive_timeout: float = DEFAULT_KEEP_ALIVE_TIMEOUT
+    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
 
 
 class Endpoint:
@@ -78,7 +88,10 @@ class Endpoint:
         if request.method != "POST":
             if modern or self.sessions is None:
                 return Response(status_code=405, headers={"Allow": "POST"})
-            return await self._session_get_or_delete(request)
+            return media_type_refusal(request) or await self._session_get_or_delete(request)
+        refused = media_type_refusal(request)
+        if refused is not None:
+            return refused
         read = await read_messages(request, self.settings.guard.body_cap)
         if isinstance(read, RefusedBatch) and self._batches_per_element(request, version):
             return await self._batch(request, read.elements, version)
@@ -200,15 +213,20 @@ class Endpoint:
         entry.session.operator = operator_of(request)  # the session belongs to the token that started it
         entry.busy += 1
         try:
-            reply = await entry.session.reply_to(frame)
+            reply, abandoned = await _unless_client_leaves(request, entry.session.reply_to(frame))
         finally:
             entry.busy -= 1
             entry.touch()
+        if abandoned:  # nobody will ever learn this session's id: it must not hold a slot
+            self.sessions.end(entry.id)
+            log.warning("initialize abandoned by its client; session dropped", extra={"sessions": len(self.sessions)})
+            return Response(status_code=499)
         if reply is None or jsonrpc.error_of(reply) is not None:
             self.sessions.end(entry.id)
             failed = reply or jsonrpc.error(jsonrpc.id_of(frame), jsonrpc.INTERNAL_ERROR, "initialize was cancelled")
             return reply_response(failed)
         log.info("session started", extra={"sessions": len(self.sessions)})
+        self.sessions.await_handshake(entry)
         return reply_response(reply, {"Mcp-Session-Id": entry.id})
 
     def _session_of(self, request: Request) -> HttpSession | Response:
@@ -224,6 +242,7 @@ class Endpoint:
             log.warning("request on another operator's session refused", extra={"status": 403})
             message = "this session belongs to another operator: use the token that initialized it"
             return rpc_error(403, jsonrpc.INVALID_REQUEST, message)
+        entry.confirm()
         return entry
 
     async def _session_get_or_delete(self, request: Request) -> Response:
@@ -401,3 +420,23 @@ class Endpoint:
                 tg.start_soon(probe, link)
         ordered = {link.name: upstreams[link.name] for link in self.shared.links}
         return JSONResponse({"status": "ok", "upstreams": ordered})
+
+
+async def _unless_client_leaves(request: Request, work: Awaitable[Frame | None]) -> tuple[Frame | None, bool]:
+    """`work`'s result and False, or (None, True) once the client has disconnected (`work` is
+    then cancelled)."""
+    result: Frame | None = None
+    left = False
+
+    async def watch(scope: anyio.CancelScope) -> None:
+        nonlocal left
+        while (await request.receive())["type"] != "http.disconnect":
+            pass  # the body is read already: only the disconnect can still come
+        left = True
+        scope.cancel()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch, tg.cancel_scope)
+        result = await work
+        tg.cancel_scope.cancel()
+    return result, left

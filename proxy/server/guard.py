@@ -1,5 +1,7 @@
 """What stands in front of the HTTP endpoint: the bind check, bearer auth, DNS-rebinding
-protection (Host and Origin), a per-client-IP token bucket and the request body cap.
+protection (Host and Origin), a per-client-IP token bucket, the refusal of duplicated headers
+that decide who a request is and where it goes, the POST media-type checks and the request body
+cap. (The connection caps and read deadlines sit below, in connections.)
 
 `Guard` is plain ASGI middleware; `read_body` enforces the cap while the body arrives. Bearer
 auth maps a request's token to its operator (server.operators) and puts it in the request's ASGI
@@ -45,6 +47,10 @@ def operator_of(request: Request) -> str:
 
 
 MAX_BUCKETS = 10_000
+DEFAULT_RATE, DEFAULT_BURST = 100.0, 1000
+# Headers whose second copy a proxy, a framework and an upstream could each resolve differently
+# (first wins, last wins, joined): who the request is, where it comes from and goes, what it is.
+SINGLE_HEADERS = frozenset({"authorization", "origin", "host", "content-type"})
 
 
 class BodyTooLarge(Exception):
@@ -96,8 +102,8 @@ class GuardSettings:
     # passes (a sidecar reached by its compose service name), the Origin check stays.
     any_host: bool = False
     allowed_origins: frozenset[str] = frozenset()
-    rate: float = 100.0
-    burst: int = 1000
+    rate: float | None = DEFAULT_RATE  # None: no per-client-IP limit (a loopback bind's default)
+    burst: int = DEFAULT_BURST
     body_cap: int = DEFAULT_BODY_CAP
 
 
@@ -136,19 +142,32 @@ class Guard:
         self.settings = settings
         self.hosts = LOOPBACK_NAMES | {host.lower() for host in settings.allowed_hosts}
         self.origins = {origin.lower().rstrip("/") for origin in settings.allowed_origins}
-        self.buckets = TokenBuckets(settings.rate, settings.burst)
+        self.buckets = TokenBuckets(settings.rate, settings.burst) if settings.rate is not None else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope["headers"]}
         client = scope.get("client")
-        wait = self.buckets.take(client[0] if client else "?")
+        wait = self.buckets.take(client[0] if client else "?") if self.buckets is not None else 0.0
         if wait > 0:
-            retry = str(max(1, math.ceil(wait)))
-            await _refuse(send, 429, "rate_limited", "too many requests; slow down", {"Retry-After": retry})
+            retry = max(1, math.ceil(wait))
+            message = (
+                f"over the rate limit of {self.settings.rate:g} requests/s per client IP (burst "
+                f"{self.settings.burst}); retry after {retry} s, or raise it with --rate-limit RPS/BURST"
+            )
+            log.warning("request over the rate limit refused", extra={"status": 429})
+            await _refuse(send, 429, "rate_limited", message, {"Retry-After": str(retry)})
             return
+        headers: dict[str, str] = {}
+        for raw_key, raw_value in scope["headers"]:
+            key = raw_key.decode("latin-1")
+            if key in headers and (key in SINGLE_HEADERS or key.startswith("mcp-")):
+                log.warning("request with a duplicated header refused", extra={"status": 400, "header": key})
+                message = f"the {key} header is sent more than once; send it once"
+                await _refuse(send, 400, "duplicate_header", message)
+                return
+            headers[key] = raw_value.decode("latin-1")
         host = _host_name(headers.get("host", ""))
         if host not in self.hosts and not self.settings.any_host:
             log.warning("request with a Host that is not allowed refused", extra={"status": 403})
@@ -209,6 +228,57 @@ async def read_body(chunks: AsyncIterator[bytes], declared: str | None, cap: int
     return bytes(body)
 
 
+def media_type_refusal(request: Request) -> Response | None:
+    """415 for a POST whose Content-Type is not JSON, 406 for a request whose Accept rules out
+    both JSON and an SSE stream (GET: an SSE stream); None when it may go on.
+
+    Lenient on purpose: a missing Content-Type or Accept passes (raw clients and tools posting
+    bytes send neither, and the body is checked as JSON-RPC anyway), and an Accept naming only
+    one of the two types passes (some hosted clients send only `text/event-stream`; the SDKs
+    have relaxed their own check to "either" for that reason)."""
+    sent_type = request.headers.get("content-type")
+    if request.method == "POST" and sent_type is not None:
+        media = sent_type.split(";", 1)[0].strip().lower()
+        if media != "application/json":
+            message = f"Content-Type must be application/json, got {sent_type[:100]!r}"
+            log.warning("POST with a Content-Type that is not JSON refused", extra={"status": 415})
+            return _json_refusal(415, message)
+    accept = request.headers.get("accept")
+    if accept is None:
+        return None
+    accepted = _accepted_types(accept)
+    json_ok = bool(accepted & {"*/*", "application/*", "application/json"})
+    sse_ok = bool(accepted & {"*/*", "text/*", "text/event-stream"})
+    if request.method == "POST" and not (json_ok or sse_ok):
+        message = f"Accept must allow application/json or text/event-stream, got {accept[:100]!r}"
+    elif request.method == "GET" and not sse_ok:
+        message = f"Accept must allow text/event-stream for the GET stream, got {accept[:100]!r}"
+    else:
+        return None
+    log.warning("request whose Accept rules out every answer refused", extra={"status": 406})
+    return _json_refusal(406, message)
+
+
+def _accepted_types(accept: str) -> set[str]:
+    """The media ranges an Accept header allows (those with q=0 are ruled out)."""
+    found = set()
+    for item in accept.split(","):
+        media, *parameters = (part.strip().lower() for part in item.split(";"))
+        quality = next((value for key, _, value in (p.partition("=") for p in parameters) if key.strip() == "q"), "1")
+        try:
+            allowed = float(quality) > 0
+        except ValueError:
+            allowed = True
+        if media and allowed:
+            found.add(media)
+    return found
+
+
+def _json_refusal(status: int, message: str) -> Response:
+    refusal = jsonrpc.error(None, jsonrpc.INVALID_REQUEST, message)
+    return Response(jsonrpc.encode(refusal), status, media_type="application/json")
+
+
 async def read_messages(request: Request, cap: int) -> tuple[list[Frame], bool] | Response:
     """A POST's JSON-RPC messages (and whether they came as a batch), each checked for shape;
     or the answer to give instead: 413 over the body cap, 400 for what is not JSON-RPC."""
@@ -242,10 +312,16 @@ class RefusedBatch(Response):
         self.elements = elements
 
 
-def guard_settings(options: Any, operators: Operators | None) -> GuardSettings:
+def guard_settings(options: Any, operators: Operators | None, *, loopback: bool = False) -> GuardSettings:
     """GuardSettings from the parsed `--allowed-host`, `--allowed-origin`, `--rate-limit` and
-    `--max-body-bytes` options."""
-    rate, burst = parse_rate(options.rate_limit)
+    `--max-body-bytes` options. Unless `--rate-limit` is given, a loopback bind has no per-IP
+    rate limit: every local client is 127.0.0.1, so one bucket would throttle them all together
+    (50 local clients lost 77 % of their calls at 100/s), and nobody else can reach the port."""
+    rate: float | None
+    if options.rate_limit is None:
+        rate, burst = (None, DEFAULT_BURST) if loopback else (DEFAULT_RATE, DEFAULT_BURST)
+    else:
+        rate, burst = parse_rate(options.rate_limit)
     return GuardSettings(
         operators=operators,
         allowed_hosts=frozenset(options.allowed_host),

@@ -33,6 +33,10 @@ from frugal_proxy.upstream.fleet import run
 log = logging.getLogger("frugal_proxy.http_sessions")
 
 DRAIN_SECONDS = 5.0
+# After its `initialize` is answered, a session whose client sends nothing more on it (not even
+# `notifications/initialized`) within this many seconds is dropped: an abandoned handshake must
+# not hold a session slot (and its upstreams) until the idle timeout.
+DEFAULT_HANDSHAKE_TIMEOUT = 10.0
 
 
 @dataclass
@@ -71,20 +75,34 @@ class HttpSession:
     ended: anyio.Event = field(default_factory=anyio.Event)
     last_used: float = field(default_factory=time.monotonic)
     busy: int = 0  # requests in flight plus open GET streams
+    confirmed: bool = False  # the client has used the session since its initialize was answered
+    _settled: anyio.Event = field(default_factory=anyio.Event)  # confirmed or ended
 
     def touch(self) -> None:
         self.last_used = time.monotonic()
+
+    def confirm(self) -> None:
+        """The client came back with the session id: its handshake went through."""
+        self.confirmed = True
+        self._settled.set()
 
 
 class HttpSessions:
     """Every live session-era session, by id; idle ones expire."""
 
     def __init__(
-        self, task_group: anyio.abc.TaskGroup, upstreams: UpstreamSet, *, idle_timeout: float, max_sessions: int
+        self,
+        task_group: anyio.abc.TaskGroup,
+        upstreams: UpstreamSet,
+        *,
+        idle_timeout: float,
+        max_sessions: int,
+        handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
     ) -> None:
         self._tg = task_group
         self._upstreams = upstreams
         self.idle_timeout = idle_timeout
+        self.handshake_timeout = handshake_timeout
         self.max_sessions = max_sessions
         self._sessions: dict[str, HttpSession] = {}
         self._opening: set[str] = set()  # ids of sessions started but not yet registered
@@ -113,7 +131,23 @@ class HttpSessions:
         if entry is None:
             return False
         entry.ended.set()
+        entry._settled.set()
         return True
+
+    def await_handshake(self, entry: HttpSession) -> None:
+        """Drop `entry` unless its client uses it within the handshake timeout (from now, when
+        its initialize has been answered)."""
+
+        async def watch() -> None:
+            with anyio.move_on_after(self.handshake_timeout):
+                await entry._settled.wait()
+            if not entry.confirmed and entry.busy == 0 and self.end(entry.id):
+                log.warning(
+                    "session dropped: its client sent nothing after initialize (no notifications/initialized)",
+                    extra={"seconds": self.handshake_timeout, "sessions": len(self)},
+                )
+
+        self._tg.start_soon(watch)
 
     def close_streams(self) -> None:
         """End every standalone GET stream (at shutdown); sessions keep serving their requests."""
