@@ -13,6 +13,9 @@ httpx2 MockTransport (so the network does not blur the figure).
              micro-dollar, so each call reserves and settles), the cooldown, the deadline,
              retries and the result cache; each call a different query, as a loop-free agent
              makes them (so the cache misses and keeps each answer)
+    plain    a plain upstream tool (no price, no budget) through the same guarded assembly,
+             against its provider called directly: what the guards cost a call they do not
+             govern (the budget and free-quota hooks should not run for it at all)
 
 It reports CPU time per call (process time, so a busy machine weighs less) and the routed and
 single columns as added microseconds over direct and as a ratio; the targets are an added 0.3 ms
@@ -40,10 +43,10 @@ from frugal_proxy.pipeline.assembly import assemble
 from frugal_proxy.pipeline.pipeline import Pipeline, build_pipeline
 from frugal_proxy.policies.routing import Routing
 from frugal_proxy.protocol import jsonrpc
-from frugal_proxy.providers import wikipedia
+from frugal_proxy.providers import FakeProvider, wikipedia
 from frugal_proxy.providers.http_client import HttpClient
 from frugal_proxy.providers.registry import Setup
-from frugal_proxy.records import Call, Exchange, ProviderSpec, Route
+from frugal_proxy.records import Call, Exchange, Outcome, ProviderSpec, Route
 from frugal_proxy.state.latency import MemoryLatency
 from frugal_proxy.state.usage import MemoryUsage
 
@@ -107,6 +110,24 @@ def guarded_pipeline(http: HttpClient) -> tuple[Pipeline, Callable[[], Exchange]
     return pipeline, fresh
 
 
+def plain_pipeline() -> tuple[FakeProvider, Pipeline, Callable[[], Exchange]]:
+    """A plain tool of an upstream (free, no budget) and the guarded assembly around it."""
+    reply = jsonrpc.result(1, jsonrpc.raw({"content": [{"type": "text", "text": "pong"}]}))
+
+    async def pong(ex: Exchange) -> Outcome:
+        return Outcome("ok", reply=reply)
+
+    upstream = FakeProvider("up", pong)
+    assembly = assemble(config=config.loads(GUARDED), environ={})
+    pipeline = build_pipeline({"up": upstream}, assembly.policies, assembly.dispatch)
+    params = {"name": jsonrpc.raw("up__ping"), "arguments": jsonrpc.raw({})}
+
+    def fresh() -> Exchange:
+        return Exchange(Call(1, "up__ping", params), Route("up__ping", ("up",)))
+
+    return upstream, pipeline, fresh
+
+
 async def per_call(calls: int, run: Callable[[], Awaitable[object]]) -> float:
     """CPU microseconds per call."""
     for _ in range(50):
@@ -130,6 +151,7 @@ async def main_async(calls: int, repeat: int) -> None:
     routed = build_pipeline(providers, [routing, *governed.policies])
     single = build_pipeline({"wiki": winner}, [routing, *governed.policies])
     guarded, fresh = guarded_pipeline(http)
+    upstream, plain, fresh_plain = plain_pipeline()
     best: dict[str, float] = {}
     for _ in range(repeat):
         figures = {
@@ -137,6 +159,8 @@ async def main_async(calls: int, repeat: int) -> None:
             "routed": await per_call(calls, lambda: routed.run(exchange(("down", "empty", "wiki")))),
             "single": await per_call(calls, lambda: single.run(exchange(("wiki",)))),
             "guarded": await per_call(calls, lambda: guarded.run(fresh())),
+            "plain direct": await per_call(calls, lambda: upstream.call(fresh_plain())),
+            "plain": await per_call(calls, lambda: plain.run(fresh_plain())),
         }
         for key, value in figures.items():
             best[key] = min(best.get(key, value), value)
@@ -149,6 +173,12 @@ async def main_async(calls: int, repeat: int) -> None:
         print(f"  {label:<41} {best[key]:8.1f} us  (+{added:.1f} us, {best[key] / direct:.2f}x direct)")
     guards = best["guarded"] - best["single"]
     print(f"  {'one provider, every guard on':<41} {best['guarded']:8.1f} us  (+{guards:.1f} us over unguarded)")
+    plain_added = best["plain"] - best["plain direct"]
+    print(f"  {'a plain tool, direct':<41} {best['plain direct']:8.1f} us")
+    print(
+        f"  {'a plain tool, every guard on':<41} {best['plain']:8.1f} us  "
+        f"(+{plain_added:.1f} us, {best['plain'] / best['plain direct']:.2f}x direct)"
+    )
     print("  target: the routing layer adds under 300 us of CPU per call (one provider)")
     verdict = "MET" if best["single"] - direct < 300 else "MISSED"
     print(f"  [{verdict}] added {best['single'] - direct:.1f} us with one provider")

@@ -7,6 +7,7 @@ of its own unless that is its whole job (a cache, the ledger).
     admit        before any provider: may answer or refuse the call
     route        order and drop the candidates, each drop a Decision
     before_call  dispatch, just before one provider is called: may still keep it back
+                 (`takes_part` says for which providers dispatch asks at all)
     after_call   dispatch, after each answer (or none): may replace the outcome
     govern       reshape the answer (the size governor)
     seal         see the finished exchange and its receipt
@@ -27,6 +28,12 @@ class Policy:
 
     def route(self, exchange: Exchange) -> None:
         """May reorder or drop `exchange.candidates`, noting each drop as a `Decision` in `exchange.trace`."""
+
+    def takes_part(self, spec: ProviderSpec) -> bool:
+        """Whether `before_call` and `after_call` apply to calls of this provider at all;
+        dispatch asks once per provider and leaves the hooks out where they do not (a budget
+        on a provider with no cap, a quota on a provider with none)."""
+        return True
 
     async def before_call(self, exchange: Exchange, spec: ProviderSpec) -> str | None:
         """Just before dispatch calls a provider: why it must not be called now (dispatch notes

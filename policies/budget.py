@@ -6,7 +6,9 @@ concurrency: dispatch reserves the price just before the provider is called (`be
 a cap that other calls reached meanwhile is a skip there) and releases it when the provider did
 not bill (`after_call`: an error, a cancelled call, a call cut by the deadline), so concurrent
 calls overshoot a cap by at most one call's price. A free provider never spends, so its cap
-never bites. Caps are per capability table: the key is `capability/provider`.
+never bites, nor a call that holds a unit of its free monthly quota (billed $0; routing reserves
+the unit first). Caps are per capability table: the key is `capability/provider`. Dispatch runs
+the hooks only for providers that have a cap (`takes_part`), so a plain tool pays nothing here.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ class Budget(Policy):
 
     def _cap(self, spec: ProviderSpec) -> int | None:
         return None if spec.free else self.caps.get(spend_key(spec.capability, spec.name))
+
+    def takes_part(self, spec: ProviderSpec) -> bool:
+        # A provider with no cap (a plain tool, a free provider) never reserves: no hooks for it.
+        return self._cap(spec) is not None
 
     def _resets(self) -> str:
         return f"resets at 00:00 UTC, in {format_duration(seconds_to_midnight(self.clock()))}"
@@ -73,8 +79,8 @@ class Budget(Policy):
 
     async def before_call(self, exchange: Exchange, spec: ProviderSpec) -> str | None:
         cap = self._cap(spec)
-        if cap is None:
-            return None
+        if cap is None or spec.name in exchange.free_quota:
+            return None  # no cap, or billed $0 on a unit of its free quota: nothing to reserve
         day = await self.book.reserve(spend_key(spec.capability, spec.name), spec.price_micros, cap)
         if day is None:
             return f"other calls reached its {money.format_usd(cap)} daily budget meanwhile; {self._resets()}"

@@ -6,6 +6,10 @@ receipt's `skipped[]` and reason line show:
 
     ceiling: skipped youcom (youcom costs $0.0050 per call, above max_cost_usd $0.0010)
 
+A provider admitted at $0 on its free quota whose last unit other calls took meanwhile is
+checked again just before it is called (`before_call`, after routing reserved or failed to
+reserve the unit): at its list price it is a skip there when above what is left of the ceiling.
+
 `0` means free providers only. A call that pins a provider above the ceiling is refused before
 any spend; when nothing fits, the refusal names the cheapest configured provider and its price,
 so the agent knows what ceiling would do. On `frugal__execute` the fall-forward to a browser is
@@ -18,7 +22,7 @@ from decimal import Decimal
 
 from frugal_proxy import money
 from frugal_proxy.policies import Policy
-from frugal_proxy.policies.routing import effective_cost
+from frugal_proxy.policies.routing import effective_cost, has_quota
 from frugal_proxy.records import Decision, Exchange, ProviderSpec
 from frugal_proxy.state.usage import UsageCounter
 
@@ -35,6 +39,22 @@ class Ceiling(Policy):
 
     def __init__(self, usage: UsageCounter) -> None:
         self.usage = usage
+
+    def takes_part(self, spec: ProviderSpec) -> bool:
+        return has_quota(spec)  # only a quota's price can change between routing and the call
+
+    async def before_call(self, exchange: Exchange, spec: ProviderSpec) -> str | None:
+        amount = getattr(exchange.request, "max_cost_usd", None)
+        if amount is None or spec.name in exchange.free_quota:
+            return None
+        ceiling = ceiling_micros(amount)
+        spent = sum(attempt.cost_micros for attempt in exchange.attempts)
+        if spec.price_micros <= ceiling - spent:
+            return None
+        return (
+            f"other calls used up its free quota meanwhile; {spec.name} costs "
+            f"{money.format_usd(spec.price_micros)} per call, above {_limit(ceiling, spent)}"
+        )
 
     def route(self, exchange: Exchange) -> None:
         amount = getattr(exchange.request, "max_cost_usd", None)
@@ -54,9 +74,7 @@ class Ceiling(Policy):
         if not over:
             return
         exchange.candidates = kept
-        limit = f"max_cost_usd {money.format_usd(ceiling)}"
-        if spent:
-            limit = f"the {money.format_usd(max(left, 0))} left of {limit} after {money.format_usd(spent)} spent"
+        limit = _limit(ceiling, spent)
         pinned = getattr(exchange.request, "provider", None)
         if isinstance(pinned, str) and not kept:
             spec, price = over[0]
@@ -82,3 +100,10 @@ class Ceiling(Policy):
                     "or leave it out",
                 )
             )
+
+
+def _limit(ceiling: int, spent: int) -> str:
+    limit = f"max_cost_usd {money.format_usd(ceiling)}"
+    if spent:
+        limit = f"the {money.format_usd(max(ceiling - spent, 0))} left of {limit} after {money.format_usd(spent)} spent"
+    return limit

@@ -90,6 +90,7 @@ def usage_line(exchange: Exchange, rack: RackRates, now: float) -> UsageLine:
         operator=exchange.operator,
         billed={name: usd(micros) for name, micros in billed.items()},
         served_ms={a.provider: a.latency_ms for a in exchange.attempts if a.outcome == "ok"},
+        free_quota=[a.provider for a in exchange.attempts if a.free_quota],
     )
 
 

@@ -14,14 +14,21 @@ upstreams:
 
 Each drop is a Decision naming the provider (the receipt's `skipped[]`), and the ordering is one
 Decision the reason line quotes (`policy=cheap: effective cost ascending`). At seal it feeds the
-latency book and the monthly usage counts that the next calls order by.
+latency book that the next calls order by.
+
+Free quotas are exact: just before a paid provider with `free_quota_monthly` is called
+(`before_call`), a unit of its quota is reserved if one is left, and that call is billed $0
+(`Exchange.free_quota`); once the quota is used up, its list price. A call that did not bill
+gives its unit back (`after_call`). So N concurrent calls against a quota Q < N bill exactly Q
+at $0 and N - Q at the list price, and the receipt, the ledger line, the daily budget and the
+ceiling (which re-checks a provider whose unit others took meanwhile) all see the same price.
 """
 
 from __future__ import annotations
 
 from frugal_proxy.config import CapabilityRouting
 from frugal_proxy.policies import Policy
-from frugal_proxy.records import Decision, Exchange, ProviderSpec
+from frugal_proxy.records import Decision, Exchange, Outcome, ProviderSpec
 from frugal_proxy.state.latency import LatencyBook
 from frugal_proxy.state.usage import UsageCounter
 
@@ -31,6 +38,11 @@ _WHY = {
     "fast": "observed latency ascending",
     "premium": "premium first, list price descending",
 }
+
+
+def has_quota(spec: ProviderSpec) -> bool:
+    """A paid provider with a free monthly quota: its price depends on what is left of it."""
+    return spec.free_quota_monthly > 0 and not spec.free
 
 
 def effective_cost(spec: ProviderSpec, usage: UsageCounter) -> int:
@@ -48,6 +60,28 @@ class Routing(Policy):
         self.settings = settings
         self.usage = usage
         self.latency = latency
+        self._held: dict[tuple[int, str], str] = {}  # (exchange, provider) -> the month reserved in
+
+    def takes_part(self, spec: ProviderSpec) -> bool:
+        return has_quota(spec)
+
+    async def before_call(self, exchange: Exchange, spec: ProviderSpec) -> str | None:
+        """Reserve a unit of the provider's free quota if one is left: the call is then billed $0."""
+        month = await self.usage.reserve(spec.name, spec.free_quota_monthly)
+        if month is not None:
+            self._held[(id(exchange), spec.name)] = month
+            exchange.free_quota.add(spec.name)
+        return None
+
+    async def after_call(self, exchange: Exchange, spec: ProviderSpec, outcome: Outcome | None) -> Outcome | None:
+        if outcome is not None and outcome.kind in ("ok", "empty"):
+            self._held.pop((id(exchange), spec.name), None)  # billed on its quota: the unit is spent
+            return None
+        month = self._held.pop((id(exchange), spec.name), None)
+        if month is not None:
+            exchange.free_quota.discard(spec.name)
+            await self.usage.release(spec.name, month)  # it did not bill
+        return None
 
     def route(self, exchange: Exchange) -> None:
         route = exchange.route
@@ -124,7 +158,5 @@ class Routing(Policy):
         if exchange.route.capability is None and len(exchange.route.providers) < 2:
             return  # a plain tool with one upstream: nothing to learn for ordering
         for attempt in exchange.attempts:
-            if attempt.outcome in ("ok", "empty"):
-                self.usage.count(attempt.provider)
             if attempt.outcome == "ok":
                 self.latency.observe(attempt.provider, attempt.latency_ms)

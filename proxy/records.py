@@ -66,7 +66,8 @@ class ProviderSpec(msgspec.Struct, frozen=True):
 
 class Attempt(msgspec.Struct, frozen=True):
     """One provider tried (its retries included); `cost_micros` is what it billed: its price for
-    an answer, zero hits from a paid provider included, and 0 for a failure."""
+    an answer, zero hits from a paid provider included, $0 for an answer on a unit of its free
+    monthly quota, and 0 for a failure."""
 
     provider: str
     outcome: OutcomeKind
@@ -74,6 +75,7 @@ class Attempt(msgspec.Struct, frozen=True):
     cost_micros: int = 0
     error: str | None = None
     retries: int = 0  # how often dispatch tried it again (a free provider, a transient error)
+    free_quota: bool = False  # it answered on a unit of its free monthly quota: billed $0
 
 
 class Outcome(msgspec.Struct, frozen=True):
@@ -174,3 +176,6 @@ class Exchange(msgspec.Struct):
     warnings: list[str] = msgspec.field(default_factory=list)
     # Set by the result cache at admission: the answer is `outcome`, served from memory.
     cached: CachedAnswer | None = None
+    # The providers whose call in this exchange holds a unit of their free monthly quota
+    # (reserved by routing just before the call): an answer of theirs is billed $0.
+    free_quota: set[str] = msgspec.field(default_factory=set)

@@ -3,8 +3,9 @@
     spend_on(day)             micro-dollars each provider billed on one UTC day: the daily budget
                               counters (`daily_budget_usd`) start from it
     spend_by_day(month)       the same for every day of a month
-    billed_calls(month)       how many calls each paid provider billed this month: the free
-                              quotas (`free_quota_monthly`) of the cheap strategy
+    billed_calls(month)       how many calls each paid provider billed this month, those billed
+                              $0 on its free quota included: the free quotas
+                              (`free_quota_monthly`) of the cheap strategy and the ceiling
     served_latencies()        the recent latencies of each provider's successful calls, oldest
                               first: the fast strategy's moving averages
     feed_latency(book)        those latencies replayed into a LatencyBook
@@ -40,6 +41,7 @@ MAX_SCAN = 200_000  # lines a latency read goes back at most
 class _Billed(msgspec.Struct, frozen=True):
     ts: str
     billed: dict[str, float] = {}
+    free_quota: list[str] = []
 
 
 class _Served(msgspec.Struct, frozen=True):
@@ -77,10 +79,13 @@ def spend_by_day(month: str, directory: Path | None = None) -> dict[str, dict[st
 
 
 def billed_calls(month: str, directory: Path | None = None) -> dict[str, int]:
-    """How many calls each provider billed in `month` (free providers bill none)."""
+    """How many calls each provider billed in `month`, those it answered on a unit of its free
+    monthly quota ($0) included (free providers bill none)."""
     calls: dict[str, int] = {}
     for line in reader.lines(reader.month_path(month, directory), _Billed):
         for provider in line.billed:
+            calls[provider] = calls.get(provider, 0) + 1
+        for provider in line.free_quota:
             calls[provider] = calls.get(provider, 0) + 1
     return calls
 

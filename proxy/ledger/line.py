@@ -48,6 +48,7 @@ class UsageLine(msgspec.Struct, frozen=True, kw_only=True):
     operator: str
     billed: dict[str, float] = {}  # provider -> what it billed in this call, where not $0
     served_ms: dict[str, float] = {}  # provider -> latency of its successful attempt
+    free_quota: list[str] = []  # providers that answered on a unit of their free monthly quota ($0)
     v: int = 1
 
 
@@ -91,7 +92,7 @@ def encode(line: UsageLine) -> bytes:
         data = _encoder.encode(_shortened(line, cut)) + b"\n"
     if len(data) <= MAX_LINE:
         return data
-    return _encoder.encode(msgspec.structs.replace(_shortened(line, 8), billed={}, served_ms={})) + b"\n"
+    return _encoder.encode(msgspec.structs.replace(_shortened(line, 8), billed={}, served_ms={}, free_quota=[])) + b"\n"
 
 
 def _shortened(line: UsageLine, cut: int) -> UsageLine:
@@ -110,4 +111,5 @@ def _shortened(line: UsageLine, cut: int) -> UsageLine:
         operator=str(short(line.operator)),
         billed=entries(line.billed),
         served_ms=entries(line.served_ms),
+        free_quota=[str(short(name)) for name in line.free_quota[:_MAX_ENTRIES]],
     )

@@ -65,9 +65,21 @@ class Dispatch:
         self.providers = providers  # by (capability, name): a candidate is a spec
         self.settings = settings
         self.clock = settings.clock
-        # Only the policies that take part in dispatch are asked, so the others cost nothing here.
+        # Only the policies that take part in dispatch are asked, so the others cost nothing here;
+        # of those, only the ones that take part in calls of the provider (worked out once each).
         self._before = [p for p in policies if type(p).before_call is not Policy.before_call]
         self._after = [p for p in policies if type(p).after_call is not Policy.after_call]
+        self._hooks: dict[tuple[str, str], tuple[list[Policy], list[Policy]]] = {}
+
+    def _hooks_of(self, spec: ProviderSpec) -> tuple[list[Policy], list[Policy]]:
+        key = (spec.capability, spec.name)
+        hooks = self._hooks.get(key)
+        if hooks is None:
+            hooks = self._hooks[key] = (
+                [p for p in self._before if p.takes_part(spec)],
+                [p for p in self._after if p.takes_part(spec)],
+            )
+        return hooks
 
     def start(self, exchange: Exchange) -> None:
         """Start a routed call's deadline (a plain tool keeps its upstream's own)."""
@@ -85,9 +97,10 @@ class Dispatch:
             if self.expired(exchange):
                 stopped = True
                 break
-            if self._before and await self._kept_back(exchange, spec):
+            before, after = self._hooks_of(spec)
+            if before and await self._kept_back(exchange, spec, before):
                 continue
-            outcome, cut = await self._attempt(exchange, spec)
+            outcome, cut = await self._attempt(exchange, spec, after)
             exchange.outcome = outcome
             if outcome.kind == "ok":
                 if outcome.reply is not None:
@@ -109,23 +122,23 @@ class Dispatch:
             return
         exchange.answer = jsonrpc.result(exchange.call.request_id, jsonrpc.tool_error_result(failure(exchange)))
 
-    async def _kept_back(self, exchange: Exchange, spec: ProviderSpec) -> bool:
-        for number, policy in enumerate(self._before):
+    async def _kept_back(self, exchange: Exchange, spec: ProviderSpec, before: list[Policy]) -> bool:
+        for number, policy in enumerate(before):
             why = await policy.before_call(exchange, spec)
             if why is not None:
                 exchange.trace.append(
                     Decision("dispatch", policy.name, "skipped", f"skipped {spec.name} ({why})", provider=spec.name)
                 )
-                await self._settle(exchange, spec, None, self._before[:number])
+                await self._settle(exchange, spec, None, before[:number])
                 return True
         return False
 
-    async def _attempt(self, exchange: Exchange, spec: ProviderSpec) -> tuple[Outcome, bool]:
+    async def _attempt(self, exchange: Exchange, spec: ProviderSpec, after: list[Policy]) -> tuple[Outcome, bool]:
         """One attempt, its retries included: the outcome, and whether the deadline cut it short."""
         started = time.monotonic()
         retries = 0
         while True:
-            outcome, cut = await self._try(exchange, spec)
+            outcome, cut = await self._try(exchange, spec, after)
             delay = None if cut else self._retry_delay(exchange, spec, outcome, retries)
             if delay is None:
                 break
@@ -136,7 +149,9 @@ class Dispatch:
             )
             await self.settings.sleep(delay)
             retries += 1
-        billed = spec.price_micros if outcome.kind in ("ok", "empty") else 0
+        answered = outcome.kind in ("ok", "empty")
+        free = answered and spec.name in exchange.free_quota  # a unit of its free quota is held
+        billed = spec.price_micros if answered and not free else 0
         exchange.attempts.append(
             Attempt(
                 provider=spec.name,
@@ -145,6 +160,7 @@ class Dispatch:
                 cost_micros=billed,
                 error=outcome.message or None,
                 retries=retries,
+                free_quota=free,
             )
         )
         return outcome, cut
@@ -174,7 +190,7 @@ class Dispatch:
             return None
         return delay
 
-    async def _try(self, exchange: Exchange, spec: ProviderSpec) -> tuple[Outcome, bool]:
+    async def _try(self, exchange: Exchange, spec: ProviderSpec, after: list[Policy]) -> tuple[Outcome, bool]:
         """One call of the provider, settled with every policy."""
         answered: Outcome | None = None
         try:
@@ -185,8 +201,8 @@ class Dispatch:
                 late = f"{spec.name} did not answer within the call deadline ({within})"
                 answered = Outcome("transient", message=late)
         finally:
-            if self._after:
-                answered = await self._settle(exchange, spec, answered, self._after)
+            if after:
+                answered = await self._settle(exchange, spec, answered, after)
         assert answered is not None
         return answered, cut
 

@@ -10,7 +10,8 @@ JSON in its text block:
     latency_ms          the whole call, failover included
     attempts[]          provider, outcome (won / empty / error), error_kind, error, latency_ms,
                         cost_usd (a failed attempt is $0; a paid zero-hit answer is its price),
-                        retries (when a free provider was tried again)
+                        retries (when a free provider was tried again), free_quota (an
+                        answer billed $0 on a unit of the provider's free monthly quota)
     est_tokens          the answer's size as the governor counts it (characters / 4)
     reason              one line: what routed it and who won
     warnings, skipped   what was dropped, and each candidate a policy removed before any call
@@ -53,6 +54,8 @@ def attempt_view(attempt: Attempt) -> dict[str, Any]:
         view["error"] = attempt.error
     if attempt.retries:
         view["retries"] = attempt.retries
+    if attempt.free_quota:
+        view["free_quota"] = True
     return view
 
 

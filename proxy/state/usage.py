@@ -1,8 +1,13 @@
-"""How many calls each provider answered this UTC month, for free quotas.
+"""How many calls of each provider used its free quota this UTC month, exact under concurrency.
 
-A paid provider with free quota left this month counts as free for the cheap strategy. The
-count is per process and in memory (the embedded default); the usage ledger rebuilds it after
-a restart once it exists, and a shared store can stand in for several replicas.
+A paid provider with free quota left this month (`free_quota_monthly`) counts as free: the cheap
+strategy orders it as such, the ceiling admits it at $0, and while a unit of its quota is held
+for a call, that call is billed $0. A call reserves its unit just before the provider is called
+and releases it when the provider did not bill (an error, a cancelled call), like the daily
+budget's reservations, so N concurrent calls against a quota Q < N bill exactly Q at $0 and the
+rest at the list price. The count is per process and in memory (the embedded default); the usage
+ledger rebuilds it after a restart (`count`), and a shared store can stand in for several
+replicas.
 """
 
 from __future__ import annotations
@@ -17,10 +22,21 @@ def utc_month(now: float) -> str:
 
 
 class UsageCounter(Protocol):
-    def calls_this_month(self, provider: str) -> int: ...
+    def calls_this_month(self, provider: str) -> int:
+        """Units of the provider's quota used this month, reservations included."""
+        ...
 
     def count(self, provider: str) -> None:
-        """One answered (billed) call of the provider."""
+        """One call the provider billed this month (the usage ledger's rebuild)."""
+        ...
+
+    async def reserve(self, provider: str, quota: int) -> str | None:
+        """Take one unit of the provider's monthly `quota` if any is left: the month it counts
+        in, or None when the quota is used up. Async so that a shared store can make it atomic."""
+        ...
+
+    async def release(self, provider: str, month: str) -> None:
+        """Give back a unit that was not billed (a no-op once its month is over)."""
         ...
 
 
@@ -30,10 +46,11 @@ class MemoryUsage:
         self._month = ""
         self._calls: dict[str, int] = {}
 
-    def _roll(self) -> None:
+    def _roll(self) -> str:
         month = utc_month(self._clock())
         if month != self._month:
             self._month, self._calls = month, {}
+        return month
 
     def calls_this_month(self, provider: str) -> int:
         self._roll()
@@ -42,3 +59,16 @@ class MemoryUsage:
     def count(self, provider: str) -> None:
         self._roll()
         self._calls[provider] = self._calls.get(provider, 0) + 1
+
+    async def reserve(self, provider: str, quota: int) -> str | None:
+        # No await between the check and the add: one step on the event loop.
+        month = self._roll()
+        used = self._calls.get(provider, 0)
+        if used >= quota:
+            return None
+        self._calls[provider] = used + 1
+        return month
+
+    async def release(self, provider: str, month: str) -> None:
+        if month == self._roll() and self._calls.get(provider, 0) > 0:
+            self._calls[provider] -= 1

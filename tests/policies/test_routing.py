@@ -1,16 +1,29 @@
 """The routing policy orders and drops candidates before anything is called: every strategy,
-its ties, free quotas, an explicit order, deny, and a pinned provider."""
+its ties, free quotas, an explicit order, deny, and a pinned provider. Free quotas are exact
+under concurrency: a unit is reserved before the call, given back when it did not bill, and
+receipts, ledger, budget and ceiling agree on the price."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
+import anyio
 import pytest
 
-from frugal_proxy.capabilities import SearchRequest
+from frugal_proxy.capabilities import SearchHit, SearchRequest
 from frugal_proxy.config import CapabilityRouting
+from frugal_proxy.ledger.line import UsageLine, micros
+from frugal_proxy.pipeline.pipeline import build_pipeline
+from frugal_proxy.policies.budget import Budget, spend_key
+from frugal_proxy.policies.ceiling import Ceiling
+from frugal_proxy.policies.ledger import Ledger
 from frugal_proxy.policies.routing import MIN_SAMPLES, Routing
-from frugal_proxy.records import Attempt, Call, Decision, Exchange, ProviderSpec, Route
+from frugal_proxy.providers import FakeProvider
+from frugal_proxy.records import Attempt, Call, Decision, Exchange, Outcome, ProviderSpec, Route
 from frugal_proxy.state.latency import MemoryLatency
+from frugal_proxy.state.spend import MemorySpend
 from frugal_proxy.state.usage import MemoryUsage
+from tests.routed_calls import search
 
 pytestmark = pytest.mark.anyio
 
@@ -109,13 +122,93 @@ def test_a_pinned_provider_is_tried_alone_and_a_denied_one_never() -> None:
     assert unknown.candidates == [] and "no search provider named 'google' is on" in unknown.trace[-1].detail
 
 
-async def test_seal_counts_billed_answers_for_the_quota() -> None:
+async def test_a_quota_unit_is_reserved_before_the_call_and_given_back_when_it_did_not_bill() -> None:
     routing = policy()
-    ex = routed()
-    ex.attempts = [Attempt("marginalia", "transient", 5.0), Attempt("serper", "empty", 9.0, 1_000)]
-    await routing.seal(ex)
-    assert routing.usage.calls_this_month("serper") == 1 and routing.usage.calls_this_month("marginalia") == 0
+    answers = iter([Outcome("transient", message="serper failed (503)"), Outcome("empty"), Outcome("ok", data=[])])
+
+    async def answer(ex: Exchange) -> Outcome:
+        assert "serper" in ex.free_quota  # reserved before the call
+        return next(answers)
+
+    serper = FakeProvider("serper", answer, 1_000, capability="search", free_quota_monthly=2)
+    pipeline = build_pipeline({"serper": serper}, [routing])
+    with anyio.fail_after(5):
+        failed = search("serper")
+        await pipeline.run(failed)
+        assert routing.usage.calls_this_month("serper") == 0 and failed.free_quota == set()
+        empty = search("serper")
+        await pipeline.run(empty)
+    assert routing.usage.calls_this_month("serper") == 1  # an empty answer used a unit too
+    assert empty.attempts == [Attempt("serper", "empty", empty.attempts[0].latency_ms, 0, free_quota=True)]
     assert routing.latency.estimate("serper") is None  # an empty answer says nothing of its speed
+
+
+async def test_concurrent_calls_bill_exactly_the_quota_at_zero_and_the_rest_at_list_price() -> None:
+    """20 concurrent calls against a quota of 5: exactly 5 answers at $0, 15 at $0.0010; the
+    receipts, the ledger lines, the daily budget and the usage count agree."""
+    quota, calls, price = 5, 20, 1_000
+    routing = policy()
+    spend = MemorySpend(lambda: 1_780_000_000.0)
+    budget = Budget({spend_key("search", "serper"): 1_000_000}, spend, lambda: 1_780_000_000.0)
+    lines: list[UsageLine] = []
+
+    async def answer(ex: Exchange) -> Outcome:
+        for _ in range(3):
+            await anyio.lowlevel.checkpoint()  # the calls interleave between reserve and answer
+        return Outcome("ok", data=[SearchHit("t", "https://serper.example/", "s", "serper")])
+
+    serper = FakeProvider("serper", answer, price, capability="search", free_quota_monthly=quota)
+    pipeline = build_pipeline({"serper": serper}, [routing, Ceiling(routing.usage), budget, Ledger(lines)])
+    exchanges = [search("serper") for _ in range(calls)]
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for ex in exchanges:
+                tg.start_soon(pipeline.run, ex)
+    costs = sorted(ex.receipt.cost_micros for ex in exchanges if ex.receipt is not None)
+    assert costs == [0] * quota + [price] * (calls - quota)
+    assert sum(ex.attempts[0].free_quota for ex in exchanges) == quota
+    assert sum(micros(line.total_cost_usd) for line in lines) == sum(costs) == spend.spent("search/serper")
+    assert sum(len(line.free_quota) for line in lines) == quota
+    assert routing.usage.calls_this_month("serper") == quota
+
+
+async def test_the_ceiling_skips_a_provider_whose_last_free_unit_another_call_took() -> None:
+    """max_cost_usd 0 admits serper on its quota of 2 at routing; 6 concurrent calls route
+    before any reaches it (a free provider fails first), so the 2 that get a unit are served by
+    it at $0, the other 4 skip it at dispatch and fall to wiki."""
+    routing = policy()
+
+    def answering(name: str, kind: str = "ok") -> FakeProvider:
+        async def answer(ex: Exchange) -> Outcome:
+            await anyio.lowlevel.checkpoint()
+            if kind != "ok":
+                return Outcome("transient", message=f"{name} failed (503)")
+            return Outcome("ok", data=[SearchHit("t", f"https://{name}.example/", "s", name)])
+
+        return FakeProvider(name, answer, 1_000 if name == "serper" else 0, capability="search", free_quota_monthly=2)
+
+    providers = {"down": answering("down", "error"), "serper": answering("serper"), "wiki": answering("wiki")}
+    pipeline = build_pipeline(providers, [routing, Ceiling(routing.usage)])
+    exchanges = [search("down", "serper", "wiki") for _ in range(6)]
+    for ex in exchanges:
+        ex.request = SearchRequest("q", max_cost_usd=Decimal(0))
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for ex in exchanges:
+                tg.start_soon(pipeline.run, ex)
+    used = sorted(str(ex.receipt.provider_used) for ex in exchanges if ex.receipt is not None)
+    assert used == ["serper"] * 2 + ["wiki"] * 4
+    assert all(ex.receipt is not None and ex.receipt.total_micros == 0 for ex in exchanges)
+    skipped = [d for ex in exchanges for d in ex.trace if d.phase == "dispatch" and d.verdict == "skipped"]
+    assert len(skipped) == 4
+    assert skipped[0] == Decision(
+        "dispatch",
+        "ceiling",
+        "skipped",
+        "skipped serper (other calls used up its free quota meanwhile; serper costs $0.0010 per call, "
+        "above max_cost_usd $0.0000)",
+        provider="serper",
+    )
 
 
 def test_a_name_given_twice_in_order_is_one_candidate() -> None:
