@@ -6,7 +6,8 @@ pipeline:
             with a signed receipt describing that spill)
     govern  measures the result; one that fits passes through byte for byte; one that does not
             is shaped, its full payloads spilled and a signed omission receipt attached in
-            `_meta["frugal/governor"]`
+            `_meta["frugal/governor"]`; a routed page's `max_chars` lowers the route's budget
+            for that call
 
 The proxy's own tools are left alone: their answers are already the governor's.
 """
@@ -15,7 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
+from frugal_proxy.config import Budget
 from frugal_proxy.governor.engine import Governor
+from frugal_proxy.governor.shaping import MARKER_RESERVE
 from frugal_proxy.policies import Policy
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.records import Decision, Exchange
@@ -48,6 +53,9 @@ class GovernorPolicy(Policy):
             return
         route = exchange.route
         budget = self.governor.budget(exchange.operator, route.name)
+        wanted = getattr(exchange.request, "max_chars", None)  # a routed page's per-call knob
+        if isinstance(wanted, int):
+            budget = page_budget(budget, wanted)
         shaped = await self.governor.shape(route.name, exchange.operator, raw, budget, route.output_schema)
         if shaped is None:
             return
@@ -58,6 +66,16 @@ class GovernorPolicy(Policy):
         )
         if artifact_ids:
             await self.governor.remember(exchange.operator, route.name, _arguments(exchange), artifact_ids)
+
+
+def page_budget(budget: Budget, max_chars: int) -> Budget:
+    """The route's budget lowered to a routed page's `max_chars`: the payload carries the page
+    twice (structuredContent and the same JSON in its text block), each copy with room for its
+    marker, so that about `max_chars` characters of the page are kept."""
+    chars = 2 * (max_chars + MARKER_RESERVE)
+    if chars >= budget.max_chars:
+        return budget
+    return msgspec.structs.replace(budget, max_tokens=-(-chars // 4))
 
 
 def _is_own(exchange: Exchange) -> bool:

@@ -237,6 +237,10 @@ class _Output:
         if location[0] == "structuredContent":
             if self.fields is None:
                 self.fields = dict(self.parts.fields())
+            if len(location) == 3:  # a string of an object field: {"page": {"markdown": …}}
+                inner = _object.decode(self.fields[location[1]])
+                inner[location[2]] = value
+                value = msgspec.Raw(_encoder.encode(inner))
             self.fields[location[1]] = value
             return
         block = self._block(location[1])
@@ -739,6 +743,13 @@ def _structured_groups(
     groups: list[Group] = []
     fixed = len(structured)
     for key, value in container.items():
+        if _first(value) == b"{":  # an object field (a routed page): its strings are shaped too
+            nested, covered = _nested_groups(key, value, budget)
+            for inner in nested:
+                inner.json_copies = json_copies
+            groups.extend(nested)
+            fixed -= covered
+            continue
         if _first(value) != b'"':
             continue
         mirror = next((i for i, text in texts.items() if text.raw == value and i not in claimed), None)
@@ -758,6 +769,27 @@ def _structured_groups(
         groups.append(field_group)
         fixed -= len(value)
     return claimed, groups, max(0, fixed) * (1 + len(json_copies))
+
+
+def _nested_groups(key: str, value: msgspec.Raw, budget: Budget) -> tuple[list[Group], int]:
+    """Groups for the strings of an object field of structuredContent, one level down
+    (`structuredContent.page.markdown`), and the bytes of those strings."""
+    try:
+        inner = _object.decode(value)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return [], 0
+    groups: list[Group] = []
+    covered = 0
+    for sub, raw in inner.items():
+        if _first(raw) != b'"':
+            continue
+        text = _Text(("structuredContent", key, sub), f"structuredContent.{key}.{sub}", raw, None)
+        group = _text_group(text, budget)
+        if isinstance(group, _TextGroup):
+            group.kind = _kind_of(sub, None, text.payload)
+        groups.append(group)
+        covered += len(raw)
+    return groups, covered
 
 
 def _is_array_of(payload: bytes, array: _Found) -> bool:

@@ -16,6 +16,7 @@ into failures once fixed: then drop the workaround in examples/demo.py and the m
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import socket
@@ -209,25 +210,35 @@ async def test_a_2026_client_gets_routed_answers_from_upstream_tools(
 
 
 @pytest.mark.anyio
-@pytest.mark.xfail(
-    strict=True,
-    reason="the governor now shapes a routed answer's payload before the receipt is added (so it never "
-    "cuts attempts[]), but a page payload {page: {markdown}} is not shaped at all: the plan finds no "
-    "array to cut and does not cut a string inside a structured object (issue 15's structural shaping)",
-)
 async def test_the_governor_cuts_a_routed_page_and_keeps_its_receipt(
     tmp_path: Path, offline: tuple[dict[str, str], Path]
 ) -> None:
+    """The page's markdown is cut to the route's budget, the receipt rides whole, the marker is a
+    text block of its own, and the omission receipt's artifact gives back the whole markdown."""
     env, _ = offline
     text = CONFIG.read_text(encoding="utf-8") + '\n[governor.routes."frugal__extract"]\nmax_bytes = 2048\n'
-    [result] = await call_through(env, demo_config(tmp_path, text), "legacy", ("frugal__extract", {"url": PAGE}))
-    assert not result.is_error, text_of(result)
-    report = (result.meta or {})["frugal/governor"]
+    with anyio.fail_after(50):
+        async with Client(serve(env, demo_config(tmp_path, text)), mode="legacy") as client:
+            result = await client.call_tool("frugal__extract", {"url": PAGE})
+            assert not result.is_error, text_of(result)
+            report = (result.meta or {})["frugal/governor"]
+            receipt = report["receipts"][0]
+            whole, offset = b"", 0
+            while offset is not None:
+                piece = await client.call_tool(
+                    "frugal__fetch_slice", {"artifact_id": receipt["artifact_id"], "offset": offset}
+                )
+                assert isinstance(piece.structured_content, dict), text_of(piece)
+                whole += base64.b64decode(piece.structured_content["data_base64"])
+                offset = piece.structured_content["next_offset"]
     assert isinstance(result.structured_content, dict)
     assert [a["provider"] for a in result.structured_content["attempts"]] == ["library-pages"]
-    assert report["receipts"][0]["field"] == "structuredContent.page.markdown"
+    assert receipt["field"] == "structuredContent.page.markdown"
     assert not report.get("over_budget")
-    assert len(result.structured_content["page"]["markdown"].encode()) < report["receipts"][0]["total_bytes"]
+    kept = result.structured_content["page"]["markdown"]
+    assert len(kept.encode()) < receipt["total_bytes"] == len(whole)
+    assert whole.decode().startswith(kept) and len(whole) > len(kept.encode())
+    assert any("frugal__fetch_slice" in block.text for block in result.content[1:] if block.type == "text")
 
 
 @pytest.mark.anyio

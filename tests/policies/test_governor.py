@@ -12,6 +12,7 @@ import anyio
 import msgspec
 import pytest
 
+from frugal_proxy.capabilities import ExtractRequest
 from frugal_proxy.config import Budget, GovernorSettings, RouteBudget
 from frugal_proxy.governor import keys, receipts, shaping
 from frugal_proxy.policies.governor import GovernorPolicy
@@ -140,3 +141,21 @@ def test_200_mb_result_stays_within_two_payloads_of_memory() -> None:
     assert len(rendered) < 40_000
     assert peak <= 2.1 * size, peak / size
     assert json.loads(bytes(rendered))["_meta"]["frugal/governor"]["chars_total"] == size
+
+
+async def test_a_routed_pages_max_chars_lowers_the_budget_for_that_call() -> None:
+    page = {"url": "https://example.org/", "markdown": "word " * 1000}
+    result = {"content": [{"type": "text", "text": json.dumps({"page": page})}], "structuredContent": {"page": page}}
+    governor = make_governor()
+    whole = exchange("read_page", {"url": page["url"]}, result)
+    before = whole.answer
+    await GovernorPolicy(governor).govern(whole)
+    assert whole.answer is before  # 5 kB fits the route's budget
+    short = exchange("read_page", {"url": page["url"], "max_chars": 800}, result)
+    short.request = ExtractRequest(page["url"], max_chars=800)
+    await GovernorPolicy(governor).govern(short)
+    assert short.answer is not None
+    body = jsonrpc.decode_any(short.answer["result"])
+    kept = body["structuredContent"]["page"]["markdown"]
+    assert 600 < len(kept) <= 800 and page["markdown"].startswith(kept)
+    assert body["_meta"]["frugal/governor"]["receipts"][0]["field"] == "structuredContent.page.markdown"

@@ -286,6 +286,21 @@ def test_a_list_in_one_block_beside_its_structured_copy_is_one_cut() -> None:
     assert len(render(other)[0].cuts) == 2
 
 
+def test_a_page_one_level_down_is_cut_in_both_copies() -> None:
+    """A routed extract's payload `{page: {url, title, markdown}}`: the markdown is cut, the url
+    and title stay, the text block is still the structured JSON, the marker is a block of its own."""
+    page = {"url": "https://example.org", "title": "Tides", "markdown": "# Tides\n\nword " * 3000}
+    result = {"content": [{"type": "text", "text": json.dumps({"page": page})}], "structuredContent": {"page": page}}
+    shaped, out = render(result, Budget(max_bytes=4096))
+    (cut,) = shaped.cuts
+    assert (cut.field, cut.mode, cut.payload) == ("structuredContent.page.markdown", "text", page["markdown"].encode())
+    kept = out["structuredContent"]["page"]
+    assert (kept["url"], kept["title"]) == (page["url"], page["title"])
+    assert page["markdown"].startswith(kept["markdown"]) and len(kept["markdown"]) < len(page["markdown"])
+    assert json.loads(out["content"][0]["text"]) == out["structuredContent"]
+    assert markers(out) == [out["content"][-1]["text"]] and measured(out) <= 4096
+
+
 def test_json_in_a_structured_string_and_its_json_copy_hold_the_budget() -> None:
     rows = [{"n": i, "c": list(range(100))} for i in range(2000)]
     structured = {"content": json.dumps(rows, indent=1), "count": 2000}
