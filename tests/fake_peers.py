@@ -6,7 +6,9 @@ the initialize replay, `ensure_ready`, the routing of what the server sends unas
 state) is the real shared code; only the wire is replaced. Requests reach a handler decoded,
 and what it returns is the result (a `Frame` goes back as it is). Without a handler of its own
 a method gets a small server's answer: `initialize` (session era only), `tools/list` and
-`tools/call` (an echo of the name and arguments); anything else is -32601.
+`tools/call` (an echo of the name and arguments); anything else is -32601. A `dual` server
+answers `server/discover` and `initialize`, and keeps the era of the first one it gets, as the
+SDK's do over stdio (it is probed on the wire, so the probe shows in `calls`).
 
     upstream = FakeUpstream("notes", era="legacy", tools=[tool("add")])
     upstream.handlers["tools/call"] = slow_call        # async (FakeCall) -> result or Frame
@@ -32,7 +34,7 @@ from frugal_proxy.bridge.downstream import DownstreamPeer
 from frugal_proxy.bridge.link import Client, UpstreamLink
 from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
-from frugal_proxy.upstream.base import ProgressHandler, RelatedHandler, UpstreamBase
+from frugal_proxy.upstream.base import ProgressHandler, RelatedHandler, UpstreamBase, discovered
 
 
 def tool(name: str, **extra: Any) -> dict[str, Any]:
@@ -77,7 +79,7 @@ class FakeUpstream(UpstreamBase):
         self,
         name: str = "fake",
         *,
-        era: Literal["modern", "legacy"] = "modern",
+        era: Literal["modern", "legacy", "dual"] = "modern",
         tools: list[dict[str, Any]] | None = None,
         capabilities: dict[str, Any] | None = None,
         instructions: str | None = None,
@@ -99,6 +101,7 @@ class FakeUpstream(UpstreamBase):
         self._refusal: str | None = None
         self._asked: dict[int, _Asked] = {}
         self._server_ids = itertools.count(9001)
+        self.locked: str | None = None  # the era a dual server took from its first request
 
     # -- what the tests see ----------------------------------------------------------------------
 
@@ -139,7 +142,13 @@ class FakeUpstream(UpstreamBase):
             raise self._down_error()
         self._up = True
         self.generation += 1
-        await self._settle(self._discover_result() if self.speaks == "modern" else None)
+        if self.follows_client or self.speaks == "dual":
+            await self._negotiate()
+        else:
+            await self._settle(self._discover_result() if self.speaks == "modern" else None)
+
+    async def _discover(self) -> dict[str, Any] | None:
+        return discovered(await self.request("server/discover", UpstreamBase.discover_params()))
 
     async def request(
         self,
@@ -204,7 +213,14 @@ class FakeUpstream(UpstreamBase):
         return result
 
     async def _default(self, call: FakeCall) -> Any:
-        if call.method == "initialize" and self.speaks == "legacy":
+        if self.speaks == "dual" and self.locked is None and call.method in ("initialize", "server/discover"):
+            self.locked = "legacy" if call.method == "initialize" else "modern"
+        if call.method == "server/discover" and "legacy" not in (self.speaks, self.locked):
+            return self._discover_result()
+        if call.method == "initialize" and "modern" in (self.speaks, self.locked):
+            data = {"supported": list(eras.MODERN_VERSIONS), "requested": call.params.get("protocolVersion")}
+            return jsonrpc.error(None, jsonrpc.UNSUPPORTED_PROTOCOL_VERSION, "unsupported version", data)
+        if call.method == "initialize" and "legacy" in (self.speaks, self.locked):
             result: dict[str, Any] = {
                 "protocolVersion": eras.negotiate_handshake(call.params.get("protocolVersion")),
                 "capabilities": self.server_capabilities,
@@ -221,7 +237,7 @@ class FakeUpstream(UpstreamBase):
         return jsonrpc.error(None, jsonrpc.METHOD_NOT_FOUND, f"{call.method} not supported")
 
     def _modern_hints(self, *, cacheable: bool = True) -> dict[str, Any]:
-        if self.speaks != "modern":
+        if "modern" not in (self.speaks, self.locked):
             return {}
         hints: dict[str, Any] = {"resultType": "complete"}
         if cacheable:

@@ -93,6 +93,7 @@ class UpstreamBase(abc.ABC):
         self.follows_client = False
         self.client_era: Era | None = None
         self._assumed = False
+        self._refused_session = False  # it refused initialize and answered discover: modern only
         self._ids = itertools.count(1)
         self._progress: dict[int, ProgressHandler] = {}
         self._related: dict[int, RelatedHandler] = {}
@@ -262,7 +263,7 @@ class UpstreamBase(abc.ABC):
         if self.follows_client:
             if self.client_era is None:
                 return  # chosen when the client's first message arrives (ensure_ready)
-            if self.client_era == "legacy":
+            if self.client_era == "legacy" and not self._refused_session:
                 self.era = "legacy"
                 self._assumed = True
                 self._address_in_session_era()
@@ -338,6 +339,7 @@ class UpstreamBase(abc.ABC):
                 # statelessly; any other refusal is the session-era server's own answer.
                 found = await self._discover()
                 if found is not None:
+                    self._refused_session = True  # after a restart it is probed, not initialized
                     self._become_modern(found)
                     return reply
         if "result" not in reply and not self._probe_settled.is_set():

@@ -353,3 +353,66 @@ async def test_unasked_notifications_reach_the_client_its_era_s_way(client: Clie
             tg.cancel_scope.cancel()
     assert downstream.methods() == delivered
     assert changed == ["notifications/tools/list_changed"]  # the catalog hears of it in every era
+
+
+# -- a connection that follows its one client's era ----------------------------------------------
+
+LEGACY_INIT = {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "c"}}
+
+
+async def test_a_following_connection_chooses_no_era_before_its_client_speaks() -> None:
+    upstream = FakeUpstream(era="dual")
+    upstream.follow_client()
+    async with link_to(upstream, Client()):
+        await upstream.ensure_ready()
+        assert upstream.running and upstream.era is None
+    assert upstream.calls == []  # not probed: a dual-era server keeps the era of its first request
+
+
+async def test_a_session_era_client_reaches_a_dual_era_upstream_through_its_own_initialize() -> None:
+    """The client's initialize goes first (no discover probe), so the server serves the session
+    era and its server-to-client requests reach the client, as directly."""
+    upstream = FakeUpstream(era="dual")
+    upstream.follow_client()
+    client = Client("legacy", LEGACY_INIT["capabilities"])
+    downstream = FakeClient({"elicitation/create": {"action": "accept", "content": {"name": "Ada"}}})
+
+    async def elicits(call: FakeCall) -> Any:
+        answer = await upstream.ask("elicitation/create", {"message": "Name?", "requestedSchema": {}})
+        return {"content": [{"type": "text", "text": body(answer)["content"]["name"]}]}
+
+    upstream.handlers["tools/call"] = elicits
+    async with link_to(upstream, client, downstream) as link:
+        reply = await link.initialize_for_client(LEGACY_INIT, passthrough=True)
+        called = await link.forward("tools/call", params(name="ask"), client, None)
+    assert upstream.methods() == ["initialize", "tools/call"]
+    assert upstream.last("initialize").params == LEGACY_INIT
+    assert upstream.era == "legacy" and upstream.locked == "legacy"
+    assert body(reply)["serverInfo"]["name"] == "fake"
+    assert body(called)["content"][0]["text"] == "Ada"
+    assert downstream.methods() == ["elicitation/create"]
+
+
+async def test_a_session_era_client_of_a_modern_only_upstream_is_described_from_discover() -> None:
+    upstream = FakeUpstream(era="modern")
+    upstream.follow_client("legacy")
+    async with link_to(upstream, Client("legacy")) as link:
+        reply = await link.initialize_for_client(LEGACY_INIT, passthrough=True)
+        await link.forward("tools/list", params(), Client("legacy"), None)
+        await upstream.shutdown()  # restarted by the next request: probed, not initialized again
+        await link.forward("tools/list", params(), Client("legacy"), None)
+    assert upstream.methods()[:2] == ["initialize", "server/discover"]  # refused, then probed
+    assert upstream.methods().count("initialize") == 1
+    assert upstream.methods().count("server/discover") == 2
+    assert upstream.era == "modern"
+    assert body(reply)["protocolVersion"] == "2025-11-25" and body(reply)["serverInfo"]["name"] == "fake"
+    assert eras.META_VERSION in upstream.last("tools/list").params["_meta"]  # stamped for the modern upstream
+
+
+async def test_a_modern_client_of_a_following_dual_era_upstream_probes_it() -> None:
+    upstream = FakeUpstream(era="dual")
+    upstream.follow_client()
+    async with link_to(upstream, Client()) as link:
+        await link.forward("tools/list", params(_meta=MODERN_META), Client("modern"), None)
+    assert upstream.methods() == ["server/discover", "tools/list"]
+    assert upstream.era == "modern" and upstream.locked == "modern"
