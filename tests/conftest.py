@@ -13,6 +13,7 @@ from mcp import StdioServerParameters
 ROOT = Path(__file__).resolve().parent.parent
 NOTES_SERVER = ROOT / "examples" / "servers" / "notes_server.py"
 FAULTY_SERVER = ROOT / "tests" / "servers" / "faulty_server.py"
+MODERN_ONLY_SERVER = ROOT / "tests" / "servers" / "modern_only_server.py"
 EVERYTHING_JS = (
     ROOT / ".deps" / "node" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
 )
@@ -29,6 +30,12 @@ def everything_js() -> Path:
 
 def notes_command() -> list[str]:
     return [sys.executable, str(NOTES_SERVER)]
+
+
+def modern_only_command() -> list[str]:
+    """The notes server in 2026-07-28 only (it refuses initialize): what a session-era client
+    must be bridged to, where the dual-era notes server would serve it in its own era."""
+    return [sys.executable, str(MODERN_ONLY_SERVER)]
 
 
 def everything_command() -> list[str]:

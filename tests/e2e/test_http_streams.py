@@ -21,7 +21,7 @@ from mcp import Client, ClientSession
 from mcp.client.sse import sse_client
 from mcp.shared.exceptions import MCPError
 
-from tests.conftest import everything_command, notes_command, proxy_command
+from tests.conftest import everything_command, modern_only_command, notes_command, proxy_command
 from tests.e2e import test_http_upstream
 from tests.e2e.test_http_downstream import (
     INITIALIZE,
@@ -140,11 +140,21 @@ async def test_a_broken_request_stream_resumes_with_last_event_id(proxy: Proxy) 
     assert [event["id"] for event in rest] == [f"{stream_id}-{n}" for n in (2, 3, 4)]
 
 
-async def test_the_standalone_stream_resumes_after_the_last_event_it_delivered(proxy: Proxy) -> None:
+@pytest.fixture(scope="module")
+def modern_only_proxy() -> Iterator[Proxy]:
+    """In front of a 2026-07-28-only server, whose changes reach a session-era client through
+    the proxy's listen stream (a dual-era one serves such a client in its own era)."""
+    started = start(modern_only_command())
+    yield started
+    started.stop()
+
+
+async def test_the_standalone_stream_resumes_after_the_last_event_it_delivered(modern_only_proxy: Proxy) -> None:
     def note(ident: int, name: str) -> dict[str, Any]:
         return {"jsonrpc": "2.0", "id": ident, "method": "tools/call", "params": {"name": "add_note",
                 "arguments": {"name": name, "text": "x"}}}  # fmt: skip
 
+    proxy = modern_only_proxy
     with anyio.fail_after(30):
         async with httpx2.AsyncClient(timeout=20) as http:
             headers = await open_session(http, proxy.url)

@@ -14,7 +14,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp_types import PaginatedRequestParams, TextContent
 
-from tests.conftest import ROOT, everything_command, notes_command
+from tests.conftest import ROOT, everything_command, modern_only_command, notes_command
 
 pytestmark = pytest.mark.anyio
 
@@ -23,7 +23,7 @@ FILESYSTEM_JS = (
 )
 
 
-def write_config(tmp_path: Path, extra: str = "", page_size: int = 500) -> Path:
+def write_config(tmp_path: Path, extra: str = "", page_size: int = 500, notes: list[str] | None = None) -> Path:
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
     (data / "hello.txt").write_text("hello from the files upstream\n")
@@ -31,7 +31,7 @@ def write_config(tmp_path: Path, extra: str = "", page_size: int = 500) -> Path:
     path.write_text(
         f"""
 [upstreams.notes]
-command = {json.dumps(notes_command())}
+command = {json.dumps(notes or notes_command())}
 
 [upstreams.everything]
 command = {json.dumps(everything_command())}
@@ -132,7 +132,9 @@ async def test_list_changed_reaches_a_modern_client(tmp_path: Path) -> None:
 
 
 async def test_list_changed_reaches_a_legacy_client(tmp_path: Path) -> None:
-    config = write_config(tmp_path)
+    # From a 2026-07-28-only server, through the proxy's listen stream (the dual-era notes server
+    # serves a session-era client in its own era, which sends no list_changed for add_note).
+    config = write_config(tmp_path, notes=modern_only_command())
     seen = anyio.Event()
 
     async def on_message(message: Any) -> None:

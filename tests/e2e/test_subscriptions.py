@@ -10,7 +10,7 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPDeprecationWarning
 
-from tests.conftest import everything_command, notes_command, params, proxy_command
+from tests.conftest import everything_command, modern_only_command, notes_command, params, proxy_command
 
 pytestmark = pytest.mark.anyio
 
@@ -63,8 +63,10 @@ async def test_legacy_client_hears_changes_of_a_modern_upstream() -> None:
             seen.set()
 
     with anyio.fail_after(30):
+        # A modern-only server: the dual-era notes server would serve a session-era client in its
+        # own era (with the capabilities it declares there), as it does directly.
         async with Client(
-            params(proxy_command(notes_command())), mode="legacy", cache=None, message_handler=on_message
+            params(proxy_command(modern_only_command())), mode="legacy", cache=None, message_handler=on_message
         ) as client:
             assert client.server_capabilities.resources is not None
             assert client.server_capabilities.resources.subscribe is True
