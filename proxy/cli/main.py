@@ -270,6 +270,7 @@ async def wrap_stdio(
     downstream = DownstreamPeer(writer)
     connection = connect(_spec(command, name, env, headers or {}, max_line_bytes, probe_timeout))
     connection.follow_client()  # its era is chosen when the client's first message shows the client's
+    failed: dict[str, UpstreamDown] = {}
     try:
         # The upstream boots in its own process while this one imports the rest of the proxy.
         async with run([connection], log_failures=False) as running:
@@ -288,7 +289,10 @@ async def wrap_stdio(
             tg = running.task_group
             session = Router(connection, downstream, tg, assembly=assembly, timeouts={name: call_timeout})
             tg.start_soon(stop_on_signal, tg.cancel_scope)
+            watching = anyio.CancelScope()
+            tg.start_soon(_exit_if_not_started, connection, failed, watching, tg.cancel_scope)
             await session.serve(FrameReader(source, max_line_bytes))
+            watching.cancel()  # from now on it is shut down by the proxy, not failing to start
             log.info("client closed stdin; shutting down")
             with anyio.move_on_after(DRAIN_SECONDS):
                 await session.drain()
@@ -297,7 +301,22 @@ async def wrap_stdio(
     finally:
         source.restore()
         sink.restore()
+    if failed:  # it exited before its era was chosen
+        print(f"frugal-proxy: the upstream did not start: {failed[name]}", file=sys.stderr)
+        return 2
     return 0
+
+
+async def _exit_if_not_started(
+    connection: UpstreamBase, failed: dict[str, UpstreamDown], watching: anyio.CancelScope, wrap: anyio.CancelScope
+) -> None:
+    """End the wrap when the upstream exits before its era is chosen (it is only spawned until
+    the client's first message arrives): as a start that failed, with its reason."""
+    with watching:
+        down = await connection.started_or_down()
+        if down is not None:
+            failed[connection.name] = down
+            wrap.cancel()
 
 
 def _spec(

@@ -94,6 +94,7 @@ class UpstreamBase(abc.ABC):
         self.client_era: Era | None = None
         self._assumed = False
         self._refused_session = False  # it refused initialize and answered discover: modern only
+        self._first_outcome = anyio.Event()  # the first era chosen, or the first start failed
         self._ids = itertools.count(1)
         self._progress: dict[int, ProgressHandler] = {}
         self._related: dict[int, RelatedHandler] = {}
@@ -208,6 +209,8 @@ class UpstreamBase(abc.ABC):
     def _record_down(self, reason: str, tail: list[str], *, healthy: bool = False, at_least: float = 0.0) -> None:
         """Remember why it is down and when to try again (0.5 s doubling to 30 s; a healthy run
         resets the count; `at_least` honours a server's Retry-After)."""
+        if self.era is None:
+            self._first_outcome.set()  # down before any era was chosen: it did not start
         self._failures = 0 if healthy else self._failures + 1
         backoff = min(BACKOFF_FIRST * 2 ** max(self._failures - 1, 0), BACKOFF_MAX) if self._failures else 0.0
         self._next_start = time.monotonic() + max(backoff, at_least)
@@ -266,12 +269,21 @@ class UpstreamBase(abc.ABC):
             if self.client_era == "legacy" and not self._refused_session:
                 self.era = "legacy"
                 self._assumed = True
+                self._first_outcome.set()
                 self._address_in_session_era()
                 log.info("upstream addressed in the session era, as its client is", extra={"upstream": self.name})
                 if self.initialize_params is not None:
                     await self._initialize(self.initialize_params)
                 return
         await self._settle(await self._discover())
+        self._first_outcome.set()
+
+    async def started_or_down(self) -> UpstreamDown | None:
+        """Wait until the first start has chosen an era (None) or failed before it could (why):
+        a connection that follows its client is only spawned until the client speaks, and one
+        that exits before that did not start."""
+        await self._first_outcome.wait()
+        return self._down_error() if self.era is None else None
 
     async def _discover(self) -> dict[str, Any] | None:
         """What `server/discover` says of the upstream: its DiscoverResult, None for the session

@@ -174,6 +174,17 @@ async def test_command_that_exits_at_start_exits_2_with_its_reason() -> None:
     assert "exited with status 4" in stderr and "no config found" in stderr
 
 
+async def test_a_client_that_leaves_before_its_first_message_ends_the_wrap_with_0() -> None:
+    """The upstream is spawned but its era not chosen until the client speaks; shutting it down
+    then is the proxy's doing, not a failed start."""
+    async with anyio.create_task_group() as tg:
+        client = await RawClient.start(tg, proxy_command(notes_command()))
+        code = await client.close()
+        tg.cancel_scope.cancel()
+    assert code == 0, client.stderr_text()
+    assert "did not start" not in client.stderr_text()
+
+
 async def test_stdin_eof_shuts_the_upstream_down() -> None:
     async with proxied() as client:
         await client.initialize()
