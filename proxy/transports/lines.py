@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -98,7 +99,9 @@ class FrameWriter:
         self._lock = anyio.Lock(fast_acquire=True)
         self.closed = False
 
-    async def send(self, frame: Frame | list[Frame]) -> None:
+    async def send(self, frame: Frame | list[Frame], *, on_writing: Callable[[], None] | None = None) -> None:
+        """Write one line; `on_writing` is told once its turn has come and the bytes start to go
+        out (a send cancelled before that wrote nothing)."""
         data = jsonrpc.encode(frame)
         # A large message gets its newline as a write of its own: appending would copy it whole.
         small = len(data) <= SMALL_MESSAGE
@@ -107,6 +110,8 @@ class FrameWriter:
         async with self._lock:
             if self.closed:
                 raise anyio.ClosedResourceError
+            if on_writing is not None:
+                on_writing()
             await self._sink.write(data)
             if not small:
                 await self._sink.write(b"\n")

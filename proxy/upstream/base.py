@@ -63,6 +63,10 @@ class Pending:
     reply: Frame | None = None
     failure: Exception | None = None
     progress_token: int | None = None
+    sent: bool = False  # whether the request went out: only then is a cancellation sent after it
+
+    def mark_sent(self) -> None:
+        self.sent = True
 
 
 class UpstreamBase(abc.ABC):

@@ -4,7 +4,8 @@
 transport shares, the id and progress-token mapping, the initialize replay and the routing of
 unasked messages, is `UpstreamBase`'s):
 
-- a caller that is cancelled sends `notifications/cancelled` for its upstream id;
+- a caller that is cancelled sends `notifications/cancelled` for its upstream id, once the
+  request has gone out (one cancelled while waiting for its turn to be written is not sent);
 - era detection follows the spec: probe `server/discover`, and fall back to the session era on
   any error or on a short timeout (never on one particular error code); a process that serves
   one client alone is probed only once that client's era is known, and not at all for a
@@ -201,10 +202,12 @@ class UpstreamConnection(UpstreamBase):
         upstream_id, params, pending = self._open(params, on_progress, on_related, method)
         gen.pending[upstream_id] = pending
         try:
-            await gen.writer.send(jsonrpc.request(upstream_id, method, params))
+            await gen.writer.send(jsonrpc.request(upstream_id, method, params), on_writing=pending.mark_sent)
             await pending.done.wait()
         except anyio.get_cancelled_exc_class():
-            if gen.pending.pop(upstream_id, None) is not None:
+            # A request still waiting for its turn to be written never reached the upstream:
+            # there is nothing to cancel there (it would hear of an id it never saw).
+            if gen.pending.pop(upstream_id, None) is not None and pending.sent:
                 if abandon_quietly:
                     self._abandoned.add(upstream_id)
                 else:
@@ -233,7 +236,8 @@ class UpstreamConnection(UpstreamBase):
 
     async def cancel(self, upstream_id: int, reason: str) -> None:
         gen = self._gen
-        if gen is not None and gen.pending.pop(upstream_id, None) is not None:
+        waiting = gen.pending.pop(upstream_id, None) if gen is not None else None
+        if gen is not None and waiting is not None and waiting.sent:
             self._abandoned.add(upstream_id)
             params = {"requestId": upstream_id, "reason": reason}
             await gen.writer.send(jsonrpc.notification("notifications/cancelled", params))

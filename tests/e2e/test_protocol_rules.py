@@ -268,3 +268,28 @@ def test_a_2025_03_26_batch_over_http_is_answered_element_by_element(notes_http:
     }
     refused = httpx2.post(notes_http.url, content=BAD_BATCH, headers=headers, timeout=10)
     assert refused.status_code == 400 and refused.json()["error"]["code"] == -32600
+
+
+# -- cancellation ----------------------------------------------------------------------------------------
+
+
+async def test_a_cancelled_request_that_never_reached_the_upstream_is_not_cancelled_there() -> None:
+    async with proxied() as client:  # the wrap form in front of the faulty server, over stdio
+        await client.initialize()
+        pid = int(text(await call(client, 1, "pid")))
+        async with stopped(pid):
+            # A stopped upstream stops reading: 4 MiB fill its stdin pipe and hold the writer, so
+            # the next request waits for its turn, and is cancelled before it is written.
+            big = {"jsonrpc": "2.0", "id": 2, "method": "tools/call"}
+            await client.send({**big, "params": {"name": "echo", "arguments": {"text": "x" * (4 << 20)}}})
+            await client.send({**big, "id": 3, "params": {"name": "echo", "arguments": {"text": "never sent"}}})
+            await anyio.sleep(0.5)
+            await client.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}})
+            await anyio.sleep(0.5)
+        assert (await client.receive(wait=20))["id"] == 2
+        assert (await client.request(6, "ping"))["result"] == {}  # answered by the proxy itself
+        for answered in (6, 999, "never-seen"):
+            cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": answered}}
+            await client.send(cancel)
+        assert text(await call(client, 4, "cancellations")) == "[]"
+        assert text(await call(client, 5, "echo", {"text": "fine"})) == "fine"
