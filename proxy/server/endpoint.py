@@ -47,7 +47,7 @@ from frugal_proxy.server.guard import (
     read_messages,
 )
 from frugal_proxy.server.sessions import DEFAULT_HANDSHAKE_TIMEOUT, HttpSession, HttpSessions
-from frugal_proxy.server.streams import EventStream, ReplyStream, reply_response, rpc_error
+from frugal_proxy.server.streams import CancellableReply, EventStream, ReplyStream, reply_response, rpc_error
 
 log = logging.getLogger("frugal_proxy.http_server")
 
@@ -399,7 +399,9 @@ class Endpoint:
                 return ReplyStream(answer, EventLog("request"), resumable=False)
             prime = version is not None and version >= "2025-11-25"
             return ReplyStream(answer, entry.outbox.events.open(), resumable=True, prime=prime)
-        return reply_response(await self.answer(session, frame, ident, entry, operator, None, headers), modern=modern)
+        if modern:
+            return CancellableReply(lambda: self.answer(session, frame, ident, entry, operator, None, headers))
+        return reply_response(await self.answer(session, frame, ident, entry, operator, None, headers))
 
     # -- health ----------------------------------------------------------------------------------------
 

@@ -90,6 +90,31 @@ async def _until_disconnect(receive: Receive) -> None:
         pass
 
 
+class CancellableReply(Response):
+    """A 2026-07-28 request's plain JSON reply, worked out while the response is served, so that
+    a client that disconnects first (that revision's way of cancelling over HTTP: it has no
+    client notifications) has the call cancelled, upstream too, at once."""
+
+    def __init__(self, answer: Callable[[], Awaitable[Frame | None]]) -> None:
+        super().__init__(media_type="application/json")
+        self.answer = answer
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        replies: list[Frame | None] = []
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                await _until_disconnect(receive)
+                log.info("client disconnected before its reply; the call is cancelled")
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            replies.append(await self.answer())
+            tg.cancel_scope.cancel()
+        if replies and replies[0] is not None:
+            await reply_response(replies[0], modern=True)(scope, receive, send)
+
+
 class ReplyStream(Response):
     """An SSE response scoped to one request: its notifications (progress), then its reply.
     `answer` is called with the stream's writer, where the request's own notifications go.

@@ -19,7 +19,15 @@ import pytest
 
 from tests.conftest import notes_command
 from tests.e2e.test_bad_input import FAULTY, call, proxied, running, text
-from tests.e2e.test_http_downstream import INITIALIZE, LEGACY_HEADERS, META, Proxy, modern_body, modern_headers
+from tests.e2e.test_http_downstream import (
+    INITIALIZE,
+    LEGACY_HEADERS,
+    META,
+    Proxy,
+    modern_body,
+    modern_headers,
+    sdk_client,
+)
 from tests.e2e.test_http_downstream import start as start_http
 from tests.rawclient import MODERN_META
 
@@ -293,3 +301,35 @@ async def test_a_cancelled_request_that_never_reached_the_upstream_is_not_cancel
             await client.send(cancel)
         assert text(await call(client, 4, "cancellations")) == "[]"
         assert text(await call(client, 5, "echo", {"text": "fine"})) == "fine"
+
+
+async def cancellations_over_http(http: httpx2.AsyncClient, url: str) -> int:
+    body = modern_body("tools/call", {"name": "cancellations", "arguments": {}})
+    reply = await http.post(url, json=body, headers=modern_headers("tools/call", "cancellations"))
+    return int(reply.json()["result"]["structuredContent"]["result"])
+
+
+async def test_a_modern_client_that_disconnects_from_a_plain_json_call_has_it_cancelled_upstream(
+    notes_http: Proxy,
+) -> None:
+    url = notes_http.url
+    body = modern_body("tools/call", {"name": "sleep", "arguments": {"seconds": 30}}, ident=7)  # no progressToken
+    async with httpx2.AsyncClient(timeout=20) as http:
+        before = await cancellations_over_http(http, url)
+        with pytest.raises(httpx2.ReadTimeout):  # the client gives up after 1 s and drops the connection
+            await http.post(url, json=body, headers=modern_headers("tools/call", "sleep"), timeout=1)
+        with anyio.fail_after(5):  # the upstream hears of it within a second or so; 5 s: hang detection
+            while await cancellations_over_http(http, url) == before:  # noqa: ASYNC110 - another process's count
+                await anyio.sleep(0.1)
+
+
+async def test_an_sdk_client_that_cancels_a_call_over_http_has_it_cancelled_upstream(notes_http: Proxy) -> None:
+    url = notes_http.url
+    async with httpx2.AsyncClient(timeout=20) as http:
+        before = await cancellations_over_http(http, url)
+        async with sdk_client(url, "auto") as client:
+            with anyio.move_on_after(1):  # the SDK aborts the call's POST: 2026-07-28's cancellation
+                await client.call_tool("sleep", {"seconds": 30})
+            with anyio.fail_after(5):
+                while await cancellations_over_http(http, url) == before:  # noqa: ASYNC110 - another process's count
+                    await anyio.sleep(0.1)
