@@ -56,8 +56,15 @@ def effective_cost(spec: ProviderSpec, usage: UsageCounter) -> int:
 class Routing(Policy):
     name = "routing"
 
-    def __init__(self, settings: dict[str, CapabilityRouting], usage: UsageCounter, latency: LatencyBook) -> None:
+    def __init__(
+        self,
+        settings: dict[str, CapabilityRouting],
+        usage: UsageCounter,
+        latency: LatencyBook,
+        routes: dict[str, CapabilityRouting] | None = None,
+    ) -> None:
         self.settings = settings
+        self.routes = dict(routes or {})  # `[routes.NAME]`: a plain tool served by several upstreams
         self.usage = usage
         self.latency = latency
         self._held: dict[tuple[int, str], str] = {}  # (exchange, provider) -> the month reserved in
@@ -87,7 +94,8 @@ class Routing(Policy):
         route = exchange.route
         if len(exchange.candidates) < 2 and route.capability is None:
             return  # a plain tool with one upstream: nothing to order
-        settings = self.settings.get(route.capability or "") or CapabilityRouting()
+        found = self.settings.get(route.capability) if route.capability else self.routes.get(route.name)
+        settings = found or CapabilityRouting()
         where = f"routing.{route.capability}" if route.capability else f"routes.{route.name}"
         kept: list[ProviderSpec] = []
         for spec in exchange.candidates:

@@ -14,6 +14,7 @@ import anyio
 import msgspec
 
 from frugal_proxy.errors import UpstreamError
+from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.records import Exchange, Outcome, OutcomeKind, ProgressSink, ProviderSpec
 
@@ -23,25 +24,38 @@ Forwarder = Callable[
 
 
 class McpToolProvider:
-    """Serves a route by calling one tool of one upstream."""
+    """Serves a route by calling one tool of one upstream: the tool the call names, or with
+    `tool`, that one (a candidate of a `[routes.NAME]` route, named `UPSTREAM.TOOL` in receipts).
+    A candidate's JSON-RPC error is a fault of that candidate, so the route fails over past it."""
 
-    def __init__(self, name: str, forward: Forwarder, price_micros: int = 0, timeout: float | None = None) -> None:
-        self.name = name
-        self.spec = ProviderSpec(name, "tool", price_micros)
+    def __init__(
+        self,
+        name: str,
+        forward: Forwarder,
+        price_micros: int = 0,
+        timeout: float | None = None,
+        *,
+        tool: str | None = None,
+    ) -> None:
+        self.name = name  # the upstream's name
+        self.tool = tool
+        self.spec = ProviderSpec(name if tool is None else f"{name}.{tool}", "tool", price_micros)
         self.timeout = timeout
         self._forward = forward
+        self._tool_name = jsonrpc.raw(tool) if tool is not None else None
 
     async def call(self, exchange: Exchange) -> Outcome:
         call = exchange.call
+        params = call.params if self._tool_name is None else {**call.params, "name": self._tool_name}
         try:
             if self.timeout is None:  # no deadline: spare the hot path a cancel scope
                 reply = await self._forward(
-                    "tools/call", call.params, exchange.client, exchange.on_progress, call.forwarded_headers
+                    "tools/call", params, exchange.client, exchange.on_progress, call.forwarded_headers
                 )
             else:
                 with anyio.fail_after(self.timeout):
                     reply = await self._forward(
-                        "tools/call", call.params, exchange.client, exchange.on_progress, call.forwarded_headers
+                        "tools/call", params, exchange.client, exchange.on_progress, call.forwarded_headers
                     )
         except TimeoutError:
             return Outcome(
@@ -52,7 +66,12 @@ class McpToolProvider:
         except UpstreamError as exc:
             return Outcome(fault_kind(exc), message=str(exc), retry_after=exc.retry_after)
         # A JSON-RPC error and an isError result both reach the client as the upstream sent
-        # them: they are the upstream's own answer, not a fault of the route.
+        # them: they are the upstream's own answer, not a fault of the route. A candidate's
+        # JSON-RPC error (an unknown tool, bad params for this server) fails over instead.
+        if self.tool is not None:
+            error = jsonrpc.error_of(reply)
+            if error is not None:
+                return Outcome("permanent", message=f"{self.spec.name} refused the call ({error[1][:200]})")
         return Outcome("ok", reply=reply)
 
 

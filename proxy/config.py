@@ -13,6 +13,7 @@ import math
 import os
 import re
 import tomllib
+from collections.abc import Iterable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -261,6 +262,30 @@ class CapabilityRouting(msgspec.Struct, forbid_unknown_fields=True, frozen=True)
     deny: list[str] = []
 
 
+class ToolRoute(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """`[routes.NAME]`: one exposed tool, NAME, served by the tools of several upstreams
+    (`candidates`, each `UPSTREAM.TOOL`: replicas or equivalent servers), ordered and failed over
+    like a capability's providers (`strategy`, `order`, `deny` name candidates as written)."""
+
+    candidates: list[str] = []
+    strategy: Strategy = "cheap"
+    order: list[str] = []
+    deny: list[str] = []
+
+    @property
+    def routing(self) -> CapabilityRouting:
+        return CapabilityRouting(self.strategy, list(self.order), list(self.deny))
+
+
+def split_candidate(candidate: str, upstreams: Iterable[str]) -> tuple[str, str] | None:
+    """`UPSTREAM.TOOL` as (upstream, tool), split at the first dot (an upstream's name has
+    none; a tool's may), or None when the upstream is not configured."""
+    upstream, dot, tool = candidate.partition(".")
+    if not dot or not tool or upstream not in upstreams:
+        return None
+    return upstream, tool
+
+
 COOLDOWN_DEFAULT = 60.0
 
 
@@ -325,6 +350,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     browse_providers: dict[str, ProviderConfig] = {}
     routing: Routing = Routing()
     cache: CacheSettings = CacheSettings()
+    routes: dict[str, ToolRoute] = {}
 
     def providers_of(self, capability: str) -> dict[str, ProviderConfig]:
         """The `[<capability>_providers.NAME]` tables."""
@@ -368,6 +394,7 @@ def loads(text: str, source: str = "<config>", environ: dict[str, str] | None = 
             ("search_providers", ProviderConfig),
             ("extract_providers", ProviderConfig),
             ("browse_providers", ProviderConfig),
+            ("routes", ToolRoute),
         )
     }
     config = msgspec.structs.replace(_convert(data, Config, source, ""), **named)
@@ -407,7 +434,35 @@ def loads(text: str, source: str = "<config>", environ: dict[str, str] | None = 
     for capability in ("search", "extract", "browse"):
         for name, provider in config.providers_of(capability).items():
             _check_provider(source, f"{capability}_providers.{_key(name)}", provider, upstreams)
+    for name, route in config.routes.items():
+        _check_route(source, name, route, upstreams)
     return msgspec.structs.replace(config, upstreams=upstreams)
+
+
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def _check_route(source: str, name: str, route: ToolRoute, upstreams: dict[str, Upstream]) -> None:
+    at = f"{source}: at routes.{_key(name)}"
+    if not _TOOL_NAME.fullmatch(name) or name.startswith("frugal__"):
+        raise ConfigError(
+            f"{at}: {name!r} is not a tool name this route can expose "
+            "(1 to 64 of A-Z a-z 0-9 _ . -, not starting with frugal__)"
+        )
+    if not route.candidates:
+        raise ConfigError(f'{at}.candidates: name the tools that serve it, e.g. candidates = ["a.search", "b.search"]')
+    for number, candidate in enumerate(route.candidates):
+        if split_candidate(candidate, upstreams) is None:
+            raise ConfigError(
+                f"{at}.candidates[{number}]: {candidate!r} is not UPSTREAM.TOOL of a configured upstream "
+                f"(upstreams: {', '.join(upstreams) or 'none'})"
+            )
+    if len(set(route.candidates)) != len(route.candidates):
+        raise ConfigError(f"{at}.candidates: a candidate is named twice")
+    for key in ("order", "deny"):
+        for candidate in getattr(route, key):
+            if candidate not in route.candidates:
+                raise ConfigError(f"{at}.{key}: {candidate!r} is not one of its candidates")
 
 
 def _check_provider(source: str, where: str, provider: ProviderConfig, upstreams: dict[str, Upstream]) -> None:

@@ -3,7 +3,8 @@
 `assemble` returns the policies in the order the pipeline runs them, the proxy's own tools, the
 size governor's engine (for the HTTP endpoint's governor routes) and, for `serve`, the routed
 capabilities: the providers that are on (providers.registry) and one route per capability that
-has any (`frugal__search`, `frugal__extract`, `frugal__browse`). Every feature that hooks into a
+has any (`frugal__search`, `frugal__extract`, `frugal__browse`), and one route per
+`[routes.NAME]` over its candidates (tools of upstreams, bound to links by the router). Every feature that hooks into a
 tools/call (routing, the size governor, budgets, the loop guard, the ledger, metrics) is added
 here and nowhere else:
 
@@ -31,6 +32,7 @@ from frugal_proxy.config import (
     GovernorSettings,
     ProviderConfig,
     format_duration,
+    split_candidate,
 )
 from frugal_proxy.governor.engine import Governor
 from frugal_proxy.ledger import feeds
@@ -72,6 +74,9 @@ class Assembly:
     providers: list[Provider] = field(default_factory=list)
     routes: list[Route] = field(default_factory=list)
     upstream_tools: list[tuple[ProviderSpec, ProviderConfig]] = field(default_factory=list)
+    # The candidates of `[routes.NAME]` routes: (provider key, upstream, tool); each router binds
+    # them to its own links, like the upstream tools above.
+    candidates: list[tuple[str, str, str]] = field(default_factory=list)
     off: dict[str, str] = field(default_factory=dict)
     http: HttpClient | None = None
     feeds: Feeds | None = None
@@ -130,6 +135,12 @@ class Feeds:
         return feeds.spend_on(day), feeds.billed_calls(day[:7]), feeds.served_latencies(names, now=now)
 
 
+def candidate_key(candidate: str) -> str:
+    """A `[routes.NAME]` candidate's key in a pipeline's providers (`routes/a.search`): apart
+    from the upstreams' own keys and from the routed capabilities'."""
+    return f"routes/{candidate}"
+
+
 def provider_key(spec: ProviderSpec) -> str:
     """A routed provider's key in a pipeline's providers: `search/serper`, apart from the plain
     tools' providers, which are keyed by their upstream's name (a provider may share a name with
@@ -181,6 +192,14 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
             tool = TOOLS[capability]
             assembly.routes.append(Route(tool["name"], names, tool["outputSchema"], capability=capability))
     routing: dict[str, CapabilityRouting] = {name: getattr(config.routing, name) for name in CAPABILITIES}
+    for name, tool_route in config.routes.items():  # one tool served by several upstreams' tools
+        assembly.routes.append(Route(name, tuple(candidate_key(c) for c in tool_route.candidates)))
+        for candidate in tool_route.candidates:
+            split = split_candidate(candidate, config.upstreams)
+            assert split is not None  # checked when the config was read
+            if all(key != candidate_key(candidate) for key, _, _ in assembly.candidates):
+                assembly.candidates.append((candidate_key(candidate), *split))
+    by_route = {name: tool_route.routing for name, tool_route in config.routes.items()}
     usage = MemoryUsage(time.time)
     latency, spend = MemoryLatency(), MemorySpend(time.time)
     assembly.feeds = Feeds(usage, latency, spend, specs)
@@ -191,7 +210,7 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
         LoopGuard(config.routing.loop_limit, window, MemoryCallWindows(), upstreams=watched),  # admit
         *([DomainPolicy(domains)] if domains.active else []),  # admit: URLs; after a search: its results
         *([_cache(config)] if config.cache.enabled else []),  # admit: a hit answers; seal: keeps answers
-        Routing(routing, usage, latency),  # route: order, deny, pin
+        Routing(routing, usage, latency, by_route),  # route: order, deny, pin
         Ceiling(usage),  # route: max_cost_usd
         Budget(_daily_caps(config), spend),  # route, dispatch: daily_budget_usd
         Cooldown(_cooldown(config), MemoryCooldowns()),  # route, dispatch: fenced off after a 429

@@ -57,7 +57,8 @@ class Pipeline:
         if exchange.route.capability is not None and exchange.answer is None:
             await self._govern_routed(exchange, exchange.receipt)
         else:
-            if exchange.receipt.total_micros and exchange.answer is not None:
+            served_by_several = len(exchange.route.providers) > 1  # [routes.NAME]: say who served it
+            if (exchange.receipt.total_micros or served_by_several) and exchange.answer is not None:
                 # A priced plain tool keeps its content; its receipt rides in _meta["frugal/route"].
                 exchange.answer = routed.with_route_meta(exchange.answer, exchange, exchange.receipt)
             for policy in self.policies:

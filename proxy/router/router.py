@@ -105,16 +105,22 @@ class Router:
         for spec, options in assembly.upstream_tools:
             link = self._link_by_name[str(options.upstream)]
             providers[provider_key(spec)] = UpstreamToolProvider(spec, options, link.forward)
+        for key, upstream, tool in assembly.candidates:  # the candidates of [routes.NAME]
+            link = self._link_by_name[upstream]
+            price, timeout = (prices or {}).get(upstream, 0), (timeouts or {}).get(upstream)
+            providers[key] = McpToolProvider(upstream, link.forward, price, timeout, tool=tool)
         self.pipeline: Pipeline = build_pipeline(providers, assembly.policies, assembly.dispatch)
         self.routes = RouteTable(self.links, self.catalog, self.own_tools)
         for route in assembly.routes:
             self.routes.add(route)
+        for key, upstream, tool in assembly.candidates:
+            self.routes.candidate(key, upstream, tool)
         # What the proxy lists of its own beside the upstreams' tools: its own tools and the
         # routed capabilities that have a provider.
         routed = [TOOLS[r.capability] for r in assembly.routes if r.capability]
         self.listed_execute = bool(routed)
         self.listed = [*self.own_tools.listings(), *routed, *([EXECUTE_TOOL] if routed else [])]
-        self.handshakes = Handshakes(self.links, self.client, bool(self.listed))
+        self.handshakes = Handshakes(self.links, self.client, bool(self.listed or assembly.candidates))
 
     # -- reading the client --------------------------------------------------------------------------
 
@@ -291,18 +297,27 @@ class Router:
         if method == "tools/call":
             return await self._tools_call(client_id, params, client, progress, origin)
         if method in KINDS and not self.single:
-            extra = self.listed if method == "tools/list" else ()
+            extra = await self._listed(client) if method == "tools/list" else ()
             page = jsonrpc.result(None, await self.catalog.page(method, params, client, extra))
-            return self._own_tools_ttl(page) if method == "tools/list" and self.listed else page
+            return self._own_tools_ttl(page) if method == "tools/list" and extra else page
         link, params = await self._route(method, params, client)
         if not client.modern and method in SUBSCRIBE_METHODS and link.upstream.era == "modern":
             return await link.legacy_subscribe(method, jsonrpc.decode_any(params["uri"]))
         reply = await link.forward(method, params, client, progress)
         if method == "tools/list":
             self.catalog.note_listed(reply)  # the governor keeps shaped results valid against them
-        if method == "tools/list" and self.listed:
-            reply = self._with_own_tools(reply)
+        if method == "tools/list":
+            listed = await self._listed(client)
+            if listed:
+                reply = self._with_own_tools(reply, listed)
         return reply
+
+    async def _listed(self, client: Client) -> list[dict[str, Any]]:
+        """What the proxy lists beside the upstreams' tools: its own tools, the routed
+        capabilities and each `[routes.NAME]` tool (as its first listed candidate declares it)."""
+        if not self.routes.has_candidates:
+            return self.listed
+        return [*self.listed, *await self.routes.listings(client)]
 
     def _client_of(self, client_id: RequestId, method: str, params: dict[str, msgspec.Raw]) -> Client | None:
         meta = eras.modern_meta(params)
@@ -393,7 +408,7 @@ class Router:
         )
         return await self.pipeline.run(exchange)
 
-    def _with_own_tools(self, reply: Frame) -> Frame:
+    def _with_own_tools(self, reply: Frame, listed: list[dict[str, Any]]) -> Frame:
         """The one upstream's tools/list with the proxy's own tools added to its last page (the
         upstream pages its own list; several upstreams' merged list pages them with the rest)."""
         if "result" not in reply:
@@ -405,7 +420,7 @@ class Router:
         if not isinstance(tools, list):
             return reply
         taken = {tool.get("name") for tool in tools if isinstance(tool, dict)}
-        tools.extend(tool for tool in self.listed if tool["name"] not in taken)
+        tools.extend(tool for tool in listed if tool["name"] not in taken)
         body["tools"] = jsonrpc.raw(tools)
         return self._own_tools_ttl(jsonrpc.result(None, body))
 

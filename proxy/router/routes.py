@@ -5,8 +5,11 @@ preference order, its capability and the outputSchema it declared. A tool of an 
 server has one candidate, that upstream (with one upstream its name is its own; with several,
 the catalog's `<prefix>__<name>` is looked up and the call carries the name the upstream
 knows). The proxy's own tools are served by the `frugal` provider. Routes the proxy defines
-itself (a capability served by several interchangeable providers) are added with `add`; the
-pipeline's route phase gets every candidate and dispatch makes the choice.
+itself (a capability served by several interchangeable providers, or a `[routes.NAME]` tool
+served by the tools of several upstreams, its `candidate`s) are added with `add`; the
+pipeline's route phase gets every candidate and dispatch makes the choice. A `[routes.NAME]`
+tool is listed as its first candidate that its upstream lists declares it (schemas, annotations),
+under NAME, and its results are shaped against that candidate's outputSchema.
 
     RouteTable         name -> Route, and the params as the chosen candidates take them
     RouteUnavailable   the tool's upstream is down; the message says which and why
@@ -14,6 +17,7 @@ pipeline's route phase gets every candidate and dispatch makes the choice.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import msgspec
@@ -35,6 +39,8 @@ from frugal_proxy.providers.own_tools import OwnToolProvider
 from frugal_proxy.records import Route
 from frugal_proxy.router.catalog import Catalog, CatalogError
 
+log = logging.getLogger("frugal_proxy.routes")
+
 
 class RouteUnavailable(ProxyError):
     """A tool whose upstream is not running: answered as a tool error naming why."""
@@ -55,12 +61,42 @@ class RouteTable:
         self.catalog = catalog
         self.own_tools = own_tools
         self._defined: dict[str, Route] = {}
+        self._candidates: dict[str, tuple[str, str]] = {}  # provider key -> (upstream, tool)
+        self._listed_as: dict[str, str] = {}  # a [routes.NAME] tool -> the exposed tool it was listed as
 
     def add(self, route: Route) -> None:
         """A route the proxy defines itself; its name must not be taken by another one."""
         if route.name in self._defined:
             raise ValueError(f"two routes named {route.name!r}")
         self._defined[route.name] = route
+
+    def candidate(self, key: str, upstream: str, tool: str) -> None:
+        """A provider of `[routes.NAME]` routes: the tool `tool` of the upstream `upstream`."""
+        self._candidates[key] = (upstream, tool)
+
+    @property
+    def has_candidates(self) -> bool:
+        return bool(self._candidates)
+
+    async def listings(self, client: Client) -> list[dict[str, Any]]:
+        """Each `[routes.NAME]` tool as its first candidate the upstreams list declares it,
+        renamed NAME (a route none of whose candidates is listed is left out, and logged)."""
+        merged = await self.catalog.merged("tools/list", {}, client)
+        declared = {(owner.link.name, owner.original): exposed for exposed, owner in merged.owners.items()}
+        items = {item.get("name"): item for item in merged.items}
+        found: list[dict[str, Any]] = []
+        for route in self._defined.values():
+            if route.capability is not None:
+                continue
+            source = next(
+                (self._candidates[key] for key in route.providers if self._candidates.get(key) in declared), None
+            )
+            if source is None:
+                log.warning("no candidate of a route is listed; the route is not listed", extra={"route": route.name})
+                continue
+            self._listed_as[route.name] = declared[source]
+            found.append({**items[declared[source]], "name": route.name})
+        return found
 
     async def resolve(
         self, name: str, params: dict[str, msgspec.Raw], client: Client
@@ -69,6 +105,9 @@ class RouteTable:
         Raises CatalogError for a name nobody exposes, RouteUnavailable when its upstream is down."""
         defined = self._defined.get(name)
         if defined is not None:
+            listed_as = self._listed_as.get(name) if defined.capability is None else None
+            if listed_as is not None:  # a [routes.NAME] tool: the outputSchema it was listed with
+                defined = msgspec.structs.replace(defined, output_schema=self.catalog.output_schema(listed_as))
             return defined, params
         if name in self.own_tools:
             return Route(name, (self.own_tools.name,)), params

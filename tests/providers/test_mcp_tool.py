@@ -102,3 +102,24 @@ async def test_no_answer_within_the_timeout_is_transient() -> None:
 
     outcome = await call(never, provider_timeout=0.05)
     assert outcome.kind == "transient" and "did not answer within 0.05 s" in outcome.message
+
+
+async def test_a_route_candidate_calls_its_own_tool_and_fails_over_on_a_json_rpc_error() -> None:
+    async def refused() -> Frame:
+        return jsonrpc.error(1, jsonrpc.INVALID_PARAMS, "unknown tool: web_search")
+
+    async def answered() -> Frame:
+        return jsonrpc.result(1, {"content": [], "isError": True})
+
+    params = {"name": jsonrpc.raw("search"), "arguments": jsonrpc.raw({"q": "x"})}
+    exchange = Exchange(call=Call(1, "search", params), route=Route("search", ("routes/eu.web_search",)))
+    for handler, kind in ((refused, "permanent"), (answered, "ok")):
+        forward = FakeForwarder(handler)
+        provider = McpToolProvider("eu", forward, tool="web_search")
+        with anyio.fail_after(5):
+            outcome = await provider.call(exchange)
+        assert provider.spec.name == "eu.web_search" and outcome.kind == kind
+        [(_, sent, _)] = forward.calls
+        assert sent == {**params, "name": jsonrpc.raw("web_search")}  # the name its upstream knows
+    refusal = await McpToolProvider("eu", FakeForwarder(refused), tool="web_search").call(exchange)
+    assert refusal.message == "eu.web_search refused the call (unknown tool: web_search)"

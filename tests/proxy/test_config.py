@@ -210,3 +210,40 @@ def test_the_cache_is_off_by_default_and_its_ttls_are_checked() -> None:
         config.loads('[cache]\nsearch_ttl = "later"')
     with pytest.raises(ConfigError, match=r"at cache\.max_entries: must be at least 1"):
         config.loads("[cache]\nmax_entries = 0")
+
+
+ROUTE_UPSTREAMS = '[upstreams.a]\ncommand = ["a"]\n[upstreams.b-eu]\ncommand = ["b"]\n'
+
+
+def test_a_tool_route_names_its_candidates_as_upstream_dot_tool() -> None:
+    loaded = config.loads(
+        ROUTE_UPSTREAMS + '[routes.search]\ncandidates = ["a.web.search", "b-eu.search"]\nstrategy = "fast"\n',
+        environ={},
+    )
+    route = loaded.routes["search"]
+    assert [config.split_candidate(c, loaded.upstreams) for c in route.candidates] == [
+        ("a", "web.search"),  # a tool name may hold a dot; an upstream name may not
+        ("b-eu", "search"),
+    ]
+    assert route.routing == config.CapabilityRouting("fast", [], [])
+
+
+@pytest.mark.parametrize(
+    ("route", "message"),
+    [
+        ("[routes.search]\n", "at routes.search.candidates: name the tools that serve it"),
+        ('[routes.search]\ncandidates = ["c.search"]', "routes.search.candidates[0]: 'c.search' is not UPSTREAM.TOOL"),
+        (
+            '[routes.search]\ncandidates = ["a"]',
+            "'a' is not UPSTREAM.TOOL of a configured upstream (upstreams: a, b-eu)",
+        ),
+        ('[routes.search]\ncandidates = ["a.s", "a.s"]', "at routes.search.candidates: a candidate is named twice"),
+        ('[routes.search]\ncandidates = ["a.s"]\norder = ["b-eu.s"]', "routes.search.order: 'b-eu.s' is not one"),
+        ('[routes."no way"]\ncandidates = ["a.s"]', "at routes.\"no way\": 'no way' is not a tool name"),
+        ('[routes.frugal__x]\ncandidates = ["a.s"]', "not starting with frugal__"),
+        ('[routes.search]\ncandidates = ["a.s"]\ncolour = 1', "at routes.search: unknown key `colour`"),
+    ],
+)
+def test_a_bad_tool_route_fails_the_load_naming_it(route: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        config.loads(ROUTE_UPSTREAMS + route, environ={})

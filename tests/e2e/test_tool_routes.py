@@ -1,0 +1,101 @@
+"""`[routes.NAME] candidates = [...]` under `serve`: one tool served by the tools of several real
+upstreams, listed as its first listed candidate, failing over past an upstream that never
+started and one that stopped answering, with a receipt naming who served it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.conftest import FAULTY_SERVER
+from tests.e2e.test_bad_input import call, running, text
+
+pytestmark = pytest.mark.anyio
+
+FAULTY = [sys.executable, str(FAULTY_SERVER)]
+NEVER_STARTS = [sys.executable, "-c", "raise SystemExit(3)"]
+
+
+def config(tmp_path: Path, route: str) -> Path:
+    path = tmp_path / "frugal.toml"
+    path.write_text(
+        f"""
+[upstreams.gone]
+command = {json.dumps(NEVER_STARTS)}
+
+[upstreams.a]
+command = {json.dumps(FAULTY)}
+timeout = "1s"
+
+[upstreams.b]
+command = {json.dumps(FAULTY)}
+
+[routes.echo]
+{route}
+"""
+    )
+    return path
+
+
+def served(path: Path) -> list[str]:
+    return [sys.executable, "-m", "frugal_proxy", "serve", "--config", str(path)]
+
+
+def receipt(reply: dict) -> dict:
+    return dict(reply["result"]["_meta"]["frugal/route"])
+
+
+async def test_one_tool_served_by_several_upstreams_fails_over_and_says_who_served_it(tmp_path: Path) -> None:
+    path = config(tmp_path, 'candidates = ["gone.echo", "a.echo", "b.echo"]')
+    with anyio.fail_after(60):
+        async with running(served(path)) as client:
+            await client.initialize()
+            listed = (await client.request(1, "tools/list"))["result"]["tools"]
+            [echo] = [tool for tool in listed if tool["name"] == "echo"]
+            [a_echo] = [tool for tool in listed if tool["name"] == "a__echo"]
+            assert echo == {**a_echo, "name": "echo"}  # the first listed candidate's declaration
+
+            first = await call(client, 2, "echo", {"text": "hello"})
+            assert text(first) == "hello"
+            served_by = receipt(first)
+            assert served_by["provider_used"] == "a.echo" and served_by["cost_usd"] == 0
+            assert [(a["provider"], a["outcome"]) for a in served_by["attempts"]] == [
+                ("gone.echo", "error"),
+                ("a.echo", "won"),
+            ]
+
+            pid = int(text(await call(client, 3, "a__pid")))
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                stopped = await call(client, 4, "echo", {"text": "still here"})
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            assert text(stopped) == "still here"
+            served_by = receipt(stopped)
+            assert served_by["provider_used"] == "b.echo"
+            attempts = served_by["attempts"]
+            assert [(a["provider"], a["outcome"]) for a in attempts] == [
+                ("gone.echo", "error"),
+                ("a.echo", "error"),
+                ("b.echo", "won"),
+            ]
+            assert "did not answer within 1 s" in attempts[1]["error"]
+
+
+async def test_order_goes_first_and_a_route_whose_candidates_all_fail_names_each(tmp_path: Path) -> None:
+    path = config(tmp_path, 'candidates = ["gone.echo", "a.nope"]\norder = ["a.nope"]')
+    with anyio.fail_after(60):
+        async with running(served(path)) as client:
+            await client.initialize()
+            failed = await call(client, 1, "echo", {"text": "x"})
+    assert failed["result"]["isError"] is True
+    message = text(failed)
+    assert message.startswith("echo failed on every provider (2 attempt(s)): a.nope refused the call")
+    assert "gone.echo" in message
+    assert [a["provider"] for a in receipt(failed)["attempts"]] == ["a.nope", "gone.echo"]
