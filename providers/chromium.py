@@ -23,8 +23,12 @@ browser from calling home (component updates, sync, background networking) and o
 
 `check` (providers.page_fetch.HopCheck) sees the URL of every request the page makes
 (navigations and subresources) when one is set; a refused one is aborted, and a refused
-navigation answers `permanent`. Limits: Playwright hands a route only the first URL of a
-redirect chain, so redirect targets and the connected address are not checked here yet.
+navigation answers `permanent`. Under rules that refuse addresses (`deny_private`, `deny`), the
+check also resolves each request's host (the shared client's resolver) and refuses it when an
+address is one the rules refuse, before the request is let go. Limits: Playwright hands a route
+only the first URL of a redirect chain, so redirect targets are not checked here, and the browser
+resolves the name again when it connects, so a rebinding between the check and the connection
+is not seen (readability connects to the checked address itself).
 
 The main document's status is classified like a fetched page's (page_fetch.page_fault): 404
 permanent, the site's 429 and 5xx transient. A navigation error (net::ERR_…) or timeout is
@@ -49,7 +53,7 @@ from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from frugal_proxy.capabilities import BrowseRequest
-from frugal_proxy.providers.page_fetch import HopCheck, domain_check, host_of, page_fault
+from frugal_proxy.providers.page_fetch import HopCheck, host_of, page_fault, resolving_check
 from frugal_proxy.providers.page_text import read_page
 from frugal_proxy.providers.registry import Builtin, Setup
 from frugal_proxy.records import Exchange, Outcome
@@ -106,7 +110,9 @@ class Chromium:
     def __init__(self, setup: Setup, check: HopCheck | None = None) -> None:
         self.spec = setup.spec
         self.setup = setup
-        self.check = check or domain_check(setup.domains)  # None: no request is intercepted (the fast path)
+        # None: no request is intercepted (the fast path). Under rules that refuse addresses, each
+        # request's host is resolved and its addresses checked before the request is let go.
+        self.check = check or resolving_check(setup.domains, setup.http.resolver)
         self.binary: str | None = None  # found at the first launch (file system look-ups: off the loop)
         self._lock = anyio.Lock()
         self._pages = anyio.CapacityLimiter(MAX_PAGES)

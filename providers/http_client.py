@@ -17,16 +17,26 @@ documented JSON; it answers the decoded body or the Outcome of what went wrong. 
     a body that is not JSON      transient (the API answered something else than it documents)
 
 Messages name the provider and the status, never a key or the request's query.
+
+`HttpClient.guarded(check)` is a sibling client for the fetchers that fetch what a call names
+(readability): each connection resolves the host itself (`resolver`, a seam for tests), checks
+every address it resolved to with `check` (the domain policy's `address_allowed`) and connects
+to that address only, the name kept for the Host header, TLS's SNI and the certificate check; a
+refused address raises `AddressRefused` naming the host, the address and the config key, before
+a byte is sent to it. So a public name that resolves to a private address (DNS rebinding) is
+refused at connect time, and the name is not resolved a second time behind the check's back.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+import socket
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
+import httpcore2
 import httpx2
 import msgspec
 
@@ -54,21 +64,56 @@ _MEANING = {
 }
 
 
+Resolver = Callable[[str, int], Awaitable[list[str]]]  # (host, port) -> the addresses it resolves to
+AddressCheck = Callable[[str], str | None]  # an address -> why it may not be connected to, or None
+LIMITS = httpx2.Limits(max_connections=64, max_keepalive_connections=16)
+
+
+async def system_resolver(host: str, port: int) -> list[str]:
+    """The addresses the system resolver gives for `host`, in its order, each once."""
+    found = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in found))
+
+
+class AddressRefused(Exception):
+    """A connection the address check refused: `host` resolved to `address`, and `why`."""
+
+    def __init__(self, host: str, address: str, why: str) -> None:
+        super().__init__(f"{host} is not fetched: {why}")
+        self.host, self.address, self.why = host, address, why
+
+
 class HttpClient:
     """One shared client; `close` it when the process ends (serve does)."""
 
-    def __init__(self, transport: httpx2.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        transport: httpx2.AsyncBaseTransport | None = None,
+        *,
+        resolver: Resolver = system_resolver,
+        check: AddressCheck | None = None,
+    ) -> None:
         self._transport = transport
+        self.resolver = resolver
+        self._check = check
         self._client: httpx2.AsyncClient | None = None  # made on first use: most runs never call an API
         self._making = anyio.Lock()
 
+    def guarded(self, check: AddressCheck) -> HttpClient:
+        """A client of its own whose every connection checks the address it goes to (see the
+        module docstring); a test's transport (no network) is kept as it is."""
+        return HttpClient(self._transport, resolver=self.resolver, check=check)
+
     def _build(self) -> httpx2.AsyncClient:
+        transport = self._transport
+        if transport is None and self._check is not None:
+            transport = _guarded_transport(self._check, self.resolver)
         return httpx2.AsyncClient(
-            transport=self._transport,
+            transport=transport,
             headers={"User-Agent": USER_AGENT},
             follow_redirects=False,
             timeout=DEFAULT_TIMEOUT,
-            limits=httpx2.Limits(max_connections=64, max_keepalive_connections=16),
+            limits=LIMITS,
         )
 
     async def client(self) -> httpx2.AsyncClient:
@@ -149,6 +194,66 @@ class HttpClient:
 
 class BodyTooLarge(Exception):
     """An answer larger than any documented one."""
+
+
+class _CheckedBackend(httpcore2.AsyncNetworkBackend):
+    """Connects only to addresses the check allows: resolved here, checked, then connected to by
+    address (TLS still verifies the name: httpcore takes SNI from the request's host)."""
+
+    def __init__(self, check: AddressCheck, resolver: Resolver) -> None:
+        self._check = check
+        self._resolver = resolver
+        self._inner = httpcore2.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's backend interface
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        with anyio.fail_after(timeout):
+            addresses = await self._resolver(host, port)
+        if not addresses:
+            raise httpcore2.ConnectError(f"{host} resolved to no address")
+        for address in addresses:
+            why = self._check(address)
+            if why is not None:
+                raise AddressRefused(host, address, why)
+        failure: Exception | None = None
+        for address in addresses:  # each one checked: try them in the resolver's order
+            try:
+                return await self._inner.connect_tcp(address, port, timeout, local_address, socket_options)
+            except (httpcore2.ConnectError, httpcore2.ConnectTimeout) as exc:
+                failure = exc
+        assert failure is not None
+        raise failure
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's backend interface
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        raise httpcore2.ConnectError("a checked client connects over TCP only")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+def _guarded_transport(check: AddressCheck, resolver: Resolver) -> httpx2.AsyncHTTPTransport:
+    """httpx2's own transport over a connection pool whose network backend checks addresses
+    (httpx2 takes no backend, so its pool is replaced by an equal one that has it)."""
+    transport = httpx2.AsyncHTTPTransport(limits=LIMITS)
+    transport._pool = httpcore2.AsyncConnectionPool(
+        ssl_context=httpx2.create_ssl_context(),
+        max_connections=LIMITS.max_connections,
+        max_keepalive_connections=LIMITS.max_keepalive_connections,
+        keepalive_expiry=LIMITS.keepalive_expiry,
+        network_backend=_CheckedBackend(check, resolver),
+    )
+    return transport
 
 
 # What `send` raises when no usable HTTP answer came: a driver catches these and hands them to

@@ -7,6 +7,9 @@ every hop passes a check, a bounded body, the page's own charset.
   `check`, a `HopCheck`: an async callable that answers None to go on, or why not. The default
   allows everything; the domain policy plugs in here, so a public URL that redirects to a
   private address is refused before that address is asked for anything.
+- The address connected to is checked by the client itself when it is `HttpClient.guarded`
+  (readability's, under a domain policy that refuses addresses): a name that resolves to a
+  private address answers `permanent`, naming the host, the address and the config key.
 - 301, 302, 303, 307 and 308 are followed, at most MAX_HOPS of them; a hop to anything but
   http(s) (file:, ftp:, data: …) is refused.
 - The body is read up to the shared client's cap (16 MiB) and must be at most MAX_PAGE_BYTES to
@@ -31,8 +34,16 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urljoin, urlsplit
 
-from frugal_proxy.domains import DomainRules, url_allowed
-from frugal_proxy.providers.http_client import NETWORK_ERRORS, BodyTooLarge, HttpClient, network_fault
+from frugal_proxy.domains import DomainRules, address_allowed, url_allowed
+from frugal_proxy.providers.http_client import (
+    NETWORK_ERRORS,
+    AddressCheck,
+    AddressRefused,
+    BodyTooLarge,
+    HttpClient,
+    Resolver,
+    network_fault,
+)
 from frugal_proxy.records import Outcome
 from frugal_proxy.upstream.http_wire import retry_after
 
@@ -64,6 +75,54 @@ def domain_check(rules: DomainRules | None) -> HopCheck | None:
     return check
 
 
+def checks_addresses(rules: DomainRules | None) -> bool:
+    """Whether the rules refuse some addresses (deny_private, or a deny list that may name one):
+    then a local fetcher checks the address a name resolves to, not only the name."""
+    return rules is not None and (rules.deny_private or bool(rules.deny))
+
+
+def address_check(rules: DomainRules) -> AddressCheck:
+    """The connect-time check of the shared client (`HttpClient.guarded`): `address_allowed`."""
+
+    def check(address: str) -> str | None:
+        return address_allowed(address, rules)
+
+    return check
+
+
+def resolving_check(rules: DomainRules | None, resolver: Resolver) -> HopCheck | None:
+    """`domain_check`, then the addresses the URL's host resolves to, each checked with
+    `address_allowed`: for a fetcher that connects by itself (the browser), so that a name that
+    resolves to a private address is refused before the request is let go. The browser resolves
+    the name again when it connects, so a rebinding between the two is not seen here (the
+    readability fetcher connects to the checked address itself). None without rules."""
+    by_name = domain_check(rules)
+    if by_name is None or rules is None or not checks_addresses(rules):
+        return by_name
+    named = by_name
+
+    async def check(url: str) -> str | None:
+        why = await named(url)
+        if why is not None:
+            return why
+        parts = urlsplit(url)
+        host = parts.hostname
+        if not host:
+            return None
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            addresses = await resolver(host, port)
+        except (OSError, ValueError):
+            return None  # a name that does not resolve is not fetched anyway
+        for address in addresses:
+            refused = address_allowed(address, rules)
+            if refused is not None:
+                return refused
+        return None
+
+    return check
+
+
 @dataclass(frozen=True)
 class Fetched:
     url: str  # where the page was found, after its redirects
@@ -85,6 +144,9 @@ async def fetch_html(
             response = await http.send("GET", current, request_timeout=request_timeout, headers={"Accept": ACCEPT})
         except BodyTooLarge:
             return _too_large(provider)
+        except AddressRefused as exc:  # the name resolved to an address the policy refuses
+            where = f"the redirect to {exc}" if hop else str(exc)
+            return Outcome("permanent", message=f"{provider}: {where}")
         except NETWORK_ERRORS as exc:
             return network_fault(provider, exc)
         status = response.status_code

@@ -12,7 +12,10 @@ answers `empty`, so the chain falls through to the next provider, and frugal__ex
 forward to a browser.
 
 `check` is the per-hop seam (providers.page_fetch.HopCheck): the domain policy sets it to refuse
-a redirect to an address it does not allow. Until then every hop is allowed. Limits: whatever
+a redirect to an address it does not allow. Until then every hop is allowed. Under a policy that
+refuses addresses (`deny_private`, `deny`), the page is fetched by a client of its own that
+checks the address each connection goes to (`HttpClient.guarded`): a public name that resolves
+to 127.0.0.1 or a private range is refused at connect time, naming the host and the address. Limits: whatever
 the site sets; its 429 answers `transient` with its Retry-After (page_fetch.page_fault).
 
 Sources: trafilatura's API and evaluation (github.com/adbar/trafilatura, docs/usage-python.rst,
@@ -23,7 +26,15 @@ Standard, "determining the character encoding").
 from __future__ import annotations
 
 from frugal_proxy.capabilities import ExtractRequest, Page
-from frugal_proxy.providers.page_fetch import Fetched, HopCheck, allow_every_hop, domain_check, fetch_html
+from frugal_proxy.providers.page_fetch import (
+    Fetched,
+    HopCheck,
+    address_check,
+    allow_every_hop,
+    checks_addresses,
+    domain_check,
+    fetch_html,
+)
 from frugal_proxy.providers.page_text import answer, read_page
 from frugal_proxy.providers.registry import Builtin, Setup
 from frugal_proxy.records import Exchange, Outcome
@@ -34,19 +45,28 @@ class Readability:
         self.spec = setup.spec
         self.setup = setup
         self.check = check or domain_check(setup.domains) or allow_every_hop
+        # Under rules that refuse addresses, a client of its own checks each address it connects to.
+        rules = setup.domains
+        self.http = setup.http.guarded(address_check(rules)) if rules is not None and checks_addresses(rules) else None
 
     async def call(self, exchange: Exchange) -> Outcome:
         request = exchange.request
         assert isinstance(request, ExtractRequest)
         name = self.spec.name
+        http = self.http or self.setup.http
         fetched = await fetch_html(
-            self.setup.http, request.url, provider=name, request_timeout=self.setup.timeout, check=self.check
+            http, request.url, provider=name, request_timeout=self.setup.timeout, check=self.check
         )
         if not isinstance(fetched, Fetched):
             return fetched
         if fetched.kind == "text":
             return _plain(name, fetched, request)
         return await read_page(fetched.body, fetched.url, request.formats, provider=name)
+
+    async def aclose(self) -> None:
+        """Close the checking client of its own, if it has one (serve's end)."""
+        if self.http is not None:
+            await self.http.close()
 
 
 def _plain(name: str, fetched: Fetched, request: ExtractRequest) -> Outcome:

@@ -8,6 +8,7 @@ only on a machine without a Chromium binary.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import stat
@@ -20,6 +21,7 @@ import pytest
 from blockbuster import blockbuster_ctx
 
 from frugal_proxy.capabilities import Page
+from frugal_proxy.domains import DomainRules
 from frugal_proxy.providers import chromium, readability
 from frugal_proxy.providers.http_client import HttpClient
 from frugal_proxy.providers.page_fetch import HopCheck
@@ -169,3 +171,27 @@ async def test_one_browser_is_launched_lazily_and_reused(pages: PageServer) -> N
         await provider.aclose()
         again = await browse(provider, f"{pages.base}/article")
         assert again.kind == "ok" and provider.launches == 2
+
+
+@needs_chromium
+async def test_a_name_that_resolves_to_loopback_is_refused_before_navigation(pages: PageServer) -> None:
+    async def resolve(host: str, port: int) -> list[str]:
+        return ["127.0.0.1"] if host == "news.example" else [host]
+
+    setup = dataclasses.replace(
+        loopback_setup(chromium.BUILTINS[0], HttpClient(resolver=resolve), environ=os.environ, timeout=20.0),
+        domains=DomainRules.of(deny_private=True),
+    )
+    provider = chromium.Chromium(setup)
+    start = len(pages.requests)
+    try:
+        port = pages.base.rsplit(":", 1)[1]
+        refused = await browse(provider, f"http://news.example:{port}/article")
+    finally:
+        await provider.aclose()
+    assert (refused.kind, refused.message) == (
+        "permanent",
+        "chromium: news.example is not allowed: the name resolved to 127.0.0.1, a loopback address "
+        "(routing.domains.deny_private)",
+    )
+    assert pages.requests[start:] == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import httpx2
 import pytest
 
+from frugal_proxy.domains import DomainRules
 from frugal_proxy.providers.page_fetch import (
     MAX_HOPS,
     MAX_PAGE_BYTES,
@@ -17,6 +18,7 @@ from frugal_proxy.providers.page_fetch import (
     decode,
     fetch_html,
     page_fault,
+    resolving_check,
 )
 from frugal_proxy.records import Outcome
 from tests.providers.api_fakes import Recorder, client
@@ -171,3 +173,23 @@ def test_page_fault_lets_successes_through() -> None:
     assert page_fault("chromium", "a.example", 304, None) is None
     timed_out = page_fault("chromium", "a.example", 408, 2.0)
     assert timed_out is not None and (timed_out.kind, timed_out.retry_after) == ("transient", 2.0)
+
+
+async def test_the_resolving_check_refuses_a_name_by_the_address_it_resolves_to() -> None:
+    asked: list[tuple[str, int]] = []
+
+    async def resolve(host: str, port: int) -> list[str]:
+        asked.append((host, port))
+        return {"news.example": ["93.184.215.14", "10.1.2.3"], "fine.example": ["93.184.215.14"]}[host]
+
+    check = resolving_check(DomainRules.of(deny_private=True), resolve)
+    assert check is not None
+    assert (
+        await check("https://news.example/a")
+        == "the name resolved to 10.1.2.3, a private (RFC 1918) address (routing.domains.deny_private)"
+    )
+    assert await check("http://fine.example:8080/b") is None
+    assert await check("http://localhost/") is not None  # the name alone is refused, nothing resolved for it
+    assert asked == [("news.example", 443), ("fine.example", 8080)]
+    assert resolving_check(DomainRules.of(allow=["example.com"]), resolve) is not None  # by name only
+    assert resolving_check(None, resolve) is None

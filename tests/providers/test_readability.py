@@ -14,7 +14,7 @@ from frugal_proxy.capabilities import Page
 from frugal_proxy.config import Config, ProviderConfig
 from frugal_proxy.domains import DomainRules
 from frugal_proxy.providers import readability
-from frugal_proxy.providers.http_client import HttpClient
+from frugal_proxy.providers.http_client import HttpClient, Resolver
 from frugal_proxy.providers.page_fetch import HopCheck, allow_every_hop
 from frugal_proxy.providers.registry import enable
 from frugal_proxy.records import Outcome
@@ -140,3 +140,65 @@ async def test_the_domain_policy_refuses_a_redirect_to_a_private_address() -> No
     outcome = await readability.Readability(setup).call(exchange("extract", {"url": "https://public.example/a"}))
     assert outcome.kind == "permanent" and "169.254.169.254" in outcome.message
     assert asked == ["https://public.example/a"]  # the private address was never asked
+
+
+def resolving(names: dict[str, list[str]]) -> Resolver:
+    """A resolver seam: these names resolve to these addresses (IP literals to themselves)."""
+
+    async def resolve(host: str, port: int) -> list[str]:
+        return names.get(host, [host])
+
+    return resolve
+
+
+async def extract_through(names: dict[str, list[str]], rules: DomainRules, url: str) -> Outcome:
+    http = HttpClient(resolver=resolving(names))
+    setup = dataclasses.replace(loopback_setup(readability.BUILTINS[0], http), domains=rules)
+    provider = readability.Readability(setup)
+    try:
+        return await provider.call(exchange("extract", {"url": url}))
+    finally:
+        await provider.aclose()
+        await http.close()
+
+
+async def test_a_public_name_that_resolves_to_loopback_is_refused_at_connect_time(pages: PageServer) -> None:
+    """DNS rebinding: the name passes the policy, the address it resolves to does not; nothing is
+    sent to it, and the error names the host, the address and the config key."""
+    port = pages.base.rsplit(":", 1)[1]
+    before = len(pages.requests)
+    outcome = await extract_through(
+        {"news.example": ["127.0.0.1"]}, DomainRules.of(deny_private=True), f"http://news.example:{port}/article"
+    )
+    assert outcome.kind == "permanent"
+    assert outcome.message == (
+        "readability: news.example is not fetched: the name resolved to 127.0.0.1, "
+        "a loopback address (routing.domains.deny_private)"
+    )
+    assert len(pages.requests) == before  # not a byte reached the address
+
+
+async def test_a_name_is_fetched_from_the_address_it_was_checked_at(pages: PageServer) -> None:
+    """Under rules that allow loopback, the checked address is the one connected to: a name no
+    real resolver knows is fetched from where the resolver seam said, its Host kept."""
+    port = pages.base.rsplit(":", 1)[1]
+    outcome = await extract_through(
+        {"news.example": ["127.0.0.1"]}, DomainRules.of(deny=["ads.example"]), f"http://news.example:{port}/article"
+    )
+    assert outcome.kind == "ok" and isinstance(outcome.data, Page)
+    assert outcome.data.url == f"http://news.example:{port}/article"
+
+
+async def test_a_redirect_to_a_name_that_resolves_private_is_refused_at_that_hop(pages: PageServer) -> None:
+    """A page served from an address the rules allow redirects to a name that resolves to one
+    they deny: the redirect is refused at connect time, before anything reaches that address."""
+    port = pages.base.rsplit(":", 1)[1]
+    names = {"news.example": ["127.0.0.1"], "inside.example": ["10.0.0.7"]}
+    rules = DomainRules.of(deny=["10.0.0.7"])
+    url = f"http://news.example:{port}/to?location=http://inside.example:{port}/article"
+    outcome = await extract_through(names, rules, url)
+    assert outcome.kind == "permanent"
+    assert outcome.message == (
+        "readability: the redirect to inside.example is not fetched: 10.0.0.7 is denied by "
+        "routing.domains.deny (10.0.0.7)"
+    )
