@@ -10,9 +10,10 @@ import argparse
 import importlib
 import logging
 import os
+import re
 import shutil
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -42,6 +43,7 @@ EPILOG = """examples:
   frugal-proxy -- npx -y @modelcontextprotocol/server-everything
   frugal-proxy --env API_KEY=x -- python my_server.py --flag
   frugal-proxy --header "Authorization: Bearer $TOKEN" -- https://mcp.example.com/mcp
+  frugal-proxy --header-env Authorization=FRUGAL_AUTH_TOKEN -- https://proxy.example/mcp
   frugal-proxy --http 127.0.0.1:8765 -- npx -y @modelcontextprotocol/server-everything
 
 The MCP client launches frugal-proxy where it used to launch the server; tools keep their
@@ -80,6 +82,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="'NAME: VALUE'",
         help="send a header to a remote (URL) upstream with every request (repeatable)",
+    )
+    parser.add_argument(
+        "--header-env",
+        action="append",
+        default=[],
+        metavar="NAME=VAR",
+        help="send the header NAME with the value of the environment variable VAR to a remote (URL) "
+        "upstream with every request (repeatable; a bare token as Authorization is sent as 'Bearer TOKEN'); "
+        "the value is never on the command line nor logged",
     )
     parser.add_argument("--name", help="the upstream's name in logs and errors (default: from the command)")
     parser.add_argument(
@@ -181,6 +192,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"frugal-proxy: error: --header wants 'NAME: VALUE', got {key!r}", file=sys.stderr)
             return 2
         headers[key.strip()] = value.strip()
+    for item in options.header_env:
+        found = header_from_env(item, os.environ)
+        if isinstance(found, str):
+            print(f"frugal-proxy: error: {found}", file=sys.stderr)
+            return 2
+        headers[found[0]] = found[1]
     read = _file_settings(options.config)
     if isinstance(read, int):
         return read
@@ -217,6 +234,21 @@ _BUILD_DIRS = frozenset({"dist", "build", "lib", "bin", "src", "out"})
 def _runnable(word: str) -> bool:
     """Whether a word can start an upstream: a URL, a path, or a program on PATH."""
     return remote_url([word]) is not None or os.sep in word or shutil.which(word) is not None
+
+
+def header_from_env(item: str, environ: Mapping[str, str]) -> tuple[str, str] | str:
+    """`--header-env NAME=VAR` as (NAME, the value of VAR), or what is wrong with it. A bare
+    token (no scheme) as `Authorization` is sent as `Bearer TOKEN`."""
+    name, sep, var = item.partition("=")
+    name = name.strip()
+    if not sep or not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name) or not re.fullmatch(r"[A-Za-z_]\w*", var):
+        return f"--header-env wants NAME=VAR (a header name and an environment variable's name), got {item!r}"
+    value = environ.get(var, "").strip()
+    if not value:
+        return f"--header-env {name}={var}: {var} is not set; set it to the header's value"
+    if name.lower() == "authorization" and " " not in value:
+        value = f"Bearer {value}"
+    return name, value
 
 
 def remote_url(command: Sequence[str]) -> str | None:

@@ -13,6 +13,9 @@
 A url entry can carry the proxy's bearer token as each client best allows: a reference to an
 environment variable where the client expands one (Claude Code `${NAME}`, Cursor `${env:NAME}`,
 Codex `bearer_token_env_var`), a VS Code password input, or the value itself (AnythingLLM).
+Claude Desktop reads no url entries but runs commands: its entry runs `frugal-proxy -- URL`
+(stdio bridged to the remote endpoint), the token in the entry's `env` and read by the proxy
+through `--header-env Authorization=NAME`, never on the command line.
 
 Paths are computed from a `Places` (home, working folder, environment, OS), never from the
 process globals directly, so tests can point every client into a temporary folder.
@@ -110,11 +113,14 @@ class Client:
         entry.update(command=command[0], args=[*command[1:], "serve"])
         return entry
 
-    def url_entry(self, url: str, token: Token | None = None) -> dict[str, Any] | None:
-        """Our entry for a frugal-proxy reached over HTTP; None where the client cannot take one.
-        ValueError when the token must be written out and its variable is not set."""
+    def url_entry(self, url: str, token: Token | None = None, bridge: list[str] | None = None) -> dict[str, Any] | None:
+        """Our entry for a frugal-proxy reached over HTTP. A client that runs commands only gets,
+        with `bridge` (the frugal-proxy command), an entry that runs `frugal-proxy -- URL` (the
+        wrap form bridges stdio to the remote endpoint), the token in the entry's `env` and sent
+        with `--header-env Authorization=NAME`; without `bridge`, None. ValueError when the token
+        must be written out and its variable is not set."""
         if not self.takes_urls:
-            return None
+            return None if bridge is None else self._bridge_entry(url, token, bridge)
         entry: dict[str, Any] = {"type": self.url_type, "url": url} if self.url_type else {"url": url}
         if token is None:
             return entry
@@ -131,6 +137,23 @@ class Client:
                 f"set {token.env} to the proxy's token first"
             )
         entry["headers"] = {"Authorization": f"Bearer {value}"}
+        return entry
+
+    def _bridge_entry(self, url: str, token: Token | None, bridge: list[str]) -> dict[str, Any]:
+        entry: dict[str, Any] = {"type": "stdio"} if self.stdio_type else {}
+        if token is None:
+            entry.update(command=bridge[0], args=[*bridge[1:], "--", url])
+            return entry
+        if not token.value:
+            raise ValueError(
+                f"{self.label} expands no variables in its config, so the token itself goes into the entry's env; "
+                f"set {token.env} to the proxy's token first"
+            )
+        entry.update(
+            command=bridge[0],
+            args=[*bridge[1:], "--header-env", f"Authorization={token.env}", "--", url],
+            env={token.env: token.value},
+        )
         return entry
 
 

@@ -2,6 +2,7 @@
 
 install    merge a `frugal` entry (`frugal-proxy serve`, or `--http URL`) into each client's file;
            `--token-env NAME` makes a url entry send the proxy's bearer token (client_configs says how);
+           a client that runs commands only (Claude Desktop) gets `frugal-proxy -- URL` for --http;
            `--wrap` also routes every existing stdio entry through `frugal-proxy -- <command>`
 uninstall  remove our entry and unwrap exactly what `--wrap` wrapped (see install_state)
 
@@ -97,13 +98,6 @@ def run(options: argparse.Namespace, places: Places) -> int:
             print(f"{client.label}: skipped: it has no {scope} scope (it has: {', '.join(client.scopes)})")
             status = 1 if options.client else status
             continue
-        if installing and options.http and not client.takes_urls:
-            print(
-                f"{client.label}: skipped: it does not connect to url entries in its config file; "
-                "install without --http (it runs frugal-proxy as a command) or add the URL in Settings → Connectors"
-            )
-            status = 1 if options.client else status
-            continue
         path = config_files.real_path(client.path(places, scope))
         table = client.table(places, scope)
         records = state.setdefault(str(path) if len(table) == 1 else f"{path}#{'/'.join(table)}", {})
@@ -154,12 +148,13 @@ def _apply(
         print(f"{client.label}: {'already installed' if installing else 'nothing to remove'} ({path})")
         return True
     assert after is not None  # an uninstall of a missing file returned above
-    written = token is not None and token.value is not None and f"Bearer {token.value}" in after
+    written = token is not None and bool(token.value) and _holds(after, str(token.value))
     if options.dry_run:
         print(f"{client.label}: would change {path}:")
         diff = config_files.unified_diff(path, before, after)
         if written and token is not None:
             diff = diff.replace(f"Bearer {token.value}", f"Bearer <the value of ${token.env}>")
+            diff = diff.replace(json.dumps(str(token.value)), f'"<the value of ${token.env}>"')
         sys.stdout.write(diff)
         return True
     saved = config_files.backup(path) if before is not None else None
@@ -178,6 +173,11 @@ def _apply(
     return True
 
 
+def _holds(text: str, value: str) -> bool:
+    """Whether the file's text holds the token itself (a header, or an env entry of ours)."""
+    return f"Bearer {value}" in text or json.dumps(value) in text
+
+
 def _install(
     client: Client,
     document: Document,
@@ -186,13 +186,15 @@ def _install(
     token: Token | None,
     records: dict[str, Any],
 ) -> list[str]:
-    entry = client.url_entry(options.http, token) if options.http else client.serve_entry(frugal)
+    entry = client.url_entry(options.http, token, frugal) if options.http else client.serve_entry(frugal)
     assert entry is not None
     changes: list[str] = []
     current = document.get(ENTRY_NAME)
     if current != entry:
         document.set(ENTRY_NAME, entry)
         target = options.http or " ".join([*frugal, "serve"])
+        if options.http and not client.takes_urls:
+            target = f"{' '.join(frugal)} -- {options.http} (it runs commands only: stdio bridged to the URL)"
         sends = f" with the bearer token from ${token.env}" if token is not None else ""
         changes.append(f'{"added" if current is None else "updated"} "{ENTRY_NAME}" → {target}{sends}')
     if client.token_input is not None and isinstance(document, JsonDocument):

@@ -18,9 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+from mcp import Client, StdioServerParameters
 
 from frugal_proxy.install.clients import CLIENTS, Places, frugal_command
+from tests.conftest import notes_command
+from tests.e2e.test_http_downstream import start
 
 FRUGAL = frugal_command()[0]
 ISOLATED = ("ANYTHINGLLM_STORAGE_DIR", "CODEX_HOME", "FRUGAL_CONFIG", "XDG_CONFIG_HOME", "APPDATA")
@@ -368,13 +372,60 @@ def test_http_wants_a_url(machine: Machine) -> None:
     assert path.read_text() == CURSOR
 
 
-def test_claude_desktop_refuses_a_url_entry_and_is_left_alone(machine: Machine) -> None:
+def test_claude_desktop_gets_a_command_that_bridges_to_the_url(machine: Machine) -> None:
+    """Claude Desktop reads no url entries but runs commands: `frugal-proxy -- URL`."""
     path = place(machine, "claude-desktop")
     done = machine.run("install", "--client", "claude-desktop", "--http", "http://127.0.0.1:8765/mcp")
-    assert done.returncode == 1
-    assert "does not connect to url entries" in done.stdout
+    assert done.returncode == 0, done.stderr
+    assert servers("claude-desktop", load(path))["frugal"] == {
+        "command": FRUGAL,
+        "args": [*frugal_command()[1:], "--", "http://127.0.0.1:8765/mcp"],
+    }
+    assert "stdio bridged to the URL" in done.stdout
+    assert machine.run("uninstall", "--client", "claude-desktop").returncode == 0
     assert path.read_text() == CLAUDE_DESKTOP
-    assert backups(path) == []
+
+
+@pytest.mark.anyio
+async def test_the_claude_desktop_bridge_entry_reaches_a_token_guarded_proxy(machine: Machine) -> None:
+    """The installed entry, run the way Claude Desktop runs it (its command, args and env, nothing
+    of ours), lists the tools of a `--http` proxy that requires the bearer token; the token is in
+    the entry's env, never in its args, and the file is the owner's alone."""
+    proxy = start(notes_command(), env={"FRUGAL_AUTH_TOKEN": TOKEN})
+    try:
+        path = place(machine, "claude-desktop")
+        machine.env["FRUGAL_AUTH_TOKEN"] = TOKEN
+        url = f"{proxy.base}/mcp"
+        done = machine.run("install", "--client", "claude-desktop", "--http", url, "--token-env", "FRUGAL_AUTH_TOKEN")
+        assert done.returncode == 0, done.stderr
+        assert TOKEN not in done.stdout + done.stderr
+        entry = servers("claude-desktop", load(path))["frugal"]
+        assert entry == {
+            "command": FRUGAL,
+            "args": [*frugal_command()[1:], "--header-env", "Authorization=FRUGAL_AUTH_TOKEN", "--", url],
+            "env": {"FRUGAL_AUTH_TOKEN": TOKEN},
+        }
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        launched = {"PATH": os.environ["PATH"], "HOME": str(machine.home), **entry["env"]}
+        params = StdioServerParameters(command=entry["command"], args=entry["args"], env=launched)
+        with anyio.fail_after(40):
+            async with Client(params, mode="legacy", cache=None) as client:  # type: ignore[arg-type]
+                names = {tool.name for tool in (await client.list_tools()).tools}
+        assert "add" in names
+        assert TOKEN not in "\n".join(proxy.lines)  # the proxy behind it never logged it either
+    finally:
+        proxy.stop()
+
+
+def test_a_bridge_entry_needs_the_token_in_its_variable(machine: Machine) -> None:
+    path = place(machine, "claude-desktop")
+    machine.env.pop("FRUGAL_AUTH_TOKEN", None)
+    done = machine.run("install", "--client", "claude-desktop", "--http", URL, "--token-env", "FRUGAL_AUTH_TOKEN")
+    assert done.returncode == 1
+    assert "so the token itself goes into the entry's env; set FRUGAL_AUTH_TOKEN to the proxy's token first" in (
+        done.stderr
+    )
+    assert path.read_text() == CLAUDE_DESKTOP
 
 
 def test_a_malformed_file_is_reported_and_left_alone_while_the_others_are_installed(machine: Machine) -> None:

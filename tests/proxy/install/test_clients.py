@@ -163,3 +163,16 @@ def test_url_entries_go_through_frugal_proxy_for_command_only_clients() -> None:
         "command": FRUGAL[0],
         "args": ["--header", "Authorization: Bearer t", "--", "https://r/mcp"],
     }
+
+
+def test_a_client_that_runs_commands_only_gets_a_bridge_to_the_url() -> None:
+    desktop = CLIENTS["claude-desktop"]
+    assert desktop.url_entry("http://p/mcp", bridge=FRUGAL) == {"command": FRUGAL[0], "args": ["--", "http://p/mcp"]}
+    assert desktop.url_entry("http://p/mcp", Token("PROXY_TOKEN", "s3cret"), bridge=FRUGAL) == {
+        "command": FRUGAL[0],
+        "args": ["--header-env", "Authorization=PROXY_TOKEN", "--", "http://p/mcp"],
+        "env": {"PROXY_TOKEN": "s3cret"},
+    }
+    with pytest.raises(ValueError, match="set PROXY_TOKEN to the proxy's token first"):
+        desktop.url_entry("http://p/mcp", Token("PROXY_TOKEN", None), bridge=FRUGAL)
+    assert CLIENTS["cursor"].url_entry("http://p/mcp", bridge=FRUGAL) == {"url": "http://p/mcp"}
