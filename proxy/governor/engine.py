@@ -50,6 +50,9 @@ class Governor:
         self.store = store
         self.signer = signer
         self.budgets = OperatorBudgets(settings)
+        # Whether any call was remembered for the repeat denial: until one is, no call needs its
+        # fingerprint taken to be let through.
+        self._remembered = False
 
     @classmethod
     def embedded(cls, settings: GovernorSettings) -> Governor:
@@ -65,6 +68,8 @@ class Governor:
     async def denial(self, operator: str, route: str, arguments: Any) -> dict[str, Any] | None:
         """The tool error result that refuses a repeat of a call whose result was shaped while its
         spill lives, or None when the call may run."""
+        if not self._remembered:
+            return None
         spilled = await self.store.recall(operator, call_key(route, arguments))
         if not spilled:
             return None
@@ -83,6 +88,7 @@ class Governor:
 
     async def remember(self, operator: str, route: str, arguments: Any, artifact_ids: list[str]) -> None:
         """Note that this call's result was shaped into these artifacts (for the repeat denial)."""
+        self._remembered = True
         await self.store.remember(operator, call_key(route, arguments), artifact_ids)
 
     # -- shaping, shared with frugal__shape_result ---------------------------------------------------

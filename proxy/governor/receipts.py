@@ -41,6 +41,8 @@ class Signer:
         self._lock = anyio.Lock()
 
     async def key(self) -> keys.SigningKey:
+        if self._key is not None:  # loaded: no lock, no loop turn
+            return self._key
         async with self._lock:
             if self._key is None:
                 self._key = await anyio.to_thread.run_sync(keys.load_or_create, self.directory)

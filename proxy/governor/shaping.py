@@ -30,19 +30,22 @@ import hashlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
-from frugal_proxy.config import Budget, Mode
-from frugal_proxy.governor import cuts, json_shape, lazy_json, schema_check
+from frugal_proxy.config import Budget
+from frugal_proxy.governor import lazy_json, schema_check
+from frugal_proxy.governor.groups import Cut as Cut
+from frugal_proxy.governor.groups import Found, Group, Kind, RecordsGroup, TextGroup
+from frugal_proxy.governor.groups import marker as marker
+from frugal_proxy.governor.result_parts import META_KEY as META_KEY
+from frugal_proxy.governor.result_parts import Output, Parts, Text
 from frugal_proxy.protocol import limits
 
-Kind = Literal["markdown", "text", "html"]
 PRIORITY: dict[Kind, int] = {"markdown": 0, "text": 1, "html": 2}
 # Room left in the budget for each cut's marker (the marker is part of the shaped field).
 MARKER_RESERVE = 400
-META_KEY = "frugal/governor"
 # As long as a real artifact id, for trying a shaped result before anything is spilled.
 _PLACEHOLDER_ID = "art_" + "x" * 32
 
@@ -58,444 +61,10 @@ def est_tokens(chars: int) -> int:
 
 
 @dataclass
-class Cut:
-    """One shaped group: its primary field's complete original bytes and what was kept."""
-
-    field: str
-    mode: Mode
-    payload: bytes
-    returned_bytes: int
-    chars_total: int
-    chars_returned: int
-    total_records: int | None = None
-    returned_records: int | None = None
-    sha256: str = ""
-    # The outputSchema's minItems, when it made the cut keep more items than the budget holds.
-    schema_floor: int | None = None
-    # The last kept item, shrunk (json_shape) because not even it fitted whole.
-    head: bytes | None = None
-
-    @property
-    def resume_offset(self) -> int:
-        """Where the omitted part of the payload starts (0 for records: fetch from the start)."""
-        return 0 if self.mode == "records" else self.returned_bytes
-
-
-def marker(cut: Cut, artifact_id: str | None) -> str:
-    """The line that ends a shortened field, telling the model what is missing and how to get it."""
-    if cut.mode == "records" and cut.total_records is not None:
-        what = f"{cut.returned_records} of {cut.total_records} records"
-        what += ", the last one shortened" if cut.head is not None else ""
-    elif cut.mode == "lines":
-        lines = f"{cut.returned_records} of {cut.total_records} lines"
-        what = f"{lines} ({cut.chars_returned} of {cut.chars_total} chars)"
-    else:
-        what = f"{cut.chars_returned} of {cut.chars_total} chars"
-    if artifact_id is None:
-        return f"[frugal: output truncated to {what}; the rest could not be kept]"
-    args = _encoder.encode({"artifact_id": artifact_id, "offset": cut.resume_offset}).decode()
-    return f"[frugal: output truncated to {what}; call frugal__fetch_slice {args} for the rest]"
-
-
-class _Text:
-    """A text field of the result; its UTF-8 bytes are decoded only when a group needs them."""
-
-    def __init__(self, location: tuple[Any, ...], name: str, raw: msgspec.Raw, mime: str | None) -> None:
-        self.location = location
-        self.name = name
-        self.raw = raw
-        self.mime = mime
-        self._payload: bytes | None = None
-        self._chars = 0
-
-    @classmethod
-    def of(cls, location: tuple[Any, ...], name: str, raw: msgspec.Raw, mime: str | None) -> _Text | None:
-        return cls(location, name, raw, mime) if _first(raw) == b'"' else None
-
-    def _decode(self) -> bytes:
-        if self._payload is None:
-            self._payload, self._chars = lazy_json.string_payload(self.raw)
-        return self._payload
-
-    @property
-    def payload(self) -> bytes:
-        return self._decode()
-
-    @property
-    def chars(self) -> int:
-        self._decode()
-        return self._chars
-
-
-class _Parts:
-    """The result as read: its top-level fields, content blocks (each decoded on first use) and
-    structuredContent. Read once per plan and never changed; `_Output` holds the edits."""
-
-    def __init__(self, body: dict[str, msgspec.Raw], raw_blocks: list[msgspec.Raw]) -> None:
-        self.body = body
-        self.raw_blocks = raw_blocks
-        self._structured_payload: bytes | None = None
-        self._texts: dict[int, _Text] | None = None
-        self._blocks: dict[int, dict[str, msgspec.Raw] | None] = {}
-        self.structured: msgspec.Raw | None = body.get("structuredContent")
-        self._fields: dict[str, msgspec.Raw] | None = None
-
-    def block(self, i: int) -> dict[str, msgspec.Raw] | None:
-        """Content block `i` as an object (None when it is not one)."""
-        if i not in self._blocks:
-            try:
-                self._blocks[i] = _object.decode(self.raw_blocks[i])
-            except msgspec.ValidationError:
-                self._blocks[i] = None
-        return self._blocks[i]
-
-    def structured_payload(self) -> bytes:
-        """structuredContent's own bytes (copied once: the spill keeps them)."""
-        if self._structured_payload is None:
-            assert self.structured is not None
-            self._structured_payload = bytes(self.structured)
-        return self._structured_payload
-
-    def fields(self) -> dict[str, msgspec.Raw]:
-        """structuredContent's fields (raises when it is not an object)."""
-        if self._fields is None:
-            assert self.structured is not None
-            self._fields = self._mirrored() or _object.decode(self.structured)
-        return self._fields
-
-    def _mirrored(self) -> dict[str, msgspec.Raw] | None:
-        """structuredContent as `{key: string}` when that string is byte for byte a text block
-        already read (the SDK's string result): compared, not parsed a second time."""
-        assert self.structured is not None
-        head = lazy_json.FIRST_KEY.match(memoryview(self.structured)[: lazy_json.SNIFF_BYTES])
-        texts = [block["text"] for block in self._blocks.values() if block is not None and "text" in block]
-        if head is None or not texts or b"\\" in head.group(1):
-            return None
-        start = head.end()
-        structured = memoryview(self.structured)
-        for text in texts:
-            end = start + len(text)
-            if 0 <= len(structured) - end <= lazy_json.SNIFF_BYTES and bytes(structured[end:]).strip() == b"}":
-                if msgspec.Raw(structured[start:end]) == text:  # compared in place, not copied
-                    try:
-                        return {head.group(1).decode(): text}
-                    except UnicodeDecodeError:
-                        return None
-        return None
-
-    def texts(self) -> dict[int, _Text]:
-        """The text fields of the content blocks by block index (a new dict of the same fields
-        on every call, so that a second plan decodes nothing again)."""
-        if self._texts is None:
-            self._texts = self._read_texts()
-        return dict(self._texts)
-
-    def _read_texts(self) -> dict[int, _Text]:
-        found: dict[int, _Text] = {}
-        for i in range(len(self.raw_blocks)):
-            block = self.block(i)
-            if block is None:
-                continue
-            kind = bytes(block["type"]) if "type" in block else None
-            text: _Text | None = None
-            if kind == b'"text"' and "text" in block:
-                text = _Text.of(("content", i, "text"), f"content[{i}].text", block["text"], None)
-            elif kind == b'"resource"' and "resource" in block:
-                resource = _object.decode(block["resource"])
-                mime = _any.decode(resource["mimeType"]) if "mimeType" in resource else None
-                if "text" in resource:
-                    name = f"content[{i}].resource.text"
-                    mime = mime if isinstance(mime, str) else None
-                    text = _Text.of(("content", i, "resource"), name, resource["text"], mime)
-            if text is not None:
-                found[i] = text
-        return found
-
-
-class _Output:
-    """The shaped result being built from a `_Parts`: the edited fields, how many content blocks
-    are kept (one block per item) and the marker lines added."""
-
-    def __init__(self, parts: _Parts) -> None:
-        self.parts = parts
-        self.blocks: dict[int, dict[str, msgspec.Raw]] = {}
-        self.structured = parts.structured
-        self.fields: dict[str, msgspec.Raw] | None = None
-        self.keep_blocks: int | None = None
-        self.extra: list[str] = []
-        self.json_blocks: set[int] = set()
-
-    def _block(self, i: int) -> dict[str, msgspec.Raw]:
-        if i not in self.blocks:
-            block = self.parts.block(i)
-            assert block is not None
-            self.blocks[i] = dict(block)
-        return self.blocks[i]
-
-    def set_text(self, location: tuple[Any, ...], text: str) -> None:
-        value = msgspec.Raw(_encoder.encode(text))
-        if location[0] == "structuredContent":
-            if self.fields is None:
-                self.fields = dict(self.parts.fields())
-            if len(location) == 3:  # a string of an object field: {"page": {"markdown": …}}
-                inner = _object.decode(self.fields[location[1]])
-                inner[location[2]] = value
-                value = msgspec.Raw(_encoder.encode(inner))
-            self.fields[location[1]] = value
-            return
-        block = self._block(location[1])
-        if location[2] == "resource":
-            resource = _object.decode(block["resource"])
-            resource["text"] = value
-            block["resource"] = msgspec.Raw(_encoder.encode(resource))
-        else:
-            block["text"] = value
-
-    def build(self, meta: dict[str, Any]) -> dict[str, Any]:
-        body: dict[str, Any] = dict(self.parts.body)
-        structured = self.structured
-        if self.fields is not None:
-            structured = msgspec.Raw(_encoder.encode(self.fields))
-        if structured is not None:
-            body["structuredContent"] = structured
-            for i in self.json_blocks:
-                self._block(i)["text"] = msgspec.Raw(_encoder.encode(bytes(structured).decode()))
-        if "content" in body:
-            raw_blocks = self.parts.raw_blocks
-            if self.keep_blocks is not None:
-                raw_blocks = raw_blocks[: self.keep_blocks]
-            kept: list[Any] = [self.blocks.get(i, raw) for i, raw in enumerate(raw_blocks)]
-            kept.extend({"type": "text", "text": text} for text in self.extra)
-            body["content"] = msgspec.Raw(_encoder.encode(kept))
-        old_meta = _object.decode(body["_meta"]) if "_meta" in body else {}
-        body["_meta"] = {**old_meta, META_KEY: meta}
-        return body
-
-
-class _TextGroup:
-    """A text field (block text, resource text or a string in structuredContent) with the
-    copies of it that the result carries."""
-
-    def __init__(self, text: _Text, kind: Kind, forced: Mode | None) -> None:
-        self.location = text.location
-        self.name = text.name
-        self.kind = kind
-        self.chars = text.chars
-        self.payload = text.payload
-        self.copies: list[tuple[Any, ...]] = []
-        self.json_copies: list[int] = []
-        # Bytes a copy inside JSON takes per payload byte (escapes make it more than one).
-        self.escaped = len(text.raw) / max(1, len(self.payload)) if text.raw is not None else 1.0
-        self.mode: Mode = "text"
-        self.records: int | None = None
-        if forced == "lines" or (forced is None and cuts.is_line_oriented(self.payload)):
-            self.mode = "lines"
-            self.records = cuts.count_lines(self.payload)
-
-    @property
-    def share(self) -> int:
-        return 1 + len(self.copies) + len(self.json_copies)
-
-    @property
-    def touches_structured(self) -> bool:
-        return any(location[0] == "structuredContent" for location in (self.location, *self.copies))
-
-    @property
-    def weight(self) -> float:
-        """Bytes the result carries per kept payload byte, over every copy."""
-        in_json = len(self.json_copies) + sum(1 for location in self.copies if location[0] == "structuredContent")
-        in_json += 1 if self.location[0] == "structuredContent" else 0
-        return in_json * self.escaped + (self.share - in_json)
-
-    @property
-    def cost(self) -> int:
-        return math.ceil(len(self.payload) * self.weight)
-
-    @property
-    def chars_total(self) -> int:
-        return self.chars * self.share
-
-    def fits(self, budget: Budget) -> bool:
-        return self.records is None or self.records <= budget.max_records
-
-    def cut(self, max_bytes: int, max_chars: int, budget: Budget) -> Cut:
-        room_bytes, room_chars = max(0, int(max_bytes / self.weight)), max(0, max_chars // self.share)
-        kept_records: int | None = None
-        if self.mode == "lines":
-            offset, kept_records = cuts.cut_lines(self.payload, room_bytes, room_chars, budget.max_records)
-        else:
-            offset = cuts.cut_text(self.payload, room_bytes, room_chars)
-        return Cut(
-            field=self.name,
-            mode=self.mode,
-            payload=self.payload,
-            returned_bytes=offset,
-            chars_total=self.chars,
-            chars_returned=cuts.char_count(self.payload[:offset]),
-            total_records=self.records,
-            returned_records=kept_records,
-        )
-
-    def apply(self, out: _Output, cut: Cut, artifact_id: str | None) -> int:
-        """The kept text in every copy; the marker once, ending the first text block (a copy in
-        structuredContent is the tool's data, and stays only what was kept of it)."""
-        kept = cut.payload[: cut.returned_bytes].decode("utf-8", "surrogatepass")
-        line = marker(cut, artifact_id)
-        separator = "" if not kept or kept.endswith("\n") else "\n"
-        locations = (self.location, *self.copies)
-        block = next((location for location in locations if location[0] == "content"), None)
-        for location in locations:
-            out.set_text(location, kept + separator + line if location is block else kept)
-        out.json_blocks.update(self.json_copies)
-        if block is None:
-            out.extra.append(line)
-            return len(line)
-        return len(separator + line)
-
-
-class _RecordsGroup:
-    """A JSON value that carries the result, in structuredContent or in a text (a text block, or
-    a string of structuredContent), with the copies of it that the result carries: one text
-    block per item, the whole structuredContent's JSON, the same text again (`copies`: an SDK
-    string result), or its bare array (`array_copies`: a list result rendered as one block).
-    Its carrying array keeps its first items; `found` None is a JSON object with no array,
-    shrunk as a whole (json_shape)."""
-
-    kind: Kind = "text"
-    mode: Mode = "records"
-
-    def __init__(self, text: _Text | None, payload: bytes, found: _Found | None) -> None:
-        self.location: tuple[Any, ...] = text.location if text else ("structuredContent",)
-        self.name = text.name if text else "structuredContent"
-        self.payload = payload
-        self.whole = found is None
-        self.container, self.key, self.items = found if found is not None else (None, None, [])
-        self.records: int | None = None if self.whole else len(self.items)
-        # Whether the content blocks are one per item (the SDK's rendering of a list result).
-        self.item_blocks = False
-        # The fewest items the tool's outputSchema allows (structuredContent's array only).
-        self.floor = 0
-        # Whether an item alone over budget is shrunk rather than left out (not against a schema).
-        self.descend = True
-        self.json_copies: list[int] = []
-        self.copies: list[tuple[Any, ...]] = []
-        self.array_copies: list[tuple[Any, ...]] = []
-        self.chars = text.chars if text else cuts.char_count(payload)
-        # Bytes a copy inside a JSON string takes per payload byte (escapes make it more than one).
-        self.escaped = len(text.raw) / max(1, len(payload)) if text is not None else 1.0
-
-    @property
-    def share(self) -> int:
-        copies = len(self.json_copies) + len(self.copies) + len(self.array_copies)
-        return 1 + copies + (1 if self.item_blocks else 0)
-
-    @property
-    def touches_structured(self) -> bool:
-        return any(location[0] == "structuredContent" for location in (self.location, *self.copies))
-
-    @property
-    def weight(self) -> float:
-        """Bytes the result carries per kept payload byte, over every copy."""
-        if self.location == ("structuredContent",):
-            return float(self.share)
-        # A text: escaped in each string of structuredContent and in each JSON copy of it.
-        strings = sum(1 for location in (self.location, *self.copies) if location[0] == "structuredContent")
-        strings += len(self.json_copies)
-        return strings * self.escaped + (self.share - strings)
-
-    @property
-    def cost(self) -> int:
-        return math.ceil(len(self.payload) * self.weight)
-
-    @property
-    def chars_total(self) -> int:
-        return self.chars * self.share
-
-    def fits(self, budget: Budget) -> bool:
-        return len(self.items) <= budget.max_records
-
-    def _array(self, count: int, head: bytes | None) -> bytes:
-        items = [bytes(item) for item in self.items[:count]]
-        if head is not None and items:
-            items[-1] = head
-        return b"[" + b",".join(items) + b"]"
-
-    def _encoded(self, count: int, head: bytes | None = None) -> bytes:
-        if self.whole or (head is not None and count == 0):  # shrunk as a whole
-            return head if head is not None else self.payload
-        array = self._array(count, head)
-        if self.container is None or self.key is None:
-            return array
-        container = dict(self.container)
-        container[self.key] = msgspec.Raw(array)
-        return _encoder.encode(container)
-
-    def cut(self, max_bytes: int, max_chars: int, budget: Budget) -> Cut:
-        room = max(0, int(min(max_bytes, max_chars) / self.weight))
-        head: bytes | None = None
-        if self.whole:
-            count = 0
-            if len(self.payload) > room:
-                head = json_shape.shrink(self.payload, room, budget.max_records) or b"{}"
-        elif self.location != ("structuredContent",) and len(self._encoded(0)) > room:
-            # A JSON text whose other fields alone are over budget: shrunk as a whole.
-            count, head = 0, json_shape.shrink(self.payload, room, budget.max_records) or b"{}"
-        else:
-            room = max(0, room - (len(self._encoded(0)) - 2))
-            sizes = [len(item) for item in self.items[: budget.max_records]]
-            count = cuts.fit_records(sizes, room, budget.max_records)
-            if count == 0 and self.floor == 0 and self.descend and self.items and budget.max_records > 0:
-                head = json_shape.shrink(self.items[0], room - 2, budget.max_records)
-                count = 1 if head is not None else 0
-        floor = min(self.floor, len(self.items))
-        kept = self._encoded(max(count, floor), head)
-        whole = self.whole or (head is not None and count == 0)  # no record counts then
-        return Cut(
-            field=self.name,
-            mode="records",
-            payload=self.payload,
-            returned_bytes=len(kept),
-            chars_total=self.chars,
-            chars_returned=cuts.char_count(kept),
-            total_records=None if whole else self.records,
-            returned_records=None if whole else max(count, floor),
-            schema_floor=floor if floor > count else None,
-            head=head,
-        )
-
-    def apply(self, out: _Output, cut: Cut, artifact_id: str | None) -> int:
-        count = cut.returned_records or 0
-        kept = self._encoded(count, cut.head)
-        if self.location == ("structuredContent",):
-            out.structured = msgspec.Raw(kept)
-        else:
-            out.set_text(self.location, kept.decode())
-        for location in self.copies:
-            out.set_text(location, kept.decode())
-        if self.array_copies:
-            array = self._array(count, cut.head).decode()
-            for location in self.array_copies:
-                out.set_text(location, array)
-        out.json_blocks.update(self.json_copies)
-        if self.item_blocks:
-            out.keep_blocks = count
-            if cut.head is not None:
-                out.set_text(("content", count - 1, "text"), cut.head.decode())
-        line = marker(cut, artifact_id)
-        out.extra.append(line)
-        return len(line)
-
-
-Group = _TextGroup | _RecordsGroup
-# (the object holding the array, its key, the array's items); no object for a bare array
-_Found = tuple[dict[str, Any] | None, str | None, list[msgspec.Raw]]
-
-
-@dataclass
 class Plan:
     """A result that does not fit its budget, measured and cut; `render` finishes it."""
 
-    parts: _Parts
+    parts: Parts
     groups: list[Group]
     cuts: list[Cut]
     chars_total: int
@@ -518,7 +87,7 @@ class Plan:
 
     def structured_after(self) -> Any:
         """structuredContent as it will be once shaped (decoded; None when there is none)."""
-        out = _Output(self.parts)
+        out = Output(self.parts)
         for group, cut in zip(self.groups, self.cuts, strict=True):
             group.apply(out, cut, _PLACEHOLDER_ID)
         structured = out.build({}).get("structuredContent")
@@ -527,7 +96,7 @@ class Plan:
     def render(self, artifact_ids: Sequence[str | None], receipts: Sequence[Any]) -> msgspec.Raw:
         """The shaped result: every cut applied with its marker, the governor's figures in
         `_meta`. `artifact_ids` and `receipts` follow the order of `cuts`."""
-        out = _Output(self.parts)
+        out = Output(self.parts)
         returned = self.chars_kept
         for group, cut, artifact_id in zip(self.groups, self.cuts, artifact_ids, strict=True):
             returned += group.apply(out, cut, artifact_id)
@@ -549,6 +118,18 @@ def sha256_hex(payload: bytes) -> str:
     return hashlib.sha256(payload).hexdigest()
 
 
+def fits_at_a_glance(result: bytes | msgspec.Raw, budget: Budget) -> bool:
+    """Whether a result fits its budget by its bytes alone, so that it need not be read: half
+    its length is within the bytes and characters (no copy, escape or quote weighs more), and
+    it holds fewer commas and escapes than `max_records` (no array has more items than commas
+    plus one, no text more lines than `\\n` escapes plus one)."""
+    size = len(result)
+    if 2 * size > min(budget.max_bytes, budget.max_chars):
+        return False
+    data = bytes(result) if isinstance(result, msgspec.Raw) else result
+    return data.count(b",") + data.count(b"\\") + 1 <= budget.max_records
+
+
 def plan(result: bytes | msgspec.Raw, budget: Budget, schema: Any = None) -> Plan | None:
     """Measure a tools/call result; None when it fits the budget (or is not a result the
     governor shapes: not an object, or an `input_required` answer). Hashes each cut's payload.
@@ -556,13 +137,15 @@ def plan(result: bytes | msgspec.Raw, budget: Budget, schema: Any = None) -> Pla
     With the tool's outputSchema, structuredContent's array keeps at least its `minItems`, and a
     shaped structuredContent that would still break the schema is left whole instead: only the
     text blocks are shaped then."""
+    if fits_at_a_glance(result, budget):
+        return None
     try:
         body, blocks = lazy_json.read_result(result)
     except (msgspec.ValidationError, msgspec.DecodeError):
         return None
     if "resultType" in body and _any.decode(body["resultType"]) not in ("complete", None):
         return None
-    parts = _Parts(body, blocks)
+    parts = Parts(body, blocks)
     made = _plan(parts, budget, schema if isinstance(schema, dict) else None, structured_whole=False)
     if made is not None and isinstance(schema, dict) and made.touches_structured:
         broken = schema_check.violations(made.structured_after(), schema)
@@ -585,7 +168,7 @@ def plan(result: bytes | msgspec.Raw, budget: Budget, schema: Any = None) -> Pla
     return made
 
 
-def _plan(parts: _Parts, budget: Budget, schema: dict[str, Any] | None, structured_whole: bool) -> Plan | None:
+def _plan(parts: Parts, budget: Budget, schema: dict[str, Any] | None, structured_whole: bool) -> Plan | None:
     groups, fixed_bytes, fixed_chars = _groups(parts, budget, schema, structured_whole)
     total_bytes = fixed_bytes + sum(group.cost for group in groups)
     chars_total = fixed_chars + sum(group.chars_total for group in groups)
@@ -631,7 +214,7 @@ def _kind_of(name: str, mime: str | None, payload: bytes) -> Kind:
 
 def _carrying_array(
     raw: bytes | msgspec.Raw, as_raw: Callable[[], dict[str, msgspec.Raw]] | None = None
-) -> _Found | None:
+) -> Found | None:
     """The array that carries a JSON value: the value itself, or its largest array field."""
     start = _first(raw)
     try:
@@ -663,19 +246,19 @@ def _array_size(value: Any) -> int:
 
 
 def _groups(
-    parts: _Parts, budget: Budget, schema: dict[str, Any] | None, structured_whole: bool
+    parts: Parts, budget: Budget, schema: dict[str, Any] | None, structured_whole: bool
 ) -> tuple[list[Group], int, int]:
     """Every shapeable group of the result, and the bytes and chars of what cannot be shaped
     (structuredContent among them when it is to be left whole)."""
     groups: list[Group] = []
     structured = None if structured_whole else parts.structured
-    texts: dict[int, _Text] | None = None
+    texts: dict[int, Text] | None = None
     if structured is not None and lazy_json.first_value(structured) == b'"':
         texts = parts.texts()  # first: structuredContent may be a copy of one of them
     array = _carrying_array(structured, parts.fields) if structured is not None else None
     if structured is not None and array is not None and len(parts.raw_blocks) == len(array[2]) > 1:
         # One content block per item: the SDK's rendering of a list result.
-        group = _RecordsGroup(None, parts.structured_payload(), array)
+        group = RecordsGroup(None, parts.structured_payload(), array)
         group.item_blocks = True
         group.floor = schema_check.array_floor(schema, array[1]) if schema is not None else 0
         group.descend = schema is None
@@ -692,16 +275,16 @@ def _groups(
     return groups, fixed, fixed
 
 
-def _text_group(text: _Text, budget: Budget) -> Group:
+def _text_group(text: Text, budget: Budget) -> Group:
     """A text's group: records when it is JSON (a JSON text is never cut as lines or prose,
     unless the route forces a mode), lines or text otherwise."""
     if budget.mode in (None, "records") and _opens(text.payload) is not None:
         array = _carrying_array(text.payload)
         if array is not None:
-            return _RecordsGroup(text, text.payload, array)
+            return RecordsGroup(text, text.payload, array)
         if _opens(text.payload) == b"{" and _is_json(text.payload):
-            return _RecordsGroup(text, text.payload, None)
-    return _TextGroup(text, _kind_of(text.name, text.mime, text.payload), budget.mode)
+            return RecordsGroup(text, text.payload, None)
+    return TextGroup(text, _kind_of(text.name, text.mime, text.payload), budget.mode)
 
 
 def _opens(payload: bytes) -> bytes | None:
@@ -720,14 +303,14 @@ def _is_json(payload: bytes) -> bool:
 
 
 def _structured_groups(
-    parts: _Parts, array: _Found | None, texts: dict[int, _Text], budget: Budget, schema: dict[str, Any] | None
+    parts: Parts, array: Found | None, texts: dict[int, Text], budget: Budget, schema: dict[str, Any] | None
 ) -> tuple[set[int], list[Group], int]:
     """Groups for structuredContent, the text blocks that turned out to be copies of it, and the
     bytes of structuredContent that no group can shape."""
     structured = parts.structured
     assert structured is not None
     if array is not None:
-        group = _RecordsGroup(None, parts.structured_payload(), array)
+        group = RecordsGroup(None, parts.structured_payload(), array)
         group.floor = schema_check.array_floor(schema, array[1]) if schema is not None else 0
         group.descend = schema is None
         group.json_copies = [i for i, text in texts.items() if _is_json_of(text.payload, array)]
@@ -757,10 +340,10 @@ def _structured_groups(
         field_text = (
             texts[mirror]
             if mirror is not None
-            else _Text(("structuredContent", key), f"structuredContent.{key}", value, None)
+            else Text(("structuredContent", key), f"structuredContent.{key}", value, None)
         )
         field_group = _text_group(field_text, budget)
-        if isinstance(field_group, _TextGroup):
+        if isinstance(field_group, TextGroup):
             field_group.kind = _kind_of(key, None, field_text.payload)
         if mirror is not None:
             field_group.copies.append(("structuredContent", key))
@@ -783,16 +366,16 @@ def _nested_groups(key: str, value: msgspec.Raw, budget: Budget) -> tuple[list[G
     for sub, raw in inner.items():
         if _first(raw) != b'"':
             continue
-        text = _Text(("structuredContent", key, sub), f"structuredContent.{key}.{sub}", raw, None)
+        text = Text(("structuredContent", key, sub), f"structuredContent.{key}.{sub}", raw, None)
         group = _text_group(text, budget)
-        if isinstance(group, _TextGroup):
+        if isinstance(group, TextGroup):
             group.kind = _kind_of(sub, None, text.payload)
         groups.append(group)
         covered += len(raw)
     return groups, covered
 
 
-def _is_array_of(payload: bytes, array: _Found) -> bool:
+def _is_array_of(payload: bytes, array: Found) -> bool:
     """Whether a text block is the bare JSON array of the structured result's carrying array
     (a list result rendered as one block beside `{"result": [...]}`): as many items, the same
     first one."""
@@ -805,7 +388,7 @@ def _is_array_of(payload: bytes, array: _Found) -> bool:
     return not items or _any.decode(found[2][0]) == _any.decode(items[0])
 
 
-def _is_json_of(payload: bytes, array: _Found) -> bool:
+def _is_json_of(payload: bytes, array: Found) -> bool:
     """Whether a text block is a serialisation of the structured result: the same top-level
     keys and, where an array carries it, as many items."""
     container, key, items = array

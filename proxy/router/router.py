@@ -9,8 +9,9 @@ upstream nothing is renamed or re-paged: the proxy is transparent.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,6 +90,7 @@ class Router:
         self.catalog = Catalog(self.links, prefixes, filters, page_size)
         self.single = len(self.links) == 1
         self._inflight: dict[RequestId, anyio.CancelScope] = {}
+        self._answerers = _Answerers(task_group, self._answer)
         self._streams: set[RequestId] = set()
         self._idle = anyio.Event()
         assembly = assembly or assemble()
@@ -126,13 +128,16 @@ class Router:
 
     async def serve(self, reader: FrameReader) -> None:
         """Handle the client's messages until it closes its side."""
-        async for event in reader:
-            if isinstance(event, BadLine):
-                await self._bad_line(event)
-            elif event.batch:
-                self._tg.start_soon(self._serve_batch, event.frames)
-            else:
-                await self._on_frame(event.frames[0])
+        try:
+            async for event in reader:
+                if isinstance(event, BadLine):
+                    await self._bad_line(event)
+                elif event.batch:
+                    self._tg.start_soon(self._serve_batch, event.frames)
+                else:
+                    await self._on_frame(event.frames[0])
+        finally:
+            self._answerers.close()
 
     async def drain(self) -> None:
         """End the client's listen streams, then wait until no request is in flight (bound it
@@ -200,7 +205,7 @@ class Router:
         elif jsonrpc.is_notification(frame):
             await self._on_notification(frame)
         else:
-            self._tg.start_soon(self._answer, frame)
+            self._answerers.submit(frame)
 
     async def _serve_batch(self, elements: Sequence[Frame | jsonrpc.MessageError]) -> None:
         """A batch's requests served together and answered as one array; an element that is
@@ -520,6 +525,51 @@ class Router:
                 await upstream.notify(method or "", frame.get("params"))
             except UpstreamDown:
                 log.warning("client notification dropped: upstream is down", extra={"method": method})
+
+
+class _Answerers:
+    """The tasks that answer stdio requests, each request on a task of its own while it runs.
+
+    A task spawned per request costs about 25 µs of CPU on the asyncio backend (its handle, cancel
+    scope and event), a tenth of the proxy's whole work on a small call; so a task that has
+    answered waits for the next request instead of ending, and a request is handed to a waiting
+    one (a future's result: one loop turn, as a new task's first step would be). A new task is
+    spawned only when none waits, and at most `MAX_IDLE` wait, so a burst leaves none behind.
+    They are the task group's, as spawned tasks were: cancelled with it, their errors its own.
+    """
+
+    MAX_IDLE = 64
+
+    def __init__(self, task_group: anyio.abc.TaskGroup, answer: Callable[[Frame], Awaitable[None]]) -> None:
+        self._tg = task_group
+        self._answer = answer
+        self._idle: list[asyncio.Future[Frame | None]] = []
+
+    def close(self) -> None:
+        """No more requests come: the waiting tasks end (those still answering end after)."""
+        idle, self._idle = self._idle, []
+        for waiter in idle:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def submit(self, frame: Frame) -> None:
+        while self._idle:
+            waiter = self._idle.pop()
+            if not waiter.done():  # a cancelled waiter is a task that has ended
+                waiter.set_result(frame)
+                return
+        self._tg.start_soon(self._work, frame)
+
+    async def _work(self, frame: Frame) -> None:
+        loop = asyncio.get_running_loop()
+        next_frame: Frame | None = frame
+        while next_frame is not None:
+            await self._answer(next_frame)
+            if len(self._idle) >= self.MAX_IDLE:
+                return
+            waiter: asyncio.Future[Frame | None] = loop.create_future()
+            self._idle.append(waiter)
+            next_frame = await waiter
 
 
 def removed_in_modern(method: str, version: str | None) -> str | None:

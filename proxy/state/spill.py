@@ -23,8 +23,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import anyio
-
 from frugal_proxy.config import SPILL_DEFAULT_QUOTA_BYTES, SPILL_MAX_TTL
 from frugal_proxy.records import OmissionReceipt
 
@@ -134,7 +132,6 @@ class MemorySpillStore:
         )
         state.artifacts[artifact.artifact_id] = artifact
         state.used += artifact.size
-        await anyio.lowlevel.checkpoint()
         return artifact
 
     async def attach(self, artifact: Artifact, receipt: OmissionReceipt) -> None:

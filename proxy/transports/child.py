@@ -8,6 +8,7 @@ transport's advice: close its stdin, then SIGTERM after a grace period, then SIG
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -17,7 +18,6 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 
 import anyio
-import anyio.abc
 import anyio.to_thread
 
 from frugal_proxy.transports.lines import READ_CHUNK
@@ -25,6 +25,7 @@ from frugal_proxy.transports.lines import READ_CHUNK
 log = logging.getLogger("frugal_proxy.upstream")
 
 STDERR_TAIL_LINES = 20
+OFFER_LIMIT = 256 * 1024  # `offer` takes bytes at once while less than this waits to go to the child
 
 
 def _write_stderr(data: bytes) -> None:
@@ -39,13 +40,14 @@ class ChildStartError(OSError):
 class ChildProcess:
     """One running upstream process."""
 
-    def __init__(self, process: anyio.abc.Process, name: str) -> None:
+    def __init__(self, process: asyncio.subprocess.Process, name: str) -> None:
         self._process = process
         self.name = name
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
         assert process.stdout is not None and process.stdin is not None
         self._stdout = process.stdout
         self._stdin = process.stdin
+        self._closed = False
 
     @property
     def pid(self) -> int:
@@ -61,8 +63,8 @@ class ChildProcess:
     ) -> ChildProcess:
         full_env = {**os.environ, **env}
         try:
-            process = await anyio.open_process(
-                list(command),
+            process = await asyncio.create_subprocess_exec(
+                *command,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -76,19 +78,35 @@ class ChildProcess:
 
     async def read(self) -> bytes:
         try:
-            return await self._stdout.receive(READ_CHUNK)
-        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return await self._stdout.read(READ_CHUNK)
+        except OSError:
             return b""
 
+    def offer(self, data: bytes) -> int:
+        """Hand bytes to the pipe's transport at once unless too much already waits to go."""
+        transport = self._stdin.transport
+        if self._closed or transport.is_closing() or transport.get_write_buffer_size() >= OFFER_LIMIT:
+            return 0  # write() says why, or waits for the child to read
+        transport.write(data)
+        return len(data)
+
     async def write(self, data: bytes) -> None:
-        await self._stdin.send(data)
+        if self._closed:
+            raise anyio.ClosedResourceError
+        try:
+            self._stdin.write(data)
+            await self._stdin.drain()
+        except (ConnectionResetError, BrokenPipeError, RuntimeError) as exc:
+            raise anyio.BrokenResourceError from exc
 
     async def close(self) -> None:
         """Close the child's stdin (the polite way to ask an MCP server to exit)."""
+        self._closed = True
         try:
-            await self._stdin.aclose()
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            self._stdin.close()
+        except (RuntimeError, OSError):
             pass
+        await anyio.lowlevel.checkpoint()
 
     async def pump_stderr(self) -> None:
         """Copy the child's stderr to ours, line by line, prefixed with its name."""
@@ -98,8 +116,10 @@ class ChildProcess:
         prefix = f"[{self.name}] ".encode()
         while True:
             try:
-                chunk = await stderr.receive(READ_CHUNK)
-            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                chunk = await stderr.read(READ_CHUNK)
+            except OSError:
+                break
+            if not chunk:
                 break
             pending += chunk
             *lines, pending = pending.split(b"\n")

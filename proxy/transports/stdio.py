@@ -1,15 +1,20 @@
 """Our own stdin and stdout as byte pipes, without a thread per read.
 
-Pipes and sockets are switched to non-blocking mode and driven by the event loop
-(`anyio.wait_readable` / `wait_writable`); regular files, which the loop cannot watch, are read
-in a worker thread instead. The original flags are restored on close, so a terminal is left as
-it was found.
+Pipes and sockets are switched to non-blocking mode and driven by the event loop; regular
+files, which the loop cannot watch, are read in a worker thread instead. The original flags are
+restored on close, so a terminal is left as it was found.
+
+A pipe is watched once for as long as it is read (the loop reads it as data arrives, up to
+`PAUSE_BYTES` ahead of the reader), not registered and unregistered around every read; a write
+that the pipe takes whole is made at once (`FdSink.offer`), without a loop turn.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
+from collections import deque
 
 import anyio
 import anyio.to_thread
@@ -22,6 +27,9 @@ def _pollable(fd: int) -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
 
 
+PAUSE_BYTES = 4 * READ_CHUNK  # read ahead of the reader at most this much
+
+
 class FdSource:
     """Reads chunks from a file descriptor."""
 
@@ -31,18 +39,69 @@ class FdSource:
         self._was_blocking = os.get_blocking(fd)
         if self._pollable:
             os.set_blocking(fd, False)
+        self._chunks: deque[bytes] = deque()
+        self._ahead = 0
+        self._eof = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._watching = False
+        self._waiter: asyncio.Future[None] | None = None
 
     async def read(self) -> bytes:
         if not self._pollable:
             return await anyio.to_thread.run_sync(os.read, self._fd, READ_CHUNK)
-        while True:
+        while not self._chunks:
+            if self._eof:
+                return b""
+            if not self._watching:
+                try:
+                    return os.read(self._fd, READ_CHUNK)
+                except BlockingIOError:
+                    self._watch()
+            assert self._loop is not None
+            self._waiter = self._loop.create_future()
             try:
-                return os.read(self._fd, READ_CHUNK)
-            except BlockingIOError:
-                await anyio.wait_readable(self._fd)
+                await self._waiter
+            finally:
+                self._waiter = None
+        chunk = self._chunks.popleft()
+        self._ahead -= len(chunk)
+        if not self._watching and not self._eof and self._ahead < PAUSE_BYTES // 2:
+            self._watch()
+        return chunk
+
+    def _watch(self) -> None:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(self._fd, self._readable)
+        self._watching = True
+
+    def _unwatch(self) -> None:
+        if self._watching and self._loop is not None:
+            self._loop.remove_reader(self._fd)
+        self._watching = False
+
+    def _readable(self) -> None:
+        try:
+            chunk = os.read(self._fd, READ_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if chunk:
+            self._chunks.append(chunk)
+            self._ahead += len(chunk)
+            if self._ahead >= PAUSE_BYTES:
+                self._unwatch()
+        else:
+            self._eof = True
+            self._unwatch()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def restore(self) -> None:
         if self._pollable:
+            self._unwatch()
             os.set_blocking(self._fd, self._was_blocking)
 
 
@@ -55,6 +114,15 @@ class FdSink:
         self._was_blocking = os.get_blocking(fd)
         if self._pollable:
             os.set_blocking(fd, False)
+
+    def offer(self, data: bytes) -> int:
+        """Write what the pipe takes now, without waiting; the number of bytes it took."""
+        if not self._pollable:
+            return 0
+        try:
+            return os.write(self._fd, data)
+        except BlockingIOError:
+            return 0
 
     async def write(self, data: bytes) -> None:
         if not self._pollable:

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from frugal_proxy.config import Budget
-from frugal_proxy.governor.shaping import MARKER_RESERVE, META_KEY, plan
+from frugal_proxy.governor.shaping import MARKER_RESERVE, META_KEY, fits_at_a_glance, plan
 
 BUDGET = Budget()
 
@@ -364,3 +364,32 @@ def test_a_json_text_nested_past_the_limit_is_shaped_as_text(deep: str, copies: 
     assert shaped is not None and shaped.cuts
     _, out = render(result, Budget(max_bytes=4096))
     assert out["content"][0]["text"].startswith(deep[:100]) and markers(out)
+
+
+def test_a_glance_passes_only_what_the_full_measure_lets_through() -> None:
+    small = msgspec.json.encode({"content": [{"type": "text", "text": "The sum of 2 and 3 is 5."}]})
+    assert fits_at_a_glance(small, BUDGET) and plan(small, BUDGET) is None
+    many = msgspec.json.encode({"structuredContent": {"items": list(range(60))}})  # 60 records, 300 bytes
+    assert not fits_at_a_glance(many, BUDGET) and plan(many, BUDGET) is not None
+    lines = msgspec.json.encode({"content": [{"type": "text", "text": "x\n" * 60}]})  # 60 lines
+    assert not fits_at_a_glance(lines, Budget(max_records=10, mode="lines"))
+    assert plan(lines, Budget(max_records=10, mode="lines")) is not None
+    assert not fits_at_a_glance(b"{}" * 600, Budget(max_bytes=1000))
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(
+    st.recursive(
+        st.none() | st.integers() | st.text(max_size=40),
+        lambda inner: st.lists(inner, max_size=8) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+        max_leaves=30,
+    ),
+    st.integers(min_value=1, max_value=12),
+    st.integers(min_value=16, max_value=600),
+)
+def test_a_result_that_fits_at_a_glance_is_never_shaped(value: Any, records: int, size: int) -> None:
+    text = json.dumps(value)
+    result = msgspec.json.encode({"content": [{"type": "text", "text": text}], "structuredContent": {"result": value}})
+    budget = Budget(max_bytes=size, max_records=records, max_tokens=size // 4 + 1)
+    if fits_at_a_glance(result, budget):
+        assert plan(result, budget) is None

@@ -351,3 +351,37 @@ async def test_own_tools_are_listed_after_a_real_upstreams_tools() -> None:
         names = [t["name"] for t in result(await wire.request(1, "tools/list"))["tools"]]
         await upstream.shutdown()
     assert names[-1] == "frugal__shout" and "add" in names
+
+
+async def test_requests_are_answered_side_by_side_and_end_with_the_client() -> None:
+    upstream = FakeUpstream(era="modern")
+    release = anyio.Event()
+
+    async def waits(call: FakeCall) -> Any:
+        if call.params.get("name") == "slow":
+            await release.wait()
+        return {"content": [{"type": "text", "text": str(call.params.get("name"))}], "resultType": "complete"}
+
+    upstream.handlers["tools/call"] = waits
+    wire = Wire()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            router = Router(upstream, DownstreamPeer(FrameWriter(wire.from_proxy)), tg)
+
+            async def serve() -> None:
+                await router.serve(FrameReader(wire.to_proxy))
+                await router.drain()
+
+            tg.start_soon(serve)
+            await wire.send(
+                {"jsonrpc": "2.0", "id": 0, "method": "tools/call", "params": {"name": "slow", "_meta": META}}
+            )
+            for round_ in range(3):  # the tasks that answered take the next requests, the slow one still waits
+                for ident in range(1, 11):
+                    await wire.request(100 * round_ + ident, "tools/call", {"name": f"fast{ident}"})
+            release.set()
+            assert result(await wire.reply_to(0))["content"][0]["text"] == "slow"
+            await wire.to_proxy.close()  # the client goes: serve ends, and so does every idle task
+    wire.to_proxy.dispose()
+    wire.from_proxy.dispose()
+    assert upstream.methods().count("tools/call") == 31

@@ -9,7 +9,7 @@ import sys
 import anyio
 import pytest
 
-from frugal_proxy.transports.child import ChildProcess, ChildStartError
+from frugal_proxy.transports.child import OFFER_LIMIT, ChildProcess, ChildStartError
 
 pytestmark = pytest.mark.anyio
 
@@ -55,3 +55,27 @@ async def test_a_child_that_ignores_stdin_and_sigterm_is_killed() -> None:
 async def test_a_command_that_cannot_start_says_which() -> None:
     with pytest.raises(ChildStartError, match="cannot start '/no/such/server'"):
         await ChildProcess.spawn(["/no/such/server"], "missing", {})
+
+
+async def test_a_child_is_offered_bytes_at_once_until_too_many_wait() -> None:
+    sleeper = "import sys, time\ntime.sleep(30)"  # never reads: what it is sent piles up
+    with anyio.fail_after(10):
+        child = await spawn(sleeper)
+        chunk = b"x" * (OFFER_LIMIT // 4)
+        offered = [child.offer(chunk) for _ in range(40)]
+        assert offered[0] == len(chunk) and 0 in offered  # taken at once, then refused: write() waits
+        await child.close()
+        assert child.offer(b"late\n") == 0
+        with pytest.raises(anyio.ClosedResourceError):
+            await child.write(b"late\n")
+        child.kill()
+        await child.wait()
+
+
+async def test_a_write_to_a_child_that_has_exited_is_a_broken_resource() -> None:
+    with anyio.fail_after(10):
+        child = await spawn("import sys\nsys.exit(0)")
+        await child.wait()
+        with pytest.raises(anyio.BrokenResourceError):
+            for _ in range(50):  # the pipe's end is found closed on a write or the drain after it
+                await child.write(b"x" * 65536)

@@ -86,3 +86,42 @@ async def test_writes_from_several_tasks_never_interleave() -> None:
     assert rest == b"" and sorted(len(json.loads(line)) for line in lines) == [3, 3]  # two whole messages
     assert sink.writes[1] == b"\n"  # a large message's newline is a write of its own, right after it
     assert sink.closed == 1
+
+
+class Offering(Sink):
+    """A sink that takes at most `room` bytes at once; the rest waits for `write`."""
+
+    def __init__(self, room: int) -> None:
+        super().__init__()
+        self.room = room
+        self.offers = 0
+
+    def offer(self, data: bytes) -> int:
+        self.offers += 1
+        taken = min(self.room, len(data))
+        self.room -= taken
+        self.writes.append(bytes(data[:taken]))
+        return taken
+
+
+async def test_a_sink_that_takes_a_message_at_once_is_written_without_the_lock() -> None:
+    sink = Offering(room=10_000)
+    writer = FrameWriter(sink)
+    with anyio.fail_after(5):
+        for ident in range(3):
+            await writer.send(jsonrpc.result(ident, {}))
+    assert sink.offers == 3 and len(b"".join(sink.writes).split(b"\n")) == 4
+
+
+async def test_what_a_sink_does_not_take_at_once_follows_in_order() -> None:
+    sink = Offering(room=25)
+    writer = FrameWriter(sink)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            for ident in range(4):
+                tg.start_soon(writer.send, jsonrpc.result(ident, "v" * 30))
+        await writer.close()
+        with pytest.raises(anyio.ClosedResourceError):
+            await writer.send(jsonrpc.notification("late", {}))
+    *lines, rest = b"".join(sink.writes).split(b"\n")
+    assert rest == b"" and sorted(json.loads(line)["id"] for line in lines) == [0, 1, 2, 3]

@@ -10,7 +10,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from frugal_proxy.transports.stdio import FdSink, FdSource
+from frugal_proxy.transports.lines import READ_CHUNK
+from frugal_proxy.transports.stdio import PAUSE_BYTES, FdSink, FdSource
 
 pytestmark = pytest.mark.anyio
 
@@ -55,3 +56,32 @@ async def test_a_regular_file_is_read_and_written_off_the_loop(tmp_path: Path) -
             assert await source.read() == b'{"jsonrpc":"2.0","method":"n"}\n'
             assert await source.read() == b""
         source.restore()
+
+
+async def test_a_pipe_read_ahead_is_bounded_and_every_chunk_arrives_in_order() -> None:
+    read_fd, write_fd = os.pipe()
+    source = FdSource(read_fd)
+    sent = [bytes([n]) * 50_000 for n in range(40)]  # 2 MB: more than the read-ahead bound
+    try:
+        received = bytearray()
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+
+                async def write() -> None:
+                    sink = FdSink(write_fd)
+                    for chunk in sent:
+                        taken = sink.offer(chunk)
+                        await sink.write(chunk[taken:])
+                    await sink.close()
+                    os.close(write_fd)
+
+                tg.start_soon(write)
+                await anyio.sleep(0.05)  # the writer fills the pipe while nobody reads
+                while chunk := await source.read():
+                    received += chunk
+                    assert source._ahead <= PAUSE_BYTES + READ_CHUNK
+        assert bytes(received) == b"".join(sent)
+        assert await source.read() == b""
+    finally:
+        source.restore()
+        os.close(read_fd)
