@@ -122,6 +122,9 @@ class FrameWriter:
                 # Nobody is half-way through a message: what the sink takes now needs no turn.
                 if self.closed:
                     raise anyio.ClosedResourceError
+                if on_writing is not None:
+                    on_writing()
+                    on_writing = None  # told once, whether the sink takes it all now or below
                 taken = self._offer(data)
                 if taken == len(data):
                     return

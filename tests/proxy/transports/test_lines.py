@@ -125,3 +125,16 @@ async def test_what_a_sink_does_not_take_at_once_follows_in_order() -> None:
             await writer.send(jsonrpc.notification("late", {}))
     *lines, rest = b"".join(sink.writes).split(b"\n")
     assert rest == b"" and sorted(json.loads(line)["id"] for line in lines) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("room", [10_000, 5, 0])
+async def test_on_writing_is_told_once_however_the_sink_takes_the_message(room: int) -> None:
+    # The upstream cancels only requests whose bytes went out: a message the sink took at once
+    # (or in part) went out too, so it must be marked as such, and only once.
+    sink = Offering(room=room)
+    writer = FrameWriter(sink)
+    told: list[int] = []
+    with anyio.fail_after(5):
+        await writer.send(jsonrpc.request(1, "tools/call", {}), on_writing=lambda: told.append(1))
+    assert told == [1]
+    assert json.loads(b"".join(sink.writes))["id"] == 1
