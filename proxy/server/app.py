@@ -187,7 +187,8 @@ def fit_connections(settings: HttpSettings, upstream_count: int) -> ConnectionLi
     room = max(1, soft - reserve)
     if limits.overall > room:
         log.warning(
-            "--max-connections lowered to fit the file-descriptor limit",
+            "--max-connections lowered to fit the file-descriptor limit (less room for the upstreams' pipes); "
+            "raise that limit (ulimit -n) to allow more",
             extra={"wanted": limits.overall, "allowed": room, "nofile": soft},
         )
         return replace(limits, overall=room)

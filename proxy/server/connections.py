@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import h11
+from h11._connection import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE  # uvicorn reads it there too
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 log = logging.getLogger("frugal_proxy.http_connections")
@@ -119,7 +120,8 @@ class LimitedH11Protocol(H11Protocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.conn = _ExplainedConnection(h11.SERVER, self.config.h11_max_incomplete_event_size or 16 * 1024)
+        size = self.config.h11_max_incomplete_event_size or DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
+        self.conn = _ExplainedConnection(h11.SERVER, size)  # headers over `size` (16 KiB) get a 400
         self._ip: str | None = None  # set once admitted: the connection counts against the caps
         self._refusal: bytes | None = None
         self._deadline: asyncio.TimerHandle | None = None

@@ -76,7 +76,7 @@ class HttpSession:
     last_used: float = field(default_factory=time.monotonic)
     busy: int = 0  # requests in flight plus open GET streams
     confirmed: bool = False  # the client has used the session since its initialize was answered
-    _settled: anyio.Event = field(default_factory=anyio.Event)  # confirmed or ended
+    settled: anyio.Event = field(default_factory=anyio.Event)  # confirmed or ended
 
     def touch(self) -> None:
         self.last_used = time.monotonic()
@@ -84,7 +84,7 @@ class HttpSession:
     def confirm(self) -> None:
         """The client came back with the session id: its handshake went through."""
         self.confirmed = True
-        self._settled.set()
+        self.settled.set()
 
 
 class HttpSessions:
@@ -131,7 +131,7 @@ class HttpSessions:
         if entry is None:
             return False
         entry.ended.set()
-        entry._settled.set()
+        entry.settled.set()
         return True
 
     def await_handshake(self, entry: HttpSession) -> None:
@@ -140,7 +140,7 @@ class HttpSessions:
 
         async def watch() -> None:
             with anyio.move_on_after(self.handshake_timeout):
-                await entry._settled.wait()
+                await entry.settled.wait()
             if not entry.confirmed and entry.busy == 0 and self.end(entry.id):
                 log.warning(
                     "session dropped: its client sent nothing after initialize (no notifications/initialized)",

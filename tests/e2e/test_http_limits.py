@@ -8,6 +8,7 @@ does; httpx for the rest. Each proxy is started with small limits so that the te
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -17,7 +18,7 @@ import anyio.abc
 import httpx2
 import pytest
 
-from tests.conftest import FAULTY_SERVER
+from tests.conftest import FAULTY_SERVER, proxy_command
 from tests.e2e.test_http_downstream import INITIALIZE, LEGACY_HEADERS, Proxy, modern_body, modern_headers, start
 
 pytestmark = pytest.mark.anyio
@@ -297,3 +298,18 @@ async def test_a_loopback_bind_has_no_per_ip_rate_limit_by_default(faulty_proxy:
         async with httpx2.AsyncClient(timeout=20) as http:
             statuses = {(await http.get(f"{faulty_proxy.base}/healthz")).status_code for _ in range(1100)}
     assert statuses == {200}
+
+
+@pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs util-linux's prlimit")
+async def test_the_overall_cap_is_lowered_to_fit_a_small_descriptor_limit() -> None:
+    # At 512 descriptors it cannot raise, 1,000 connections do not fit beside 101 sets of upstream pipes.
+    argv = ["prlimit", "--nofile=512:512", "--", *proxy_command(FAULTY, "--http", "127.0.0.1:0")]
+    proxy = Proxy(argv)
+    try:
+        proxy.wait_listening()
+        lowered = [line for line in proxy.lines if "--max-connections lowered" in line]
+        assert lowered and "wanted=1000 allowed=44 nofile=512" in lowered[0], proxy.lines  # 512 - 64 - 4 x 1 x 101
+        async with httpx2.AsyncClient(timeout=10) as http:
+            assert (await http.get(f"{proxy.base}/healthz")).status_code == 200
+    finally:
+        proxy.stop()
