@@ -7,7 +7,8 @@ and the client retries it (MRTR). The proxy converts in both directions:
 - `HeldCalls` (session-era upstream, modern client): the upstream call stays open, held by the
   proxy. Each server-to-client request it makes becomes an `input_required` result carrying the
   request and a sealed `requestState` naming the held call; the client's retry delivers the
-  answer upstream and waits for the next event of the same call. A held call that the client
+  answer upstream and waits for the next event of the same call (an answer that is the error of
+  a client handler that failed goes upstream as a JSON-RPC error, as it would directly). A held call that the client
   does not come back to is cancelled upstream when its hold expires. A call may first carry a
   `Question` of the proxy's own (the client's roots, say): the call goes upstream only once the
   client's retry has answered it.
@@ -212,7 +213,7 @@ class HeldCalls:
             if upstream_id is None:
                 continue
             if key in answers:
-                reply = jsonrpc.result(upstream_id, answers[key])
+                reply = answer_for_upstream(upstream_id, answers[key])
             else:
                 reply = jsonrpc.error(upstream_id, jsonrpc.INTERNAL_ERROR, "the client gave no answer")
             question = held.own.pop(upstream_id, None)
@@ -315,6 +316,27 @@ class HeldCalls:
             )
             return
         held.send.send_nowait(frame)
+
+
+# What an input response holds when it is a result (ElicitResult, CreateMessageResult, ListRootsResult).
+RESULT_KEYS = frozenset({"action", "content", "role", "model", "roots"})
+
+
+def answer_for_upstream(upstream_id: jsonrpc.RequestId, response: msgspec.Raw) -> Frame:
+    """The reply to a session-era upstream's request from a modern client's input response: a
+    result, or, when the client's handler failed and it sent its error (`{"code", "message"}`,
+    or that under `"error"`), the JSON-RPC error a session-era client would have answered, so
+    the upstream fails its own way, as it does directly."""
+    if b'"code"' not in bytes(response):
+        return jsonrpc.result(upstream_id, response)  # the usual case, passed on as it came
+    value = jsonrpc.decode_any(response)
+    error = value.get("error") if isinstance(value, dict) and isinstance(value.get("error"), dict) else value
+    if not isinstance(error, dict) or RESULT_KEYS & error.keys():
+        return jsonrpc.result(upstream_id, response)
+    code, message = error.get("code"), error.get("message")
+    if not isinstance(code, int) or isinstance(code, bool) or not isinstance(message, str):
+        return jsonrpc.result(upstream_id, response)
+    return jsonrpc.error(upstream_id, code, message, error.get("data"))
 
 
 Ask = Callable[[str, Any], Awaitable[Frame]]

@@ -17,7 +17,7 @@ import anyio
 import httpx2
 import pytest
 
-from tests.conftest import notes_command
+from tests.conftest import everything_command, notes_command
 from tests.e2e.test_bad_input import FAULTY, call, proxied, running, text
 from tests.e2e.test_http_downstream import (
     INITIALIZE,
@@ -29,7 +29,7 @@ from tests.e2e.test_http_downstream import (
     sdk_client,
 )
 from tests.e2e.test_http_downstream import start as start_http
-from tests.rawclient import MODERN_META
+from tests.rawclient import MODERN_META, RawClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -333,3 +333,40 @@ async def test_an_sdk_client_that_cancels_a_call_over_http_has_it_cancelled_upst
             with anyio.fail_after(5):
                 while await cancellations_over_http(http, url) == before:  # noqa: ASYNC110 - another process's count
                     await anyio.sleep(0.1)
+
+
+# -- a failing elicitation handler ---------------------------------------------------------------------
+
+HANDLER_FAILED = {"code": -32603, "message": "the elicitation handler failed: no terminal"}
+ELICIT = {"name": "trigger-elicitation-request", "arguments": {}}
+
+
+async def test_a_modern_clients_failing_elicitation_handler_fails_the_upstream_tool_as_directly() -> None:
+    capabilities = {"elicitation": {"form": {}}}
+    async with anyio.create_task_group() as tg:  # server-everything directly, a session-era client
+        direct = await RawClient.start(tg, everything_command())
+        try:
+            params = {**initialize_as("2025-11-25")["params"], "capabilities": capabilities}
+            await direct.send({**INITIALIZE, "params": params})
+            await direct.receive(wait=20)
+            await direct.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            await direct.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": ELICIT})
+            asked = await direct.receive(wait=20)
+            while "id" not in asked:  # its list_changed notifications come first
+                asked = await direct.receive(wait=20)
+            assert asked["method"] == "elicitation/create"
+            await direct.send({"jsonrpc": "2.0", "id": asked["id"], "error": HANDLER_FAILED})
+            directly = (await direct.receive(wait=20))["result"]
+        finally:
+            direct.process.kill()
+            tg.cancel_scope.cancel()
+    assert directly["isError"] is True and "no terminal" in directly["content"][0]["text"]
+    meta = {**MODERN_META, "io.modelcontextprotocol/clientCapabilities": capabilities}
+    async with proxied(upstream=everything_command()) as client:
+        first = await client.request(3, "tools/call", {**ELICIT, "_meta": meta}, wait=30)
+        (key,) = first["result"]["inputRequests"]
+        retry = {**ELICIT, "_meta": meta, "requestState": first["result"]["requestState"]}
+        retry["inputResponses"] = {key: HANDLER_FAILED}
+        proxied_result = (await client.request(4, "tools/call", retry, wait=30))["result"]
+    assert proxied_result["isError"] is True
+    assert proxied_result["content"] == directly["content"]

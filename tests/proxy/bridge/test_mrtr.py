@@ -9,6 +9,7 @@ import anyio
 import msgspec
 import pytest
 
+from frugal_proxy.bridge import mrtr
 from frugal_proxy.bridge.downstream import ClientGone
 from frugal_proxy.bridge.mrtr import HeldCalls, Question, fulfil_input_required
 from frugal_proxy.protocol import jsonrpc
@@ -161,3 +162,13 @@ async def test_a_call_goes_up_after_the_proxys_own_question_even_when_handling_i
             final = await held.call("tools/call", retry, {"roots": {}}, None)
     assert jsonrpc.decode_any(final["result"])["resultType"] == "complete"
     assert upstream.calls == ["tools/call"] and jsonrpc.decode_any(answers[0]["result"]) == {"roots": []}
+
+
+def test_an_input_response_that_is_a_handlers_error_goes_upstream_as_a_json_rpc_error() -> None:
+    failed = mrtr.answer_for_upstream(7, jsonrpc.raw({"code": -32603, "message": "no terminal", "data": {"x": 1}}))
+    assert jsonrpc.error_of(failed) == (-32603, "no terminal") and jsonrpc.id_of(failed) == 7
+    wrapped = mrtr.answer_for_upstream(7, jsonrpc.raw({"error": {"code": -1, "message": "refused"}}))
+    assert jsonrpc.error_of(wrapped) == (-1, "refused")
+    for result in ({"action": "accept", "content": {"code": 3, "message": "hi"}}, {"code": "x", "message": "y"}):
+        answered = mrtr.answer_for_upstream(7, jsonrpc.raw(result))
+        assert "result" in answered and jsonrpc.decode_any(answered["result"]) == result
