@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from frugal_proxy.bridge.link import Client, UpstreamLink
-from frugal_proxy.errors import BridgeError
+from frugal_proxy.errors import BridgeError, UpstreamTimeout
 from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.upstream.base import PROXY_CLIENT_INFO
@@ -416,3 +416,21 @@ async def test_a_modern_client_of_a_following_dual_era_upstream_probes_it() -> N
         await link.forward("tools/list", params(_meta=MODERN_META), Client("modern"), None)
     assert upstream.methods() == ["server/discover", "tools/list"]
     assert upstream.era == "modern" and upstream.locked == "modern"
+
+
+async def test_a_request_past_the_links_deadline_is_cancelled_upstream_and_names_the_knob() -> None:
+    upstream = FakeUpstream("slow")
+    never = anyio.Event()
+
+    async def stuck(call: FakeCall) -> Any:
+        await never.wait()
+
+    upstream.handlers["resources/read"] = stuck
+    async with linked([upstream], Client("modern")) as (link,):
+        link.deadline = 0.2
+        with pytest.raises(UpstreamTimeout) as caught:
+            await link.forward("resources/read", {"uri": jsonrpc.raw("x://y")}, Client("modern"), None)
+    assert upstream.cancelled == ["resources/read"]
+    message = str(caught.value)
+    assert "'slow'" in message and "0.2 s" in message
+    assert "upstreams.slow.timeout" in message and "limits.call_timeout" in message

@@ -223,6 +223,23 @@ async def test_healthz_names_each_upstream_up_or_down() -> None:
     assert health.json() == {"status": "ok", "upstreams": {"up": "up", "down": "down"}}
 
 
+async def test_healthz_reports_an_upstream_that_does_not_answer_its_probe_unresponsive() -> None:
+    modern, legacy = FakeUpstream("modern"), FakeUpstream("legacy", era="legacy")
+    for upstream in (modern, legacy):
+        await upstream.ensure_ready()
+    silent = anyio.Event()
+
+    async def never(call: FakeCall) -> Any:
+        await silent.wait()  # a stopped server: the probe's deadline ends the wait
+
+    modern.handlers["server/discover"] = never
+    async with endpoint([modern, legacy]) as client:
+        with anyio.fail_after(10):
+            health = await client.get("/healthz")
+    assert health.json()["upstreams"] == {"modern": "unresponsive", "legacy": "up"}
+    assert legacy.methods()[-1] == "ping" and modern.cancelled == ["server/discover"]
+
+
 # -- the session era, with sessions ------------------------------------------------------------
 
 
