@@ -7,10 +7,10 @@ and the client retries it (MRTR). The proxy converts in both directions:
 - `HeldCalls` (session-era upstream, modern client): the upstream call stays open, held by the
   proxy. Each server-to-client request it makes becomes an `input_required` result carrying the
   request and a sealed `requestState` naming the held call; the client's retry delivers the
-  answer upstream and waits for the next event of the same call (an answer that is the error of
-  a client handler that failed goes upstream as a JSON-RPC error, as it would directly). A held call that the client
-  does not come back to is cancelled upstream when its hold expires. A call may first carry a
-  `Question` of the proxy's own (the client's roots, say): the call goes upstream only once the
+  answer upstream (the error of a client handler that failed as a JSON-RPC error, as directly)
+  and waits for the next event of the same call. A held call that the client does not come back
+  to is cancelled upstream when its hold expires. A call may first carry a `Question` of the
+  proxy's own (the client's roots, say): the call goes upstream only once the
   client's retry has answered it.
 - `fulfil_input_required` (modern upstream, session-era client): the proxy asks the client each
   embedded request as a real server-to-client request and retries the call upstream with the

@@ -99,7 +99,6 @@ def decode_frames(line: bytes | bytearray) -> tuple[list[Frame], bool]:
     return frames, is_batch
 
 
-_object_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _array_decoder = msgspec.json.Decoder(list[msgspec.Raw])
 
 
@@ -111,7 +110,7 @@ def bad_value_path(line: bytes | bytearray) -> list[str] | None:
     value: bytes | msgspec.Raw = bytes(line)
     while True:
         try:
-            members: list[tuple[str, msgspec.Raw]] = list(_object_decoder.decode(value).items())
+            members: list[tuple[str, msgspec.Raw]] = list(_frame_decoder.decode(value).items())
         except (msgspec.ValidationError, msgspec.DecodeError):
             try:
                 members = [(f"[{i}]", item) for i, item in enumerate(_array_decoder.decode(value))]

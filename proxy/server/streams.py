@@ -100,7 +100,7 @@ class CancellableReply(Response):
         self.answer = answer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        replies: list[Frame | None] = []
+        replies: list[Response] = []
         async with anyio.create_task_group() as tg:
 
             async def watch() -> None:
@@ -109,10 +109,16 @@ class CancellableReply(Response):
                 tg.cancel_scope.cancel()
 
             tg.start_soon(watch)
-            replies.append(await self.answer())
+            try:
+                reply = await self.answer()
+            except jsonrpc.MessageError as exc:  # a value too long to have been checked whole
+                replies.append(rpc_error(400, exc.code, str(exc), exc.request_id))
+            else:
+                if reply is not None:
+                    replies.append(reply_response(reply, modern=True))
             tg.cancel_scope.cancel()
-        if replies and replies[0] is not None:
-            await reply_response(replies[0], modern=True)(scope, receive, send)
+        if replies:
+            await replies[0](scope, receive, send)
 
 
 class ReplyStream(Response):
