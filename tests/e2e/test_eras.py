@@ -93,17 +93,25 @@ async def test_a_session_era_client_of_a_dual_era_server_is_asked_as_directly(
     assert through == direct
 
 
-async def test_a_modern_client_that_declares_nothing_sees_the_tools_it_sees_directly() -> None:
+@pytest.mark.parametrize("downstream", ["stdio", "http"])
+async def test_a_modern_client_that_declares_nothing_sees_the_tools_it_sees_directly(downstream: str) -> None:
     """server-everything registers get-roots-list, the elicitation and the sampling tools only for
     a client that declares those capabilities: a 2026-07-28 client declaring none sees the same
-    list through the proxy as directly (where it falls back to the session era)."""
-    with anyio.fail_after(60):
-        async with Client(params(everything_command()), mode="auto", cache=None) as client:
-            direct = sorted(tool.name for tool in (await client.list_tools()).tools)
-        async with Client(params(proxy_command(everything_command())), mode="auto", cache=None) as client:
-            assert client.protocol_version == "2026-07-28"
-            listed = (await client.list_tools()).tools
-            through = sorted(tool.name for tool in listed if not tool.name.startswith("frugal__"))
+    list through the proxy as directly (where it falls back to the session era); over HTTP it is
+    served by the endpoint's shared connection."""
+    proxy = start(everything_command()) if downstream == "http" else None
+    try:
+        with anyio.fail_after(60):
+            async with Client(params(everything_command()), mode="auto", cache=None) as client:
+                direct = sorted(tool.name for tool in (await client.list_tools()).tools)
+            target = proxy.url if proxy is not None else params(proxy_command(everything_command()))
+            async with Client(target, mode="auto", cache=None) as client:
+                assert client.protocol_version == "2026-07-28"
+                listed = (await client.list_tools()).tools
+                through = sorted(tool.name for tool in listed if not tool.name.startswith("frugal__"))
+    finally:
+        if proxy is not None:
+            proxy.stop()
     assert "get-sum" in direct and "get-roots-list" not in direct
     assert through == direct
 
