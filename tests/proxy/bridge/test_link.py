@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from frugal_proxy.bridge.link import Client, UpstreamLink
+from frugal_proxy.bridge.link import Client, UpstreamLink, bridged_capabilities, covers, widened
 from frugal_proxy.errors import BridgeError, UpstreamTimeout
 from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
@@ -434,3 +434,20 @@ async def test_a_request_past_the_links_deadline_is_cancelled_upstream_and_names
     message = str(caught.value)
     assert "'slow'" in message and "0.2 s" in message
     assert "upstreams.slow.timeout" in message and "limits.call_timeout" in message
+
+
+def test_what_a_modern_client_declared_is_what_a_session_era_upstream_is_told() -> None:
+    declared = {"elicitation": {"url": {}}, "sampling": {"tools": {}}, "roots": {}, "experimental": {"x": {}}}
+    assert bridged_capabilities(declared) == {
+        "elicitation": {"url": {}},
+        "sampling": {"tools": {}},
+        "roots": {"listChanged": True},  # the proxy sends list_changed when the client's roots arrive
+    }
+    assert bridged_capabilities({"elicitation": {}}) == {"elicitation": {"form": {}}}  # {} means form
+    assert bridged_capabilities({}) == {}
+    assert covers({"elicitation": {"form": {}, "url": {}}}, {"elicitation": {"url": {}}})
+    assert not covers({"elicitation": {"form": {}}}, {"elicitation": {"url": {}}})
+    assert widened({"elicitation": {"form": {}}}, {"elicitation": {"url": {}}, "sampling": {}}) == {
+        "elicitation": {"form": {}, "url": {}},
+        "sampling": {},
+    }
