@@ -22,6 +22,9 @@ class Policy:
     """Base class with no-op hooks; override the phases a policy takes part in."""
 
     name = "policy"
+    # Whether its after_call gives back something its before_call reserved (a budget, a free
+    # quota unit): dispatch then settles it shielded from cancellation.
+    reserves = False
 
     async def admit(self, exchange: Exchange) -> None:
         """May set `exchange.answer` to answer or refuse the call before any provider runs."""

@@ -30,6 +30,7 @@ def spend_key(capability: str, provider: str) -> str:
 
 class Budget(Policy):
     name = "budget"
+    reserves = True
 
     def __init__(self, caps: Mapping[str, int], book: SpendBook, clock: Callable[[], float] = time.time) -> None:
         self.caps = dict(caps)  # spend_key -> micro-dollars a UTC day

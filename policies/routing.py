@@ -55,6 +55,7 @@ def effective_cost(spec: ProviderSpec, usage: UsageCounter) -> int:
 
 class Routing(Policy):
     name = "routing"
+    reserves = True
 
     def __init__(
         self,

@@ -220,12 +220,22 @@ class Dispatch:
         exchange: Exchange, spec: ProviderSpec, outcome: Outcome | None, policies: Sequence[Policy]
     ) -> Outcome | None:
         """Each policy's after_call, in order, each seeing what the one before made of the answer;
-        shielded, so that a cancelled call still releases what it reserved."""
+        shielded when one of them gives back a reservation (`Policy.reserves`), so that a
+        cancelled call still releases what it reserved (the others need no cancel scope)."""
+        if not any(policy.reserves for policy in policies):
+            return await Dispatch._settled(exchange, spec, outcome, policies)
         with anyio.CancelScope(shield=True):
-            for policy in policies:
-                replaced = await policy.after_call(exchange, spec, outcome)
-                if replaced is not None and outcome is not None:
-                    outcome = replaced
+            outcome = await Dispatch._settled(exchange, spec, outcome, policies)
+        return outcome
+
+    @staticmethod
+    async def _settled(
+        exchange: Exchange, spec: ProviderSpec, outcome: Outcome | None, policies: Sequence[Policy]
+    ) -> Outcome | None:
+        for policy in policies:
+            replaced = await policy.after_call(exchange, spec, outcome)
+            if replaced is not None and outcome is not None:
+                outcome = replaced
         return outcome
 
 

@@ -215,3 +215,23 @@ def test_a_name_given_twice_in_order_is_one_candidate() -> None:
     ex = routed()
     policy(order=["serper", "serper"]).route(ex)
     assert order(ex) == ["serper", "youcom-free", "marginalia", "youcom", "brave"]
+
+
+async def test_a_cancelled_call_gives_its_quota_unit_back() -> None:
+    routing = policy()
+    started = anyio.Event()
+
+    async def hangs(ex: Exchange) -> Outcome:
+        started.set()
+        await anyio.sleep_forever()
+        raise AssertionError("not reached")
+
+    serper = FakeProvider("serper", hangs, 1_000, capability="search", free_quota_monthly=2)
+    pipeline = build_pipeline({"serper": serper}, [routing])
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pipeline.run, search("serper"))
+            await started.wait()
+            assert routing.usage.calls_this_month("serper") == 1  # held while the call runs
+            tg.cancel_scope.cancel()
+    assert routing.usage.calls_this_month("serper") == 0
