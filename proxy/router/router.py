@@ -302,7 +302,7 @@ class Router:
         if method == "tools/call":
             return await self._tools_call(client_id, params, client, progress, origin)
         if method in KINDS and not self.single:
-            extra = await self._listed(client) if method == "tools/list" else ()
+            extra = await self._listed(client, params) if method == "tools/list" else ()
             page = jsonrpc.result(None, await self.catalog.page(method, params, client, extra))
             return self._own_tools_ttl(page) if method == "tools/list" and extra else page
         link, params = await self._route(method, params, client)
@@ -312,17 +312,17 @@ class Router:
         if method == "tools/list":
             self.catalog.note_listed(reply)  # the governor keeps shaped results valid against them
         if method == "tools/list":
-            listed = await self._listed(client)
+            listed = await self._listed(client, params)
             if listed:
                 reply = self._with_own_tools(reply, listed)
         return reply
 
-    async def _listed(self, client: Client) -> list[dict[str, Any]]:
+    async def _listed(self, client: Client, params: dict[str, msgspec.Raw]) -> list[dict[str, Any]]:
         """What the proxy lists beside the upstreams' tools: its own tools, the routed
         capabilities and each `[routes.NAME]` tool (as its first listed candidate declares it)."""
         if not self.routes.has_candidates:
             return self.listed
-        return [*self.listed, *await self.routes.listings(client)]
+        return [*self.listed, *await self.routes.listings(client, params)]
 
     def _client_of(self, client_id: RequestId, method: str, params: dict[str, msgspec.Raw]) -> Client | None:
         meta = eras.modern_meta(params)

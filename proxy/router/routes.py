@@ -78,10 +78,10 @@ class RouteTable:
     def has_candidates(self) -> bool:
         return bool(self._candidates)
 
-    async def listings(self, client: Client) -> list[dict[str, Any]]:
+    async def listings(self, client: Client, params: dict[str, msgspec.Raw]) -> list[dict[str, Any]]:
         """Each `[routes.NAME]` tool as its first candidate the upstreams list declares it,
         renamed NAME (a route none of whose candidates is listed is left out, and logged)."""
-        merged = await self.catalog.merged("tools/list", {}, client)
+        merged = await self.catalog.merged("tools/list", params, client)
         declared = {(owner.link.name, owner.original): exposed for exposed, owner in merged.owners.items()}
         items = {item.get("name"): item for item in merged.items}
         found: list[dict[str, Any]] = []

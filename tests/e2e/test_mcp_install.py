@@ -409,7 +409,7 @@ async def test_the_claude_desktop_bridge_entry_reaches_a_token_guarded_proxy(mac
         launched = {"PATH": os.environ["PATH"], "HOME": str(machine.home), **entry["env"]}
         params = StdioServerParameters(command=entry["command"], args=entry["args"], env=launched)
         with anyio.fail_after(40):
-            async with Client(params, mode="legacy", cache=None) as client:  # type: ignore[arg-type]
+            async with Client(params, mode="legacy", cache=None) as client:
                 names = {tool.name for tool in (await client.list_tools()).tools}
         assert "add" in names
         assert TOKEN not in "\n".join(proxy.lines)  # the proxy behind it never logged it either

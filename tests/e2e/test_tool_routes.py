@@ -9,9 +9,12 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
+from mcp import Client, StdioServerParameters
+from mcp_types import TextContent
 
 from tests.conftest import FAULTY_SERVER
 from tests.e2e.test_bad_input import call, running, text
@@ -47,7 +50,7 @@ def served(path: Path) -> list[str]:
     return [sys.executable, "-m", "frugal_proxy", "serve", "--config", str(path)]
 
 
-def receipt(reply: dict) -> dict:
+def receipt(reply: dict[str, Any]) -> dict[str, Any]:
     return dict(reply["result"]["_meta"]["frugal/route"])
 
 
@@ -99,3 +102,16 @@ async def test_order_goes_first_and_a_route_whose_candidates_all_fail_names_each
     assert message.startswith("echo failed on every provider (2 attempt(s)): a.nope refused the call")
     assert "gone.echo" in message
     assert [a["provider"] for a in receipt(failed)["attempts"]] == ["a.nope", "gone.echo"]
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_an_sdk_client_of_either_era_lists_and_calls_the_route(tmp_path: Path, mode: str) -> None:
+    path = config(tmp_path, 'candidates = ["gone.echo", "b.echo"]')
+    params = StdioServerParameters(command=sys.executable, args=["-m", "frugal_proxy", "serve", "--config", str(path)])
+    with anyio.fail_after(60):
+        async with Client(params, mode=mode, cache=None) as client:
+            names = {tool.name for tool in (await client.list_tools()).tools}
+            result = await client.call_tool("echo", {"text": "both eras"})
+    assert {"echo", "b__echo"} <= names
+    assert [block.text for block in result.content if isinstance(block, TextContent)] == ["both eras"]
+    assert (result.meta or {})["frugal/route"]["provider_used"] == "b.echo"
