@@ -31,6 +31,7 @@ from frugal_proxy.server.endpoint import Endpoint, HttpSettings
 from frugal_proxy.server.governor_routes import governor_routes, http_error
 from frugal_proxy.server.guard import HEALTH_PATH, Guard
 from frugal_proxy.server.legacy_sse import LegacySse
+from frugal_proxy.server.mcp_path import McpPost
 from frugal_proxy.server.metrics import METRICS_PATH, HttpMetrics, Metrics, scrape_handler
 from frugal_proxy.server.sessions import HttpSessions, UpstreamSet
 from frugal_proxy.upstream.base import UpstreamBase
@@ -72,7 +73,8 @@ def build_app(endpoint: Endpoint, settings: HttpSettings, metrics: Metrics) -> H
         exception_handlers={HTTPException: http_error},
     )
     paths = [route.path for route in app.routes if isinstance(route, Route)]
-    return HttpMetrics(Guard(app, settings.guard), metrics, paths)
+    # The endpoint's POSTs skip Starlette's stack (mcp_path); the rest is routed as ever.
+    return HttpMetrics(Guard(McpPost(app, settings.path, endpoint.handle), settings.guard), metrics, paths)
 
 
 class _Server(uvicorn.Server):

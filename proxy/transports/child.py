@@ -48,6 +48,11 @@ class ChildProcess:
         self._stdout = process.stdout
         self._stdin = process.stdin
         self._closed = False
+        # Messages offered in one loop turn after the first are held and go out in one write
+        # when the turn ends (see FdSink): one system call and one wake-up of the child.
+        self._corked = False
+        self._held: list[bytes] = []
+        self._held_bytes = 0
 
     @property
     def pid(self) -> int:
@@ -83,16 +88,39 @@ class ChildProcess:
             return b""
 
     def offer(self, data: bytes) -> int:
-        """Hand bytes to the pipe's transport at once unless too much already waits to go."""
+        """Hand bytes to the pipe's transport at once (or hold them to the end of the loop turn)
+        unless too much already waits to go."""
         transport = self._stdin.transport
-        if self._closed or transport.is_closing() or transport.get_write_buffer_size() >= OFFER_LIMIT:
+        waiting = transport.get_write_buffer_size() + self._held_bytes
+        if self._closed or transport.is_closing() or waiting >= OFFER_LIMIT:
             return 0  # write() says why, or waits for the child to read
+        if self._corked:
+            self._held.append(data)
+            self._held_bytes += len(data)
+            return len(data)
         transport.write(data)
+        self._cork()
         return len(data)
+
+    def _cork(self) -> None:
+        self._corked = True
+        asyncio.get_running_loop().call_soon(self._uncork)
+
+    def _uncork(self) -> None:
+        self._corked = False
+        if not self._held:
+            return
+        data = b"".join(self._held)
+        self._held.clear()
+        self._held_bytes = 0
+        if not self._stdin.transport.is_closing():
+            self._stdin.transport.write(data)
+            self._cork()
 
     async def write(self, data: bytes) -> None:
         if self._closed:
             raise anyio.ClosedResourceError
+        self._uncork()  # what is held goes first
         try:
             self._stdin.write(data)
             await self._stdin.drain()
@@ -101,6 +129,7 @@ class ChildProcess:
 
     async def close(self) -> None:
         """Close the child's stdin (the polite way to ask an MCP server to exit)."""
+        self._uncork()
         self._closed = True
         try:
             self._stdin.close()

@@ -106,7 +106,14 @@ class FdSource:
 
 
 class FdSink:
-    """Writes whole buffers to a file descriptor, waiting for the reader when the pipe is full."""
+    """Writes whole buffers to a file descriptor, waiting for the reader when the pipe is full.
+
+    Small messages offered in one loop turn go out in one write: the first at once, the others
+    held until the turn ends (`_uncork`), so that replies finished together cost one system call
+    and one wake-up of the reader, and a lone message waits for nothing. What the pipe does not
+    take of such a write is written as it drains (`_drain`); `write` and `close` write what is
+    held first, so the order is always the order of the calls.
+    """
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
@@ -114,20 +121,34 @@ class FdSink:
         self._was_blocking = os.get_blocking(fd)
         if self._pollable:
             os.set_blocking(fd, False)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._corked = False
+        self._held: list[bytes] = []
+        self._rest: memoryview | None = None  # what a held write left, written as the pipe drains
+        self._drained: asyncio.Future[None] | None = None
+        self._error: OSError | None = None  # a held write's failure, raised by the next write
 
     def offer(self, data: bytes) -> int:
-        """Write what the pipe takes now, without waiting; the number of bytes it took."""
-        if not self._pollable:
+        """Take what can go now without waiting (held to the end of the loop turn when another
+        message went out in it); the number of bytes taken."""
+        if not self._pollable or self._rest is not None or self._error is not None:
             return 0
+        if self._corked:
+            self._held.append(data)
+            return len(data)
         try:
-            return os.write(self._fd, data)
+            written = os.write(self._fd, data)
         except BlockingIOError:
             return 0
+        if written == len(data):
+            self._cork()
+        return written
 
     async def write(self, data: bytes) -> None:
         if not self._pollable:
             await anyio.to_thread.run_sync(_write_all, self._fd, data)
             return
+        await self._settle()
         view = memoryview(data)
         while view:
             try:
@@ -138,14 +159,86 @@ class FdSink:
             view = view[written:]
 
     async def close(self) -> None:
+        if self._pollable:
+            try:
+                await self._settle()
+            except OSError:
+                pass
         self.restore()
 
     def restore(self) -> None:
         if self._pollable:
+            self._uncork()
+            if self._rest is not None and self._loop is not None:
+                self._loop.remove_writer(self._fd)
+            rest, self._rest = self._rest, None
             os.set_blocking(self._fd, self._was_blocking)
+            if rest is not None and self._error is None:
+                try:
+                    _write_all(self._fd, rest)  # the last held bytes, now blocking: none is lost
+                except OSError:
+                    pass
+            self._wake()
+
+    async def _settle(self) -> None:
+        """Write what is held and wait until what a held write left has gone; raise its error."""
+        self._uncork()
+        while self._rest is not None:
+            assert self._loop is not None
+            self._drained = self._loop.create_future()
+            try:
+                await self._drained
+            finally:
+                self._drained = None
+        if self._error is not None:
+            raise self._error
+
+    def _cork(self) -> None:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        self._corked = True
+        self._loop.call_soon(self._uncork)
+
+    def _uncork(self) -> None:
+        self._corked = False
+        if not self._held or self._rest is not None:
+            return
+        data = b"".join(self._held)
+        self._held.clear()
+        try:
+            written = os.write(self._fd, data)
+        except BlockingIOError:
+            written = 0
+        except OSError as exc:
+            self._error = exc
+            return
+        if written < len(data):
+            assert self._loop is not None
+            self._rest = memoryview(data)[written:]
+            self._loop.add_writer(self._fd, self._drain)
+        else:
+            self._cork()  # what the next turn finishes goes out together too
+
+    def _drain(self) -> None:
+        assert self._rest is not None and self._loop is not None
+        try:
+            self._rest = self._rest[os.write(self._fd, self._rest) :]
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self._error = exc
+            self._rest = self._rest[len(self._rest) :]
+        if not self._rest:
+            self._rest = None
+            self._loop.remove_writer(self._fd)
+            self._wake()
+
+    def _wake(self) -> None:
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]

@@ -79,3 +79,16 @@ async def test_a_write_to_a_child_that_has_exited_is_a_broken_resource() -> None
         with pytest.raises(anyio.BrokenResourceError):
             for _ in range(50):  # the pipe's end is found closed on a write or the drain after it
                 await child.write(b"x" * 65536)
+
+
+async def test_messages_offered_in_one_turn_reach_the_child_in_order() -> None:
+    with anyio.fail_after(10):
+        child = await spawn(ECHO)
+        for n in range(50):
+            assert child.offer(b"line %d\n" % n) > 0
+        await child.write(b"end\n")  # what was held goes first
+        received = b""
+        while not received.endswith(b"END\n"):
+            received += await child.read()
+        assert received == b"".join(b"LINE %d\n" % n for n in range(50)) + b"END\n"
+        assert await child.terminate() == 0

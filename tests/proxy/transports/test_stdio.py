@@ -85,3 +85,43 @@ async def test_a_pipe_read_ahead_is_bounded_and_every_chunk_arrives_in_order() -
     finally:
         source.restore()
         os.close(read_fd)
+
+
+async def test_messages_offered_in_one_turn_arrive_whole_and_in_order_past_a_full_pipe() -> None:
+    read_fd, write_fd = os.pipe()
+    sink = FdSink(write_fd)
+    messages = [b"%05d" % n + b"m" * 994 + b"\n" for n in range(300)]  # 300 KB: far over a pipe's 64 KiB
+    try:
+        with anyio.fail_after(10):
+            taken = [sink.offer(message) for message in messages]  # one turn: the first goes, the rest wait
+            assert taken == [len(message) for message in messages]
+            received = bytearray()
+            async with anyio.create_task_group() as tg:
+
+                async def finish() -> None:
+                    await sink.write(b"last\n")  # after every held byte, however the pipe drains
+                    await sink.close()
+                    os.close(write_fd)
+
+                tg.start_soon(finish)
+                await anyio.sleep(0.05)  # the held write fills the pipe; the rest waits for the reader
+                reader = FdSource(read_fd)
+                while chunk := await reader.read():
+                    received += chunk
+                reader.restore()
+        assert bytes(received) == b"".join(messages) + b"last\n"
+    finally:
+        os.close(read_fd)
+
+
+async def test_held_bytes_are_written_when_the_pipe_is_restored() -> None:
+    read_fd, write_fd = os.pipe()
+    sink = FdSink(write_fd)
+    try:
+        assert sink.offer(b"one\n") == 4 and sink.offer(b"two\n") == 4  # the second is held
+        sink.restore()
+        assert os.get_blocking(write_fd)
+        assert os.read(read_fd, 100) == b"one\ntwo\n"
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
