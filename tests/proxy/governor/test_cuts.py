@@ -35,32 +35,3 @@ def test_cut_lines_keeps_whole_lines(lines: list[str], max_lines: int) -> None:
     if len(lines[0].encode()) < 2000:
         assert payload[:offset].decode().count("\n") == kept <= max_lines
         assert offset == len(payload) or payload[offset - 1 : offset] == b"\n"
-
-
-def _line_by_line(payload: bytes) -> bool:
-    """is_line_oriented as it was written first, line by line: the reference it must match."""
-    sample = payload[: cuts._SAMPLE_BYTES]
-    lines = sample.split(b"\n")
-    if len(payload) > len(sample):
-        lines = lines[:-1]
-    if len(lines) < cuts._MIN_LINES:
-        return False
-    blank = sum(1 for line in lines if not line.strip())
-    mean = sum(len(line) for line in lines) / len(lines)
-    return mean <= cuts._MAX_MEAN_LINE and blank <= cuts._MAX_BLANK_SHARE * len(lines)
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    st.lists(
-        st.sampled_from([b"", b" ", b"\t\r", b"\x0b", b"x", b"log line 12 ok", b"y" * 300, b"caf\xc3\xa9"]),
-        min_size=0,
-        max_size=40,
-    ),
-    st.booleans(),
-)
-def test_the_line_orientation_is_judged_as_line_by_line(lines: list[bytes], long: bool) -> None:
-    payload = b"\n".join(lines)
-    if long:  # past the sample: its last line is cut short and left out
-        payload = payload + b"\n" + b"z" * cuts._SAMPLE_BYTES
-    assert cuts.is_line_oriented(payload) == _line_by_line(payload)
