@@ -168,16 +168,15 @@ class FdSink:
 
     def restore(self) -> None:
         if self._pollable:
-            self._uncork()
+            self._uncork()  # what is held goes out if the pipe takes it now
             if self._rest is not None and self._loop is not None:
                 self._loop.remove_writer(self._fd)
-            rest, self._rest = self._rest, None
-            os.set_blocking(self._fd, self._was_blocking)
-            if rest is not None and self._error is None:
                 try:
-                    _write_all(self._fd, rest)  # the last held bytes, now blocking: none is lost
-                except OSError:
+                    os.write(self._fd, self._rest)  # once more, never blocking: a reader that is
+                except OSError:  # gone or stuck must not keep the process from exiting
                     pass
+            self._rest = None
+            os.set_blocking(self._fd, self._was_blocking)
             self._wake()
 
     async def _settle(self) -> None:
@@ -238,7 +237,7 @@ class FdSink:
             self._drained.set_result(None)
 
 
-def _write_all(fd: int, data: bytes | memoryview) -> None:
+def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]

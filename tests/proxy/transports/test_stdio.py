@@ -125,3 +125,17 @@ async def test_held_bytes_are_written_when_the_pipe_is_restored() -> None:
     finally:
         os.close(read_fd)
         os.close(write_fd)
+
+
+async def test_a_stdout_nobody_reads_does_not_hold_the_exit() -> None:
+    read_fd, write_fd = os.pipe()
+    sink = FdSink(write_fd)
+    try:
+        for _ in range(300):  # 300 KB in one turn: the pipe holds 64 KiB, nobody reads it
+            sink.offer(b"x" * 1023 + b"\n")
+        await anyio.sleep(0.05)  # the held write fills the pipe; the rest waits for a reader
+        sink.restore()  # returns (what the pipe cannot take is dropped), blocking mode restored
+        assert os.get_blocking(write_fd)
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
