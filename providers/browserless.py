@@ -27,7 +27,6 @@ import logging
 import re
 
 from frugal_proxy.capabilities import BrowseRequest
-from frugal_proxy.providers.http_client import NETWORK_ERRORS, fault, network_fault
 from frugal_proxy.providers.page_fetch import decode
 from frugal_proxy.providers.page_text import read_page
 from frugal_proxy.providers.registry import Builtin, Setup
@@ -75,19 +74,16 @@ class Browserless:
             # Browserless gives up on the selector before our own read timeout gives up on it
             wait_ms = int(max(1.0, self.setup.timeout - 5) * 1000)
             body["waitForSelector"] = {"selector": request.wait_for, "timeout": wait_ms}
-        try:
-            response = await self.setup.http.send(
-                "POST",
-                self.setup.base_url + CONTENT_PATH,
-                params={"token": self.setup.key or ""},
-                json=body,
-                request_timeout=self.setup.timeout,
-            )
-        except NETWORK_ERRORS as exc:
-            return network_fault(name, exc)
-        failed = fault(name, response)
-        if failed is not None:
-            return failed
+        response = await self.setup.http.fetch(
+            name,
+            "POST",
+            self.setup.base_url + CONTENT_PATH,
+            params={"token": self.setup.key or ""},
+            json=body,
+            request_timeout=self.setup.timeout,
+        )
+        if isinstance(response, Outcome):
+            return response
         media = response.headers.get("content-type", "").partition(";")[0].strip().lower()
         if media not in ("text/html", "application/xhtml+xml"):
             answered = media[:60] or "no content type"

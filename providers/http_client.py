@@ -7,7 +7,8 @@ never follows a redirect it was not asked to. Tests hand it `httpx2.MockTranspor
 `transport=` (or point a driver's `base_url` at a loopback server); nothing patches a driver.
 
 `HttpClient.fetch_json` is the sequence every driver runs: send, classify a failure, decode the
-documented JSON; it answers the decoded body or the Outcome of what went wrong. Underneath it,
+documented JSON; it answers the decoded body or the Outcome of what went wrong. `HttpClient.fetch`
+is its first half, for an API that answers something else than JSON (browserless's HTML). Underneath it,
 `fault(response)` and `network_fault(exc)` classify what went wrong:
 
     429                          rate_limited, with the server's Retry-After (retry-after-ms,
@@ -53,6 +54,9 @@ MAX_BODY_BYTES = 16 * 1024 * 1024  # no documented answer comes near it
 T = TypeVar("T")
 # A driver's own reading of a failed answer: (status, headers, the generic Outcome) -> its Outcome.
 Refine = Callable[[int, Mapping[str, str], Outcome], Outcome]
+# A driver's own reading of an answer that is not its documented one (a failure status, or a 2xx
+# body that does not decode): an Outcome that replaces the generic one, or None to keep it.
+Reread = Callable[[httpx2.Response], Outcome | None]
 
 _MEANING = {
     401: "refused the key (401): check it",
@@ -155,6 +159,36 @@ class HttpClient:
         response._content = bytes(body)  # read once, bounded: .content, .json() and .text work
         return response
 
+    async def fetch(
+        self,
+        provider: str,
+        method: str,
+        url: str,
+        *,
+        request_timeout: float,
+        params: Mapping[str, Any] | None = None,
+        json: Any = None,
+        headers: Mapping[str, str] | None = None,
+        refine: Refine | None = None,
+        reread: Reread | None = None,
+    ) -> httpx2.Response | Outcome:
+        """One request whose 2xx answer is handed back as it came; anything else is its Outcome:
+        no answer (`network_fault`), or a failure status (`reread` of the answer, else `fault`
+        then the driver's `refine`)."""
+        try:
+            response = await self.send(
+                method, url, request_timeout=request_timeout, params=params, json=json, headers=headers
+            )
+        except NETWORK_ERRORS as exc:
+            return network_fault(provider, exc)
+        failed = fault(provider, response)
+        if failed is None:
+            return response
+        reading = reread(response) if reread is not None else None
+        if reading is not None:
+            return reading
+        return failed if refine is None else refine(response.status_code, response.headers, failed)
+
     async def fetch_json(
         self,
         provider: str,
@@ -167,23 +201,28 @@ class HttpClient:
         json: Any = None,
         headers: Mapping[str, str] | None = None,
         refine: Refine | None = None,
+        reread: Reread | None = None,
     ) -> T | Outcome:
-        """One request whose 2xx answer is decoded as `kind`; anything else is its Outcome: no
-        answer (`network_fault`), a failure status (`fault`, then the driver's `refine`), or a
-        body that is not the documented JSON (transient)."""
-        try:
-            response = await self.send(
-                method, url, request_timeout=request_timeout, params=params, json=json, headers=headers
-            )
-        except NETWORK_ERRORS as exc:
-            return network_fault(provider, exc)
-        failed = fault(provider, response)
-        if failed is not None:
-            return failed if refine is None else refine(response.status_code, response.headers, failed)
+        """`fetch`, its 2xx answer decoded as `kind`; a body that is not the documented JSON is
+        `reread`'s Outcome when the driver has one for it, else transient."""
+        response = await self.fetch(
+            provider,
+            method,
+            url,
+            request_timeout=request_timeout,
+            params=params,
+            json=json,
+            headers=headers,
+            refine=refine,
+            reread=reread,
+        )
+        if isinstance(response, Outcome):
+            return response
         try:
             decoded: T = json_body(provider, response, kind)
         except BadAnswer as exc:
-            return Outcome("transient", message=str(exc))
+            reading = reread(response) if reread is not None else None
+            return reading or Outcome("transient", message=str(exc))
         return decoded
 
     async def close(self) -> None:

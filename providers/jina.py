@@ -31,7 +31,6 @@ from __future__ import annotations
 import msgspec
 
 from frugal_proxy.capabilities import ExtractRequest, Format, Page
-from frugal_proxy.providers.http_client import NETWORK_ERRORS, BadAnswer, fault, json_body, network_fault
 from frugal_proxy.providers.page_text import answer
 from frugal_proxy.providers.registry import Builtin, Setup
 from frugal_proxy.records import Exchange, Outcome
@@ -71,21 +70,19 @@ class Jina:
         method, url, body = "GET", f"{self.setup.base_url}/{request.url}", None
         if "#" in request.url:
             method, url, body = "POST", f"{self.setup.base_url}/", {"url": request.url}
-        try:
-            response = await self.setup.http.send(
-                method, url, json=body, headers=headers, request_timeout=self.setup.timeout
-            )
-        except NETWORK_ERRORS as exc:
-            return network_fault(name, exc)
-        failed = fault(name, response)
-        if failed is None:
-            try:
-                data = json_body(name, response, _Answer).data
-            except BadAnswer as exc:
-                failed = Outcome("transient", message=str(exc))
-            else:
-                return answer(name, _page(request.url, data, request.formats))
-        return _over_limit(name, response.status_code, response.content, retry_after(response)) or failed
+        found = await self.setup.http.fetch_json(
+            name,
+            method,
+            url,
+            _Answer,
+            json=body,
+            headers=headers,
+            request_timeout=self.setup.timeout,
+            reread=lambda response: _over_limit(name, response.status_code, response.content, retry_after(response)),
+        )
+        if isinstance(found, Outcome):
+            return found
+        return answer(name, _page(request.url, found.data, request.formats))
 
 
 def _over_limit(name: str, status: int, body: bytes, wait: float | None) -> Outcome | None:
