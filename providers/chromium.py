@@ -24,11 +24,15 @@ browser from calling home (component updates, sync, background networking) and o
 `check` (providers.page_fetch.HopCheck) sees the URL of every request the page makes
 (navigations and subresources) when one is set; a refused one is aborted, and a refused
 navigation answers `permanent`. Under rules that refuse addresses (`deny_private`, `deny`), the
-check also resolves each request's host (the shared client's resolver) and refuses it when an
-address is one the rules refuse, before the request is let go. Limits: Playwright hands a route
-only the first URL of a redirect chain, so redirect targets are not checked here, and the browser
-resolves the name again when it connects, so a rebinding between the check and the connection
-is not seen (readability connects to the checked address itself).
+browser connects to nothing itself: every request is fetched here by a client of its own that
+resolves the name, checks every address and connects to the checked one
+(`page_fetch.checking_client`), and the answer is handed to the browser with `route.fulfill`.
+So the browser never resolves a name behind the check's back (no zero-TTL rebinding between
+check and connection), and redirects, which Playwright routes only the first URL of, are
+followed here, each hop checked: a main document's redirect is navigated to anew (the page's
+URL is where it ended), any other request's is followed and its last answer handed over.
+`--host-resolver-rules` would pin names too, but for the whole browser, which is shared by
+calls to different hosts.
 
 The main document's status is classified like a fetched page's (page_fetch.page_fault): 404
 permanent, the site's 429 and 5xx transient. A navigation error (net::ERR_…) or timeout is
@@ -46,6 +50,7 @@ import os
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from urllib.parse import urljoin, urlsplit
 
 import anyio
 from playwright.async_api import Browser, BrowserContext, Playwright, Route, async_playwright
@@ -53,7 +58,17 @@ from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from frugal_proxy.capabilities import BrowseRequest
-from frugal_proxy.providers.page_fetch import HopCheck, host_of, page_fault, resolving_check
+from frugal_proxy.providers.http_client import NETWORK_ERRORS, AddressRefused, HttpClient
+from frugal_proxy.providers.page_fetch import (
+    MAX_HOPS,
+    REDIRECTS,
+    HopCheck,
+    allow_every_hop,
+    checking_client,
+    domain_check,
+    host_of,
+    page_fault,
+)
 from frugal_proxy.providers.page_text import read_page
 from frugal_proxy.providers.registry import Builtin, Setup
 from frugal_proxy.records import Exchange, Outcome
@@ -74,6 +89,9 @@ ARGS = (
 MAX_PAGES = 4  # concurrent renders; each is a renderer process
 IDLE_WAIT = 3.0  # seconds to wait for the network to go quiet after `load`
 _NET_ERROR = re.compile(r"net::ERR_[A-Z_]+")
+# Headers of the fetched answer that describe its transfer, not its content: the body handed to
+# the browser is the decoded whole.
+_HOP_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding", "connection", "keep-alive"})
 
 
 def find_binary(environ: Mapping[str, str], system: tuple[str, ...] = SYSTEM_PATHS) -> str | None:
@@ -110,9 +128,12 @@ class Chromium:
     def __init__(self, setup: Setup, check: HopCheck | None = None) -> None:
         self.spec = setup.spec
         self.setup = setup
-        # None: no request is intercepted (the fast path). Under rules that refuse addresses, each
-        # request's host is resolved and its addresses checked before the request is let go.
-        self.check = check or resolving_check(setup.domains, setup.http.resolver)
+        # None: no request is intercepted (the fast path). Under rules that refuse addresses, every
+        # request is fetched here by a client that checks the address it connects to (`pinned`),
+        # and its answer handed to the browser: the browser never resolves a name itself.
+        rules = setup.domains
+        self.pinned = checking_client(setup.http, rules)
+        self.check = check or domain_check(rules) or (allow_every_hop if self.pinned is not None else None)
         self.binary: str | None = None  # found at the first launch (file system look-ups: off the loop)
         self._lock = anyio.Lock()
         self._pages = anyio.CapacityLimiter(MAX_PAGES)
@@ -151,16 +172,26 @@ class Chromium:
         """The rendered DOM and the URL it ended at, or why there is none."""
         name = self.spec.name
         refused: list[str] = []
+        moved: list[str] = []  # where a pinned navigation was redirected to, to be navigated to anew
         if self.check is not None:
-            await context.route("**/*", self._guard(refused))
+            await context.route("**/*", self._guard(refused, moved))
         page = await context.new_page()
         deadline = anyio.current_time() + self.setup.timeout
-        try:
-            response = await page.goto(request.url, wait_until="load", timeout=self.setup.timeout * 1000)
-        except PlaywrightError:
-            if refused:
-                return Outcome("permanent", message=f"{name}: {refused[0]}")
-            raise
+        target = request.url
+        for _ in range(MAX_HOPS + 1):
+            moved.clear()
+            try:
+                response = await page.goto(target, wait_until="load", timeout=_ms_left(deadline))
+            except PlaywrightError:
+                if refused:
+                    return Outcome("permanent", message=f"{name}: {refused[0]}")
+                if not moved:
+                    raise
+                target = moved[0]
+                continue
+            break
+        else:
+            return Outcome("permanent", message=f"{name}: the page redirects more than {MAX_HOPS} times")
         if refused:
             return Outcome("permanent", message=f"{name}: {refused[0]}")
         if response is not None:
@@ -179,10 +210,12 @@ class Chromium:
                 return Outcome("permanent", message=f"{name}: the selector {request.wait_for!r} never appeared")
         return await page.content(), page.url
 
-    def _guard(self, refused: list[str]) -> Callable[[Route], Awaitable[None]]:
+    def _guard(self, refused: list[str], moved: list[str]) -> Callable[[Route], Awaitable[None]]:
         """A route handler that lets a request go on only when the check allows its URL; a
-        refused navigation is noted in `refused`. A check that fails refuses."""
+        refused navigation is noted in `refused`. A check that fails refuses. With a `pinned`
+        client the request is fetched here instead (`_fetch_for`) and its answer handed over."""
         check = self.check
+        pinned = self.pinned
         assert check is not None
 
         async def guard(route: Route) -> None:
@@ -191,14 +224,71 @@ class Chromium:
                 why = await check(url)
             except Exception as exc:
                 why = f"the check failed ({type(exc).__name__})"
-            if why is None:
+            if why is None and pinned is None:
                 await route.continue_()
                 return
-            if route.request.is_navigation_request():
-                refused.append(f"{host_of(url)} is not allowed: {why}")
-            await route.abort("blockedbyclient")
+            where = host_of(url)
+            if why is None and pinned is not None:
+                fetched = await self._fetch_for(route, pinned, check, moved)
+                if fetched is None:
+                    return  # fulfilled from the checked address
+                where, why = fetched
+            if why and route.request.is_navigation_request():
+                refused.append(f"{where} is not allowed: {why}")
+            await route.abort("blockedbyclient" if why else "failed")
 
         return guard
+
+    async def _fetch_for(
+        self, route: Route, http: HttpClient, check: HopCheck, moved: list[str]
+    ) -> tuple[str, str] | None:
+        """Fetch the route's request here, from the address the client checked, and fulfill the
+        route with the answer: None once it is handled, else (host, why) for a request to abort:
+        why the host or its address was refused, "" for a fetch that failed.
+
+        Playwright routes only the first URL of a redirect chain, so no redirect is handed to
+        the browser: the main frame's is noted in `moved` (the page navigates there anew, its
+        URL the new one), any other request's is followed here, each hop checked like the first."""
+        request = route.request
+        headers = {k: v for k, v in (await request.all_headers()).items() if not k.startswith(":")}
+        headers.pop("host", None)
+        method, url, body = request.method, request.url, request.post_data_buffer
+        main_frame = request.is_navigation_request() and request.frame.parent_frame is None
+        for hop in range(MAX_HOPS + 1):
+            if hop:
+                why = await check(url)
+                if why is not None:
+                    return host_of(url), why
+            try:
+                response = await http.send(
+                    method, url, request_timeout=self.setup.timeout, content=body, headers=headers
+                )
+            except AddressRefused as exc:
+                return exc.host, exc.why
+            except NETWORK_ERRORS as exc:
+                log.debug("chromium fetch failed", extra={"provider": self.spec.name, "error": type(exc).__name__})
+                return host_of(url), ""
+            location = response.headers.get("location", "").strip()
+            if response.status_code not in REDIRECTS or not location:
+                break
+            url = urljoin(url, location)
+            if urlsplit(url).scheme.lower() not in ("http", "https"):
+                return host_of(url), f"the page redirects to a {urlsplit(url).scheme}: URL; only http(s) is followed"
+            if main_frame:
+                moved.append(url)
+                await route.abort("aborted")
+                return None
+            if response.status_code == 303 or (method == "POST" and response.status_code in (301, 302)):
+                method, body = "GET", None
+        else:
+            return host_of(url), f"the page redirects more than {MAX_HOPS} times"
+        answered: dict[str, str] = {}
+        for key, value in response.headers.multi_items():
+            key = key.lower()
+            if key not in _HOP_HEADERS:  # repeated ones (set-cookie) one a line, as Playwright takes them
+                answered[key] = f"{answered[key]}\n{value}" if key in answered else value
+        await route.fulfill(status=response.status_code, headers=answered, body=response.content)
+        return None
 
     async def _ensure_browser(self) -> Browser:
         async with self._lock:
@@ -218,7 +308,10 @@ class Chromium:
             return self._browser
 
     async def aclose(self) -> None:
-        """Close the browser and Playwright's driver; the next call launches them again."""
+        """Close the browser, Playwright's driver and the checking client; the next call launches
+        them again."""
+        if self.pinned is not None:
+            await self.pinned.close()
         async with self._lock:
             browser, self._browser = self._browser, None
             driver, self._playwright = self._playwright, None

@@ -137,6 +137,7 @@ class HttpClient:
         request_timeout: float,
         params: Mapping[str, Any] | None = None,
         json: Any = None,
+        content: bytes | None = None,
         headers: Mapping[str, str] | None = None,
         follow_redirects: bool = False,
     ) -> httpx2.Response:
@@ -145,7 +146,13 @@ class HttpClient:
         which `network_fault` classifies."""
         client = await self.client()
         request = client.build_request(
-            method, url, params=params, json=json, headers=dict(headers or {}), timeout=request_timeout
+            method,
+            url,
+            params=params,
+            json=json,
+            content=content,
+            headers=dict(headers or {}),
+            timeout=request_timeout,
         )
         response = await client.send(request, stream=True, follow_redirects=follow_redirects)
         try:

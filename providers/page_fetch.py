@@ -41,7 +41,6 @@ from frugal_proxy.providers.http_client import (
     AddressRefused,
     BodyTooLarge,
     HttpClient,
-    Resolver,
     network_fault,
 )
 from frugal_proxy.records import Outcome
@@ -90,37 +89,13 @@ def address_check(rules: DomainRules) -> AddressCheck:
     return check
 
 
-def resolving_check(rules: DomainRules | None, resolver: Resolver) -> HopCheck | None:
-    """`domain_check`, then the addresses the URL's host resolves to, each checked with
-    `address_allowed`: for a fetcher that connects by itself (the browser), so that a name that
-    resolves to a private address is refused before the request is let go. The browser resolves
-    the name again when it connects, so a rebinding between the two is not seen here (the
-    readability fetcher connects to the checked address itself). None without rules."""
-    by_name = domain_check(rules)
-    if by_name is None or rules is None or not checks_addresses(rules):
-        return by_name
-    named = by_name
-
-    async def check(url: str) -> str | None:
-        why = await named(url)
-        if why is not None:
-            return why
-        parts = urlsplit(url)
-        host = parts.hostname
-        if not host:
-            return None
-        try:
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-            addresses = await resolver(host, port)
-        except (OSError, ValueError):
-            return None  # a name that does not resolve is not fetched anyway
-        for address in addresses:
-            refused = address_allowed(address, rules)
-            if refused is not None:
-                return refused
+def checking_client(http: HttpClient, rules: DomainRules | None) -> HttpClient | None:
+    """A client of its own for a local fetcher under rules that refuse addresses: each of its
+    connections checks the address it goes to (`HttpClient.guarded`). None when the rules
+    refuse none (the shared client serves)."""
+    if rules is None or not checks_addresses(rules):
         return None
-
-    return check
+    return http.guarded(address_check(rules))
 
 
 @dataclass(frozen=True)

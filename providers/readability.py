@@ -29,9 +29,8 @@ from frugal_proxy.capabilities import ExtractRequest, Page
 from frugal_proxy.providers.page_fetch import (
     Fetched,
     HopCheck,
-    address_check,
     allow_every_hop,
-    checks_addresses,
+    checking_client,
     domain_check,
     fetch_html,
 )
@@ -46,8 +45,7 @@ class Readability:
         self.setup = setup
         self.check = check or domain_check(setup.domains) or allow_every_hop
         # Under rules that refuse addresses, a client of its own checks each address it connects to.
-        rules = setup.domains
-        self.http = setup.http.guarded(address_check(rules)) if rules is not None and checks_addresses(rules) else None
+        self.http = checking_client(setup.http, setup.domains)
 
     async def call(self, exchange: Exchange) -> Outcome:
         request = exchange.request

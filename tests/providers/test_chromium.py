@@ -195,3 +195,57 @@ async def test_a_name_that_resolves_to_loopback_is_refused_before_navigation(pag
         "(routing.domains.deny_private)",
     )
     assert pages.requests[start:] == []
+
+
+async def browse_through(names: dict[str, list[str]], rules: DomainRules, url: str) -> tuple[Outcome, list[str]]:
+    """A browse under `rules` whose names resolve through a resolver seam (IP literals to
+    themselves), and the names it was asked for: no real resolver knows these names."""
+    asked: list[str] = []
+
+    async def resolve(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return names.get(host, [host])
+
+    http = HttpClient(resolver=resolve)
+    setup = dataclasses.replace(
+        loopback_setup(chromium.BUILTINS[0], http, environ=os.environ, timeout=20.0), domains=rules
+    )
+    provider = chromium.Chromium(setup)
+    try:
+        return await browse(provider, url), asked
+    finally:
+        await provider.aclose()
+        await http.close()
+
+
+@needs_chromium
+async def test_a_name_is_rendered_from_the_address_it_was_checked_at(pages: PageServer) -> None:
+    """The checked address is the one connected to: the browser does not resolve the name again
+    (so a zero-TTL rebinding between the check and the connection has nothing to act on). A name
+    only the resolver seam knows renders from where the seam said, its Host kept, every request of
+    the page included (the script that writes its text)."""
+    port = pages.base.rsplit(":", 1)[1]
+    start = len(pages.requests)
+    outcome, asked = await browse_through(
+        {"news.example": ["127.0.0.1"]}, DomainRules.of(deny=["ads.example"]), f"http://news.example:{port}/js-only"
+    )
+    assert outcome.kind == "ok" and isinstance(outcome.data, Page), outcome.message
+    assert JS_TEXT in (outcome.data.markdown or "")
+    assert outcome.data.url == f"http://news.example:{port}/js-only"
+    assert "news.example" in asked and len(pages.requests) > start
+
+
+@needs_chromium
+async def test_a_redirect_to_a_name_that_resolves_to_a_denied_address_is_refused(pages: PageServer) -> None:
+    """A redirect the browser follows is a request of its own, checked at its address too: the
+    page at an allowed address redirects to a name that resolves to a denied one, and nothing
+    reaches that address."""
+    port = pages.base.rsplit(":", 1)[1]
+    names = {"news.example": ["127.0.0.1"], "inside.example": ["10.0.0.7"]}
+    url = f"http://news.example:{port}/to?location=http://inside.example:{port}/article"
+    outcome, asked = await browse_through(names, DomainRules.of(deny=["10.0.0.7"]), url)
+    assert (outcome.kind, outcome.message) == (
+        "permanent",
+        "chromium: inside.example is not allowed: 10.0.0.7 is denied by routing.domains.deny (10.0.0.7)",
+    )
+    assert asked == ["news.example", "inside.example"]

@@ -11,14 +11,15 @@ import httpx2
 import pytest
 
 from frugal_proxy.domains import DomainRules
+from frugal_proxy.providers.http_client import HttpClient
 from frugal_proxy.providers.page_fetch import (
     MAX_HOPS,
     MAX_PAGE_BYTES,
     Fetched,
+    checking_client,
     decode,
     fetch_html,
     page_fault,
-    resolving_check,
 )
 from frugal_proxy.records import Outcome
 from tests.providers.api_fakes import Recorder, client
@@ -175,21 +176,13 @@ def test_page_fault_lets_successes_through() -> None:
     assert timed_out is not None and (timed_out.kind, timed_out.retry_after) == ("transient", 2.0)
 
 
-async def test_the_resolving_check_refuses_a_name_by_the_address_it_resolves_to() -> None:
-    asked: list[tuple[str, int]] = []
-
-    async def resolve(host: str, port: int) -> list[str]:
-        asked.append((host, port))
-        return {"news.example": ["93.184.215.14", "10.1.2.3"], "fine.example": ["93.184.215.14"]}[host]
-
-    check = resolving_check(DomainRules.of(deny_private=True), resolve)
-    assert check is not None
-    assert (
-        await check("https://news.example/a")
-        == "the name resolved to 10.1.2.3, a private (RFC 1918) address (routing.domains.deny_private)"
-    )
-    assert await check("http://fine.example:8080/b") is None
-    assert await check("http://localhost/") is not None  # the name alone is refused, nothing resolved for it
-    assert asked == [("news.example", 443), ("fine.example", 8080)]
-    assert resolving_check(DomainRules.of(allow=["example.com"]), resolve) is not None  # by name only
-    assert resolving_check(None, resolve) is None
+async def test_a_checking_client_is_made_only_under_rules_that_refuse_addresses() -> None:
+    """The client of its own (checking each address it connects to) that readability and chromium
+    fetch through; tests/providers/test_readability.py and test_chromium.py drive it."""
+    shared = HttpClient()
+    for rules in (DomainRules.of(deny_private=True), DomainRules.of(deny=["10.0.0.7"])):
+        own = checking_client(shared, rules)
+        assert own is not None and own is not shared
+        await own.close()
+    assert checking_client(shared, DomainRules.of(allow=["example.com"])) is None  # names only
+    assert checking_client(shared, None) is None
