@@ -417,6 +417,25 @@ async def test_the_claude_desktop_bridge_entry_reaches_a_token_guarded_proxy(mac
         proxy.stop()
 
 
+@pytest.mark.anyio
+async def test_the_default_entry_starts_with_no_config_file_and_lists_the_routed_tools(machine: Machine) -> None:
+    """The entry a plain `mcp install` writes (`frugal-proxy serve`), run the way the client runs
+    it (its command, args and env only, a HOME with no config file in it), starts and lists the
+    routed tools of the built-in zero-key providers (nothing is called, so nothing leaves)."""
+    path = place(machine, "claude-code")
+    done = machine.run("install", "--client", "claude-code")
+    assert done.returncode == 0, done.stderr
+    entry = servers("claude-code", load(path))["frugal"]
+    assert entry["args"][-1] == "serve"
+    assert not (machine.home / ".frugal" / "config" / "frugal.toml").exists()  # the default path
+    launched = {"PATH": os.environ["PATH"], "HOME": str(machine.home), **entry.get("env", {})}
+    params = StdioServerParameters(command=entry["command"], args=entry["args"], env=launched, cwd=machine.project)
+    with anyio.fail_after(40):
+        async with Client(params, mode="legacy", cache=None) as client:
+            names = {tool.name for tool in (await client.list_tools()).tools}
+    assert {"frugal__search", "frugal__extract", "frugal__execute"} <= names
+
+
 def test_a_bridge_entry_needs_the_token_in_its_variable(machine: Machine) -> None:
     path = place(machine, "claude-desktop")
     machine.env.pop("FRUGAL_AUTH_TOKEN", None)
