@@ -47,7 +47,14 @@ from frugal_proxy.server.guard import (
     read_messages,
 )
 from frugal_proxy.server.sessions import DEFAULT_HANDSHAKE_TIMEOUT, HttpSession, HttpSessions
-from frugal_proxy.server.streams import CancellableReply, EventStream, ReplyStream, reply_response, rpc_error
+from frugal_proxy.server.streams import (
+    CancellableReply,
+    EventStream,
+    ReplyStream,
+    reply_response,
+    rpc_error,
+    until_disconnect,
+)
 
 log = logging.getLogger("frugal_proxy.http_server")
 
@@ -432,8 +439,7 @@ async def _unless_client_leaves(request: Request, work: Awaitable[Frame | None])
 
     async def watch(scope: anyio.CancelScope) -> None:
         nonlocal left
-        while (await request.receive())["type"] != "http.disconnect":
-            pass  # the body is read already: only the disconnect can still come
+        await until_disconnect(request.receive)  # the body is read already: only the disconnect can come
         left = True
         scope.cancel()
 

@@ -32,6 +32,7 @@ from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.router.router import Router
 from frugal_proxy.server.guard import operator_of, read_messages
 from frugal_proxy.server.sessions import HttpSession, HttpSessions
+from frugal_proxy.server.streams import until_disconnect
 
 log = logging.getLogger("frugal_proxy.http_legacy_sse")
 
@@ -130,8 +131,7 @@ class _SessionStream(Response):
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(write)
-                while (await receive())["type"] != "http.disconnect":
-                    pass
+                await until_disconnect(receive)
                 tg.cancel_scope.cancel()
         except OSError:
             pass

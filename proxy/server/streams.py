@@ -85,7 +85,8 @@ def _priming(stream: EventLog, after: int) -> bytes:
     return b"id: " + stream.event_id(after).encode() + b"\ndata: \n\n"
 
 
-async def _until_disconnect(receive: Receive) -> None:
+async def until_disconnect(receive: Receive) -> None:
+    """Returns once the client has disconnected (every other ASGI message is passed over)."""
     while (await receive())["type"] != "http.disconnect":
         pass
 
@@ -104,7 +105,7 @@ class CancellableReply(Response):
         async with anyio.create_task_group() as tg:
 
             async def watch() -> None:
-                await _until_disconnect(receive)
+                await until_disconnect(receive)
                 log.info("client disconnected before its reply; the call is cancelled")
                 tg.cancel_scope.cancel()
 
@@ -177,7 +178,7 @@ class ReplyStream(Response):
         async with anyio.create_task_group() as tg:
             tg.start_soon(produce)
             tg.start_soon(write)
-            await _until_disconnect(receive)
+            await until_disconnect(receive)
             if self.resumable:
                 writing.cancel()
             else:
@@ -209,7 +210,7 @@ class EventStream(Response):
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(write)
-                await _until_disconnect(receive)
+                await until_disconnect(receive)
                 tg.cancel_scope.cancel()
         except OSError:
             pass
