@@ -1,7 +1,8 @@
 """The domain policy (`routing.domains`: `allow`, `deny`, `deny_private`) on what a call fetches.
 
 At admission, the URL an extract or browse call (or frugal__execute's URL intent) will fetch is
-checked before any provider is called; a refused one answers with why and which rule:
+checked before any provider is called; a refused one answers with why and which rule (so is a
+plain upstream tool's argument whose name its upstream lists in `url_arguments`):
 
     frugal__extract: domains: not fetched: 127.0.0.1 (written 2130706433) is a loopback address
     (routing.domains.deny_private); ask for a page the domain policy allows
@@ -13,6 +14,8 @@ fetchers' per-hop check too.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection, Mapping
 
 import msgspec
 
@@ -26,20 +29,42 @@ from frugal_proxy.records import Decision, Exchange, Outcome, ProviderSpec
 class DomainPolicy(Policy):
     name = "domains"
 
-    def __init__(self, rules: DomainRules) -> None:
+    def __init__(self, rules: DomainRules, url_arguments: Mapping[str, Collection[str]] | None = None) -> None:
         self.rules = rules
+        # upstream -> the names of its tools' arguments that hold a URL the tool fetches
+        self.url_arguments = {name: frozenset(names) for name, names in (url_arguments or {}).items() if names}
 
     async def admit(self, exchange: Exchange) -> None:
         url = getattr(exchange.request, "url", None)
+        where = ""
+        if exchange.request is None:
+            url, where = self._plain_url(exchange)
         if not isinstance(url, str):
             return
         why = url_allowed(url, self.rules)
         if why is None:
             return
-        detail = f"not fetched: {why}; ask for a page the domain policy allows"
+        detail = f"not fetched: {why}{where}; ask for a page the domain policy allows"
         exchange.trace.append(Decision("admit", self.name, "refused", detail))
         message = f"{exchange.call.tool}: {self.name}: {detail}"
         exchange.answer = jsonrpc.result(exchange.call.request_id, jsonrpc.tool_error_result(message))
+
+    def _plain_url(self, exchange: Exchange) -> tuple[str | None, str]:
+        """The first of a plain tool's URL arguments (its upstream's `url_arguments`) that the
+        rules refuse, and where it was (" (argument NAME)"); (None, "") when none is refused."""
+        route = exchange.route
+        names = self.url_arguments.get(route.providers[0]) if route.capability is None and route.providers else None
+        raw = exchange.call.params.get("arguments")
+        if not names or raw is None:
+            return None, ""
+        arguments = jsonrpc.decode_any(raw)
+        if not isinstance(arguments, dict):
+            return None, ""
+        found = [(name, value) for name, value in arguments.items() if name in names and isinstance(value, str)]
+        for name, value in found:
+            if url_allowed(value, self.rules) is not None:
+                return value, f" (argument {name})"
+        return None, ""
 
     async def after_call(self, exchange: Exchange, spec: ProviderSpec, outcome: Outcome | None) -> Outcome | None:
         if outcome is None or outcome.kind != "ok" or not isinstance(outcome.data, list):

@@ -81,6 +81,7 @@ class Upstream(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     read_timeout: str | None = None
     cost_per_call: Decimal = Decimal(0)  # USD, exact (the file is read with parse_float=Decimal)
     loop_guard: bool = False  # its tools' identical calls count against routing.loop_limit too
+    url_arguments: list[str] = []  # its tools' arguments that name a URL: routing.domains checks them
     tools: ToolFilter = ToolFilter()
 
     @property

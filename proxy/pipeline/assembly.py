@@ -204,11 +204,12 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
     latency, spend = MemoryLatency(), MemorySpend(time.time)
     assembly.feeds = Feeds(usage, latency, spend, specs)
     watched = [name for name, upstream in config.upstreams.items() if upstream.loop_guard]
+    urls = {name: upstream.url_arguments for name, upstream in config.upstreams.items()}
     window = config.routing.loop_window_seconds
     domains = config.routing.domains.rules
     assembly.policies += [
         LoopGuard(config.routing.loop_limit, window, MemoryCallWindows(), upstreams=watched),  # admit
-        *([DomainPolicy(domains)] if domains.active else []),  # admit: URLs; after a search: its results
+        *([DomainPolicy(domains, urls)] if domains.active else []),  # admit: URLs; after a search: its results
         *([_cache(config)] if config.cache.enabled else []),  # admit: a hit answers; seal: keeps answers
         Routing(routing, usage, latency, by_route),  # route: order, deny, pin
         Ceiling(usage),  # route: max_cost_usd

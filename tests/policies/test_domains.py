@@ -83,3 +83,33 @@ async def test_a_provider_whose_every_result_was_dropped_found_nothing() -> None
     assert found["provider_used"] == "wiki"  # type: ignore[index]
     assert [(a["provider"], a["outcome"]) for a in found["attempts"]] == [("searxng", "empty"), ("wiki", "won")]  # type: ignore[union-attr, index]
     assert found["warnings"] == ["1 result(s) from searxng dropped: routing.domains refuses their hosts"]  # type: ignore[index]
+
+
+async def test_a_plain_tools_url_argument_is_checked_where_its_upstream_lists_it() -> None:
+    """`[upstreams.NAME] url_arguments`: a plain tool's argument of that name is a URL the tool
+    fetches, refused by the same rules before the upstream is called; other upstreams' tools and
+    other arguments are left alone."""
+
+    async def fetch(ex: Exchange) -> Outcome:
+        result = {"content": [{"type": "text", "text": "fetched"}]}
+        return Outcome("ok", reply=jsonrpc.result(ex.call.request_id, jsonrpc.raw(result)))
+
+    fetcher = FakeProvider("fetcher", fetch)
+    other = FakeProvider("other", fetch)
+    pipeline = build_pipeline({"fetcher": fetcher, "other": other}, [DomainPolicy(RULES, {"fetcher": ["url"]})])
+
+    def plain(upstream: str, arguments: dict[str, object]) -> Exchange:
+        params = {"name": jsonrpc.raw("fetch"), "arguments": jsonrpc.raw(arguments)}
+        return Exchange(Call(1, "fetch", params), Route("fetch", (upstream,)))
+
+    with anyio.fail_after(5):
+        answer = body(await pipeline.run(plain("fetcher", {"url": "http://10.0.0.5/admin", "note": "x"})))
+    assert fetcher.calls == [] and answer["isError"] is True
+    assert answer["content"][0]["text"] == (  # type: ignore[index]
+        "fetch: domains: not fetched: 10.0.0.5 is a private (RFC 1918) address (routing.domains.deny_private) "
+        "(argument url); ask for a page the domain policy allows"
+    )
+    with anyio.fail_after(5):
+        await pipeline.run(plain("fetcher", {"url": "https://example.org/", "note": "http://10.0.0.5/"}))
+        await pipeline.run(plain("other", {"url": "http://10.0.0.5/admin"}))
+    assert len(fetcher.calls) == 1 and len(other.calls) == 1

@@ -106,6 +106,19 @@ async def test_the_governor_tools_share_the_exposed_governors_store() -> None:
     assert artifact.payload == ("word " * 20_000).encode()
 
 
+def test_the_domain_policy_gets_each_upstreams_url_arguments() -> None:
+    from frugal_proxy import config
+    from frugal_proxy.policies.domains import DomainPolicy
+
+    text = (
+        '[upstreams.fetch]\ncommand = ["fetch-server"]\nurl_arguments = ["url", "href"]\n'
+        '[upstreams.notes]\ncommand = ["notes-server"]\n[routing.domains]\ndeny_private = true\n'
+    )
+    assembly = assemble(config=config.loads(text), environ={})
+    (domains,) = [policy for policy in assembly.policies if isinstance(policy, DomainPolicy)]
+    assert domains.url_arguments == {"fetch": frozenset({"url", "href"})}
+
+
 def test_an_invalid_cooldown_warns_and_falls_back(caplog: pytest.LogCaptureFixture) -> None:
     from frugal_proxy import config
     from frugal_proxy.policies.cooldown import Cooldown
