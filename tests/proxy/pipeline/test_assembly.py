@@ -106,6 +106,22 @@ async def test_the_governor_tools_share_the_exposed_governors_store() -> None:
     assert artifact.payload == ("word " * 20_000).encode()
 
 
+def test_a_routed_tool_is_listed_only_while_a_provider_of_its_capability_is_on() -> None:
+    from frugal_proxy import config
+    from frugal_proxy.providers import registry
+
+    off = "".join(
+        f"[{builtin.capability}_providers.{builtin.name}]\nenabled = false\n"
+        for builtin in registry.built_ins()
+        if builtin.name != "wikipedia"
+    )
+    assembly = assemble(config=config.loads(off), environ={})
+    routed = {route.name for route in assembly.routes if route.capability is not None}
+    assert routed == {"frugal__search"}
+    assembly = assemble(config=config.loads(off + "[search_providers.wikipedia]\nenabled = false\n"), environ={})
+    assert [route.name for route in assembly.routes if route.capability is not None] == []
+
+
 def test_the_domain_policy_gets_each_upstreams_url_arguments() -> None:
     from frugal_proxy import config
     from frugal_proxy.policies.domains import DomainPolicy
