@@ -260,6 +260,27 @@ async def test_the_wrap_form_reads_the_governor_of_a_config_file(tmp_path: Path)
     assert "frugal/governor" not in (whole.meta or {})
 
 
+async def test_the_wrap_form_reads_frugal_config_and_the_default_path(tmp_path: Path) -> None:
+    """Without `--config`, the wrap form reads the file `serve` reads: `$FRUGAL_CONFIG`, else
+    `$FRUGAL_HOME/config/frugal.toml`."""
+    text = '[upstreams.ignored]\ncommand = ["/nonexistent"]\n[governor]\nmax_bytes = 2048\n'
+    named = tmp_path / "named.toml"
+    named.write_text(text)
+    home = tmp_path / "home"
+    (home / "config").mkdir(parents=True)
+    (home / "config" / "frugal.toml").write_text(text)
+    upstream = notes_command()
+    shaped = []
+    with anyio.fail_after(60):
+        for env in (
+            {"FRUGAL_CONFIG": str(named), "FRUGAL_HOME": str(tmp_path / "empty")},
+            {"FRUGAL_CONFIG": "", "FRUGAL_HOME": str(home)},  # empty: unset
+        ):
+            async with Client(params(proxy_command(upstream), env), mode="legacy") as client:
+                shaped.append(await client.call_tool("blob", {"size": 10_000}))
+    assert all("frugal/governor" in (result.meta or {}) for result in shaped)
+
+
 def test_a_bad_config_file_stops_the_wrap_form_with_its_message(tmp_path: Path) -> None:
     upstream = notes_command()
     broken = tmp_path / "broken.toml"
