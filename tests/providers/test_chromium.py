@@ -249,3 +249,18 @@ async def test_a_redirect_to_a_name_that_resolves_to_a_denied_address_is_refused
         "chromium: inside.example is not allowed: 10.0.0.7 is denied by routing.domains.deny (10.0.0.7)",
     )
     assert asked == ["news.example", "inside.example"]
+
+
+@needs_chromium
+async def test_a_pinned_page_follows_its_redirects_and_ends_at_the_last_url(pages: PageServer) -> None:
+    """Redirects the proxy follows for the browser: the page is navigated to each target anew,
+    so what it answers is where the chain ended, every hop from the checked address."""
+    port = pages.base.rsplit(":", 1)[1]
+    start = len(pages.requests)
+    outcome, asked = await browse_through(
+        {"news.example": ["127.0.0.1"]}, DomainRules.of(deny=["ads.example"]), f"http://news.example:{port}/redirect/2"
+    )
+    assert outcome.kind == "ok" and isinstance(outcome.data, Page), outcome.message
+    assert outcome.data.url == f"http://news.example:{port}/article"
+    assert pages.requests[start:] == ["/redirect/2", "/redirect/1", "/redirect/0", "/article"]
+    assert set(asked) == {"news.example"}
