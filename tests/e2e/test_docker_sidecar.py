@@ -413,6 +413,14 @@ def test_compose_wires_one_network_port_token_and_storage() -> None:
     assert entry["headers"] == {"Authorization": f"Bearer {PLACEHOLDER}"}
 
 
+def test_the_images_config_refuses_private_addresses() -> None:
+    """The image is network-facing: its default config turns `routing.domains.deny_private` on."""
+    from frugal_proxy import config
+
+    loaded = config.loads((ROOT / "examples" / "docker" / "frugal.toml").read_text())
+    assert loaded.routing.domains.deny_private is True
+
+
 def test_the_shipped_entry_is_what_mcp_install_writes(tmp_path: Path) -> None:
     entry = mcp_servers_entry()
     sidecar = compose()["services"]["frugal-proxy"]
