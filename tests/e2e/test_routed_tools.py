@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp_types import TextContent
@@ -182,3 +183,27 @@ async def test_guards_through_serve_cooldown_then_loop_guard(tmp_path: Path, api
         f"(limit 2); the result will not change, so change the arguments or wait {messages[2].rpartition('wait ')[2]}"
     )
     assert apis.requests["busy"] == 1  # no retry, and nothing after the fence
+
+
+async def test_over_http_the_call_deadline_wins_when_it_is_the_shorter(tmp_path: Path) -> None:
+    """`limits.call_timeout` (1 s, from the file) against `--request-timeout` (20 s), a wrapped
+    server's plain tool over HTTP: the call
+    deadline answers first, naming its knob; with the request timeout the shorter, the request
+    timeout answers (tests/e2e/test_http_streams.py::test_the_request_timeout_answers_and_cancels_upstream)."""
+    from tests.e2e.test_http_downstream import start
+    from tests.e2e.test_http_streams import modern_body, modern_headers
+
+    config = tmp_path / "frugal.toml"
+    config.write_text('[limits]\ncall_timeout = "1s"\n')
+    proxy = start(notes_command(), "--config", str(config), "--request-timeout", "20")
+    try:
+        sleep = modern_body("tools/call", {"name": "sleep", "arguments": {"seconds": 15}}, ident=9)
+        with anyio.fail_after(12):
+            async with httpx2.AsyncClient(timeout=12) as http:
+                answered = await http.post(proxy.url, json=sleep, headers=modern_headers("tools/call", "sleep"))
+        reply = answered.json()
+        assert reply["id"] == 9 and reply["result"]["isError"] is True, reply
+        text = reply["result"]["content"][0]["text"]
+        assert "limits.call_timeout" in text and "--request-timeout" not in text, text
+    finally:
+        proxy.stop()
