@@ -186,10 +186,9 @@ async def test_guards_through_serve_cooldown_then_loop_guard(tmp_path: Path, api
 
 
 async def test_over_http_the_call_deadline_wins_when_it_is_the_shorter(tmp_path: Path) -> None:
-    """`limits.call_timeout` (1 s, from the file) against `--request-timeout` (20 s), a wrapped
-    server's plain tool over HTTP: the call
-    deadline answers first, naming its knob; with the request timeout the shorter, the request
-    timeout answers (tests/e2e/test_http_streams.py::test_the_request_timeout_answers_and_cancels_upstream)."""
+    """A wrapped server's plain tool over HTTP, `limits.call_timeout` 1 s (from the file) against
+    `--request-timeout` 20 s: the call deadline answers first, naming its knob. With the request
+    timeout the shorter, it answers instead (test_http_streams.py, the request-timeout test)."""
     from tests.e2e.test_http_downstream import start
     from tests.e2e.test_http_streams import modern_body, modern_headers
 
