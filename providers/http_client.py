@@ -20,12 +20,13 @@ is its first half, for an API that answers something else than JSON (browserless
 Messages name the provider and the status, never a key or the request's query.
 
 `HttpClient.guarded(check)` is a sibling client for the fetchers that fetch what a call names
-(readability): each connection resolves the host itself (`resolver`, a seam for tests), checks
-every address it resolved to with `check` (the domain policy's `address_allowed`) and connects
-to that address only, the name kept for the Host header, TLS's SNI and the certificate check; a
-refused address raises `AddressRefused` naming the host, the address and the config key, before
-a byte is sent to it. So a public name that resolves to a private address (DNS rebinding) is
-refused at connect time, and the name is not resolved a second time behind the check's back.
+(readability; chromium, for every request of a page): each connection resolves the host itself
+(`resolver`, a seam for tests), checks every address it resolved to with `check` (the domain
+policy's `address_allowed`) and connects to that address only, the name kept for the Host
+header, TLS's SNI and the certificate check; a refused address raises `AddressRefused` naming
+the host, the address and the config key, before a byte is sent to it. So a public name that
+resolves to a private address (DNS rebinding) is refused at connect time, and the name is not
+resolved a second time behind the check's back.
 """
 
 from __future__ import annotations
