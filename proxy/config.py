@@ -108,7 +108,7 @@ MAX_RETRIES = 5
 
 
 class Limits(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    # Unset: 5m for a plain tool (bounded further by its upstream's `timeout`), 60s over a routed
+    # Unset: 5m for a plain tool (unless its upstream sets its own `timeout`), 60s over a routed
     # call's whole failover chain. Set, it is both; "0s" turns the routed deadline off.
     call_timeout: str | None = None
     # How often a free provider of a routed tool is tried again after a transient error (0: never).

@@ -23,7 +23,6 @@ NEEDS_NO_TEST = frozenset({"__init__.py", "__main__.py"})
 UPSTREAM_SPLIT = "the upstream split adds its tests"
 EXCEPTIONS: dict[str, str] = {
     # Commands as a user runs them: arguments, stdio, exit status and signals need the process.
-    "proxy/cli/serve.py": "serve, config and status, end to end in tests/e2e/test_serve.py",
     "proxy/cli/http_options.py": "--http and starting the endpoint, end to end in tests/e2e/test_http_downstream.py",
     "proxy/install/mcp_install.py": (
         "the command against real client config trees, end to end in tests/e2e/test_mcp_install.py; "

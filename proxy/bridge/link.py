@@ -127,7 +127,7 @@ class UpstreamLink:
             log.warning("upstream request timed out", extra={"upstream": self.name, "method": method})
             raise UpstreamTimeout(
                 f"upstream {self.name!r} did not answer within {self.deadline:g} s (the deadline of its "
-                f"{method}: upstreams.{self.name}.timeout, at most limits.call_timeout); "
+                f"{method}: upstreams.{self.name}.timeout, else limits.call_timeout); "
                 "the call was cancelled upstream"
             ) from None
 

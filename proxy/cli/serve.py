@@ -60,19 +60,22 @@ def session_options(config: Config) -> dict[str, Any]:
     """What the session needs of the config: names, filters, prices and deadlines per upstream,
     and the settings its pipeline is assembled from (the size governor's `[governor]`). The
     HTTP endpoint assembles the pipeline itself (with its metrics); stdio uses `stdio_options`."""
-    call_timeout = config.limits.call_timeout_seconds
     return {
         "config": config,
         "page_size": config.limits.page_size,
         "prefixes": {name: up.prefix for name, up in config.upstreams.items()},
         "filters": {name: up.tools for name, up in config.upstreams.items()},
         "prices": {name: up.price_micros for name, up in config.upstreams.items()},
-        # A plain tool's deadline: the shorter of its upstream's and call_timeout ("0s": its own).
-        "timeouts": {
-            name: min(up.timeout_seconds or call_timeout, call_timeout) if call_timeout else up.timeout_seconds
-            for name, up in config.upstreams.items()
-        },
+        "timeouts": plain_timeouts(config),
     }
+
+
+def plain_timeouts(config: Config) -> dict[str, float | None]:
+    """Each upstream's deadline for its requests: its own `timeout` where set (the more specific
+    setting wins, so a slow tool's upstream can be given longer than the default), otherwise
+    `limits.call_timeout` (5 min unset); None where that is "0s" and the upstream sets none."""
+    call_timeout = config.limits.call_timeout_seconds or None
+    return {name: up.timeout_seconds or call_timeout for name, up in config.upstreams.items()}
 
 
 def stdio_options(config: Config) -> dict[str, Any]:
