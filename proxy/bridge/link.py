@@ -15,7 +15,10 @@ params). Four cases follow:
     session era         the proxy answers initialize,      initialize passes through, so the
                         ping, logging/setLevel; stamps     upstream sees the client's real
                         _meta; input_required becomes      capabilities; everything forwarded
-                        server requests to the client
+                        server requests to the client;
+                        results lose the fields only
+                        2026-07-28 defines (resultType,
+                        ttlMs, cacheScope, serverInfo)
 """
 
 from __future__ import annotations
@@ -147,15 +150,17 @@ class UpstreamLink:
         if upstream.modern:
             out = params if client.modern else eras.add_modern_meta(params, self.stamp())
             reply = await upstream.request(method, out, on_progress=on_progress, headers=headers)
-            if client.modern or method not in eras.INPUT_REQUIRED_METHODS:
+            if client.modern:
                 return reply
+            if method in eras.INPUT_REQUIRED_METHODS:
 
-            async def retry(next_params: dict[str, msgspec.Raw]) -> Frame:
-                return await upstream.request(method, next_params, on_progress=on_progress, headers=headers)
+                async def retry(next_params: dict[str, msgspec.Raw]) -> Frame:
+                    return await upstream.request(method, next_params, on_progress=on_progress, headers=headers)
 
-            return await fulfil_input_required(
-                reply, out, capabilities=self.client.capabilities, ask=self.downstream.request, retry=retry
-            )
+                reply = await fulfil_input_required(
+                    reply, out, capabilities=self.client.capabilities, ask=self.downstream.request, retry=retry
+                )
+            return complete_for_legacy(reply)
         if not client.modern:
             return await upstream.request(method, params, on_progress=on_progress)
         out = eras.strip_modern_meta(params)
@@ -538,3 +543,12 @@ def complete_for_modern(method: str, reply: Frame) -> Frame:
     body = jsonrpc.sub_object(reply, "result")
     completed = eras.complete_for_modern(method, body)
     return reply if completed is None else jsonrpc.result(jsonrpc.id_of(reply), completed)
+
+
+def complete_for_legacy(reply: Frame) -> Frame:
+    """A modern upstream's reply as a session-era client's revision defines it."""
+    if "result" not in reply:
+        return reply
+    body = jsonrpc.sub_object(reply, "result")
+    translated = eras.for_session_era(body)
+    return reply if translated is None else jsonrpc.result(jsonrpc.id_of(reply), translated)

@@ -48,6 +48,12 @@ CACHEABLE_METHODS: Final = frozenset(
         "resources/read",
     }
 )
+# Result fields that exist only in 2026-07-28 (resultType on every result, the cache hints on the
+# cacheable ones): a session-era client's revision does not define them.
+MODERN_RESULT_FIELDS: Final = ("resultType", "ttlMs", "cacheScope")
+# `_meta` keys of a modern result with no place in a session-era one (the server's identity is
+# the InitializeResult's `serverInfo` there).
+MODERN_RESULT_META_KEYS: Final = (META_SERVER_INFO,)
 # Requests that may answer `input_required` (SEP-2322, MRTR).
 INPUT_REQUIRED_METHODS: Final = frozenset({"tools/call", "prompts/get", "resources/read"})
 # Server-to-client requests, and the client capability each needs.
@@ -184,3 +190,33 @@ def complete_for_modern(method: str, result: dict[str, msgspec.Raw]) -> dict[str
             result["cacheScope"] = msgspec.Raw(b'"private"')
             changed = True
     return result if changed else None
+
+
+def for_session_era(result: dict[str, msgspec.Raw]) -> dict[str, msgspec.Raw] | None:
+    """Remove from a 2026-07-28 result what a session-era client's revision does not define
+    (MODERN_RESULT_FIELDS, MODERN_RESULT_META_KEYS in `_meta`); None when nothing is there.
+
+    Only a complete result is translated: `input_required` is the caller's to turn into
+    server-to-client requests first, and any other resultType is left for the client to refuse.
+    """
+    kind = result.get("resultType")
+    if kind is not None and kind != _COMPLETE and jsonrpc.decode_any(kind) != "complete":
+        return None
+    changed = False
+    for key in MODERN_RESULT_FIELDS:
+        if result.pop(key, None) is not None:
+            changed = True
+    if "_meta" in result:
+        meta = jsonrpc.sub_object(result, "_meta")
+        if any(key in meta for key in MODERN_RESULT_META_KEYS):
+            for key in MODERN_RESULT_META_KEYS:
+                meta.pop(key, None)
+            if meta:
+                result["_meta"] = jsonrpc.raw(meta)
+            else:
+                del result["_meta"]
+            changed = True
+    return result if changed else None
+
+
+_COMPLETE: Final = msgspec.Raw(b'"complete"')

@@ -15,7 +15,7 @@ import pytest
 from mcp import Client
 from mcp_types import ElicitResult, TextContent
 
-from tests.conftest import ROOT, everything_command, params, proxy_command
+from tests.conftest import ROOT, everything_command, modern_only_command, params, proxy_command
 from tests.e2e.test_http_downstream import start
 from tests.e2e.test_wrap_stdio import roots, sampling
 from tests.rawclient import MODERN_META, RawClient
@@ -132,3 +132,58 @@ async def test_a_modern_client_that_declares_more_later_widens_the_upstream() ->
         assert await client.close() == 0
         tg.cancel_scope.cancel()
     assert counts == [(False, False), (True, True), (True, True)]
+
+
+# What a session-era client asks of a 2026-07-28-only upstream, and what its results hold directly
+# (the upstream speaks 2026-07-28 only, so the raw client talks to it in that era there).
+SESSION_ERA_CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("tools/list", {}),
+    ("tools/call", {"name": "add", "arguments": {"a": 2, "b": 3}}),
+    ("resources/templates/list", {}),
+    ("resources/list", {}),
+    ("resources/read", {"uri": "notes://nothing"}),
+    ("prompts/list", {}),
+    ("prompts/get", {"name": "review", "arguments": {"topic": "tides"}}),
+]
+MODERN_ONLY_FIELDS = {"resultType", "ttlMs", "cacheScope"}
+SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
+
+
+async def test_a_session_era_client_of_a_modern_only_server_gets_results_of_its_own_revision() -> None:
+    """Directly, the modern-only notes server's results carry resultType (and the cache hints on
+    the cacheable ones) and serverInfo in `_meta`, which no session-era revision defines;
+    through the proxy a session-era client gets the same results without them."""
+    direct: dict[str, Any] = {}
+    through: dict[str, Any] = {}
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            upstream = await RawClient.start(tg, modern_only_command())
+            for ident, (method, call) in enumerate(SESSION_ERA_CALLS, 1):
+                reply = await upstream.request(ident, method, {**call, "_meta": MODERN_META}, wait=30)
+                direct[method] = reply["result"]
+            assert await upstream.close() == 0
+            client = await RawClient.start(tg, proxy_command(modern_only_command()))
+            hello = await client.initialize()
+            assert hello["result"]["protocolVersion"] == "2025-11-25"
+            for ident, (method, call) in enumerate(SESSION_ERA_CALLS, 1):
+                reply = await client.request(ident, method, call, wait=30)
+                through[method] = reply["result"]
+            assert await client.close() == 0
+            tg.cancel_scope.cancel()
+    assert all("resultType" in body for body in direct.values())  # the fields the proxy must strip
+    assert all({"ttlMs", "cacheScope"} <= direct[m].keys() for m in ("tools/list", "resources/read"))
+    assert SERVER_INFO_META in direct["tools/list"].get("_meta", {})
+    for method, body in through.items():
+        assert not MODERN_ONLY_FIELDS & body.keys(), (method, body)
+        assert SERVER_INFO_META not in body.get("_meta", {}), (method, body)
+        expected = {k: v for k, v in direct[method].items() if k not in MODERN_ONLY_FIELDS and k != "_meta"}
+        if method == "tools/list":  # the proxy lists its own frugal__ tools after the upstream's
+            body = {**body, "tools": [t for t in body["tools"] if not t["name"].startswith("frugal__")]}
+        assert {k: v for k, v in body.items() if k != "_meta"} == expected, method
+    # A session-era SDK client reads the same results through the proxy.
+    with anyio.fail_after(60):
+        async with Client(params(proxy_command(modern_only_command())), mode="legacy", cache=None) as sdk:
+            assert sdk.protocol_version == "2025-11-25"
+            added = await sdk.call_tool("add", {"a": 2, "b": 3})
+            assert not added.is_error and added.structured_content == {"result": 5}
+            assert "review" in {prompt.name for prompt in (await sdk.list_prompts()).prompts}

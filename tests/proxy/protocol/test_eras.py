@@ -50,6 +50,30 @@ def test_complete_for_modern_never_widens_a_cache_scope() -> None:
     assert eras.complete_for_modern("tools/call", raw_params({"resultType": "complete"})) is None
 
 
+def test_for_session_era_removes_what_only_2026_07_28_defines() -> None:
+    body = raw_params(
+        {
+            "tools": [],
+            "resultType": "complete",
+            "ttlMs": 5,
+            "cacheScope": "public",
+            "_meta": {eras.META_SERVER_INFO: {"name": "s", "version": "1"}, "x/kept": 1},
+        }
+    )
+    translated = eras.for_session_era(body)
+    assert translated is not None
+    assert {key: jsonrpc.decode_any(value) for key, value in translated.items()} == {
+        "tools": [],
+        "_meta": {"x/kept": 1},
+    }
+    only_info = raw_params({"content": [], "_meta": {eras.META_SERVER_INFO: {}}})
+    assert eras.for_session_era(only_info) == raw_params({"content": []})
+    assert eras.for_session_era(raw_params({"content": [], "_meta": {"x": 1}})) is None
+    # input_required is the bridge's to turn into server requests first, never stripped.
+    pending = raw_params({"resultType": "input_required", "inputRequests": {}})
+    assert eras.for_session_era(pending) is None
+
+
 def test_negotiate_handshake() -> None:
     assert eras.negotiate_handshake("2025-03-26") == "2025-03-26"
     assert eras.negotiate_handshake("2099-01-01") == eras.LATEST_HANDSHAKE
