@@ -31,7 +31,7 @@ shown without credentials or query values.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
@@ -80,7 +80,10 @@ class HttpUpstreamConnection(SessionMode, SseMode):
         max_message_bytes: int = 64 * 1024 * 1024,
         on_server_request: ServerRequestHandler | None = None,
         on_notification: NotificationHandler | None = None,
+        transport: httpx2.AsyncBaseTransport | None = None,
     ) -> None:
+        """`transport` replaces the network under the HTTP client (httpx2's transport seam; None:
+        the real one)."""
         super().__init__(
             name=name,
             probe_timeout=probe_timeout,
@@ -105,6 +108,7 @@ class HttpUpstreamConnection(SessionMode, SseMode):
         self._session_lock = anyio.Lock()
         self._post_url: str | None = None  # HTTP+SSE (http_sse): where messages go
         self._found: dict[str, Any] | None = None  # what the last detection's discover found
+        self._transport = transport
 
     # -- lifetime --------------------------------------------------------------------------------
 
@@ -124,6 +128,7 @@ class HttpUpstreamConnection(SessionMode, SseMode):
 
     def _make_client(self) -> httpx2.AsyncClient:
         return httpx2.AsyncClient(
+            transport=self._transport,
             headers=self.headers,
             timeout=httpx2.Timeout(self.connect_timeout, read=self.read_timeout),
             follow_redirects=False,
@@ -279,21 +284,28 @@ class HttpUpstreamConnection(SessionMode, SseMode):
             if self.mode == "sse":
                 reply = await self._request_over_sse(upstream_id, method, params, pending)
             else:
-                reply = await self._request_over_post(upstream_id, method, params, headers)
+                reply = await self._request_over_post(upstream_id, method, params, headers, pending)
         finally:
             self._close(upstream_id, pending)
         self._learn(method, reply)
         return reply
 
     async def _request_over_post(
-        self, upstream_id: int, method: str, params: Any, forwarded: Mapping[str, str] | None
+        self, upstream_id: int, method: str, params: Any, forwarded: Mapping[str, str] | None, pending: Pending
     ) -> Frame:
+        """One request POSTed. Cancelled, a session-era request that went out is followed by
+        `notifications/cancelled`, and one that never left (waiting for a connection, say) by
+        nothing; a 2026-07-28 request is cancelled by closing its response, which leaving the
+        POST does (the spec defines no client notifications there)."""
         frame = jsonrpc.request(upstream_id, method, params)
         read_timeout = None if method in STREAMING_METHODS else self.read_timeout
+        on_sent = pending.mark_sent if self.mode == "streamable" else None
         for attempt in (1, 2):
             session = self._session_id
             try:
-                reply = await self._post(frame, self._headers_for(method, params, forwarded), upstream_id, read_timeout)
+                reply = await self._post(
+                    frame, self._headers_for(method, params, forwarded), upstream_id, read_timeout, on_sent=on_sent
+                )
             except Refused as refused:
                 renewable = self.mode == "streamable" and method != "initialize" and self.initialize_params is not None
                 if session_ended(refused) and renewable and session is not None and attempt == 1:
@@ -303,7 +315,7 @@ class HttpUpstreamConnection(SessionMode, SseMode):
                     return jsonrpc.with_id(refused.frame, upstream_id)  # the server's own answer
                 raise self._refusal(refused, method) from None
             except anyio.get_cancelled_exc_class():
-                if self.mode == "streamable":
+                if self.mode == "streamable" and pending.sent:
                     with anyio.CancelScope(shield=True):
                         await self._send_cancel(upstream_id)
                 raise
@@ -343,12 +355,13 @@ class HttpUpstreamConnection(SessionMode, SseMode):
         except UpstreamError:
             pass  # it is gone; nothing left to cancel
 
-    async def _post_message(self, frame: Frame) -> None:
-        """POST a notification or a reply (session era); it is accepted without an answer."""
+    async def _post_message(self, frame: Frame, on_sent: Callable[[], None] | None = None) -> None:
+        """POST a notification or a reply (session era), or an HTTP+SSE request; it is accepted
+        without an answer. `on_sent` as for `_post`."""
         url = self._post_url if self.mode == "sse" else None
         method = jsonrpc.method_of(frame) or "a reply"
         try:
-            await self._post(frame, self._headers_for(method, None), None, self.read_timeout, url=url)
+            await self._post(frame, self._headers_for(method, None), None, self.read_timeout, url=url, on_sent=on_sent)
         except Refused as refused:
             raise self._refusal(refused, method) from None
         except httpx2.TransportError as exc:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 from typing import Any, Literal
 
@@ -94,16 +94,25 @@ class PostExchange(UpstreamBase):
         read_timeout: float | None,
         *,
         url: str | None = None,
+        on_sent: Callable[[], None] | None = None,
     ) -> Frame | None:
         """POST one message. For a request, wait for its reply (JSON, or SSE with the stream's
         other messages delivered on the way, resumed when the server supports it); None for a
-        notification or a reply. Raises Refused, httpx2.TransportError or UpstreamError."""
+        notification or a reply. `on_sent` is called once the whole body has been handed to the
+        connection (a request cancelled before that never reached the server). Raises Refused,
+        httpx2.TransportError or UpstreamError."""
         assert self._client is not None
         timeout = httpx2.Timeout(self.connect_timeout, read=read_timeout, write=self.read_timeout)
         headers = {"Accept": wire.ACCEPT_BOTH, "Content-Type": "application/json", **headers}
         body = jsonrpc.encode(frame)
+        content: bytes | AsyncIterator[bytes] = body
+        if on_sent is not None:
+            # A stream of one chunk, with its length given so that it is not sent chunked: the
+            # connection asks for the next chunk only once it has written this one.
+            content = _then(body, on_sent)
+            headers["Content-Length"] = str(len(body))
         async with self._client.stream(
-            "POST", url or self.url, content=body, headers=headers, timeout=timeout
+            "POST", url or self.url, content=content, headers=headers, timeout=timeout
         ) as response:
             await self._check(response)
             self._took_response(response)
@@ -229,3 +238,9 @@ class PostExchange(UpstreamBase):
             f"upstream {self.name!r} sent a message over the {self.max_message_bytes}-byte cap; it was refused"
             " (raise limits.max_message_bytes, or --max-message-bytes, to accept it)"
         )
+
+
+async def _then(body: bytes, on_sent: Callable[[], None]) -> AsyncIterator[bytes]:
+    """`body` as a request stream that calls `on_sent` once it has been written."""
+    yield body
+    on_sent()

@@ -8,6 +8,7 @@ JSON-RPC body and a GET opens such a stream.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -29,8 +30,8 @@ class SseMode(PostExchange):
     _post_url: str | None  # where messages go, from the endpoint event; set up by __init__
 
     @abc.abstractmethod
-    async def _post_message(self, frame: Frame) -> None:
-        """POST a notification or a reply."""
+    async def _post_message(self, frame: Frame, on_sent: Callable[[], None] | None = None) -> None:
+        """POST a message; `on_sent` is called once its body has been written."""
 
     @abc.abstractmethod
     async def _send_cancel(self, upstream_id: int) -> None:
@@ -43,7 +44,7 @@ class SseMode(PostExchange):
     async def _request_over_sse(self, upstream_id: int, method: str, params: Any, pending: Pending) -> Frame:
         self._pending[upstream_id] = pending
         try:
-            await self._post_message(jsonrpc.request(upstream_id, method, params))
+            await self._post_message(jsonrpc.request(upstream_id, method, params), on_sent=pending.mark_sent)
             with anyio.fail_after(None if method in STREAMING_METHODS else self.read_timeout):
                 await pending.done.wait()
         except TimeoutError:
@@ -53,7 +54,8 @@ class SseMode(PostExchange):
                 f"upstream {self.name!r} did not answer {method} within {self.read_timeout:g} s ({self.safe_url})"
             ) from None
         except anyio.get_cancelled_exc_class():
-            if self._pending.pop(upstream_id, None) is not None:
+            # A request whose POST never went out is unknown to the server: nothing to cancel.
+            if self._pending.pop(upstream_id, None) is not None and pending.sent:
                 self._abandoned.add(upstream_id)
                 with anyio.CancelScope(shield=True):
                     await self._send_cancel(upstream_id)

@@ -327,3 +327,69 @@ async def test_an_oversized_reply_is_refused_and_the_connection_goes_on(notes_ht
             big = await client.call_tool("blob", {"size": 2_000_000})
             assert big.is_error and "over the 1000000-byte cap" in text(big)
             assert text(await client.call_tool("add", {"a": 1, "b": 1})) == "2"
+
+
+# -- cancelling only what went out ---------------------------------------------------------------
+
+
+class HoldingTransport(httpx2.AsyncBaseTransport):
+    """The real network, except that the next POST is held before any of it is written (as one
+    waiting for a free connection is) while `hold_next` is set; the JSON of every POST that goes
+    out is kept in `posted`."""
+
+    def __init__(self) -> None:
+        self.inner = httpx2.AsyncHTTPTransport()
+        self.hold_next = False
+        self.held = anyio.Event()
+        self.called = anyio.Event()  # a tools/call went out
+        self.posted: list[Any] = []
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if request.method == "POST" and self.hold_next:
+            self.hold_next = False
+            self.held.set()
+            await anyio.sleep_forever()  # cancelled with the call; nothing of it was written
+        if request.method == "POST":
+            self.posted.append(json.loads(await request.aread()))
+            if self.posted[-1].get("method") == "tools/call":
+                self.called.set()
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    def cancels(self) -> list[Any]:
+        return [m["params"]["requestId"] for m in self.posted if m.get("method") == "notifications/cancelled"]
+
+
+@pytest.mark.parametrize(("server", "mode"), [("everything_streamable", "streamable"), ("everything_sse", "sse")])
+async def test_a_cancelled_request_is_cancelled_upstream_only_if_it_went_out(
+    server: str, mode: str, request: pytest.FixtureRequest
+) -> None:
+    """A session-era request cancelled before its POST was written is unknown to the server: no
+    `notifications/cancelled` follows it. One cancelled after it went out is cancelled upstream."""
+    transport = HoldingTransport()
+    with anyio.fail_after(30):
+        async with HttpUpstreamConnection(
+            request.getfixturevalue(server), name="remote", transport=transport
+        ) as upstream:
+            await upstream.initialize(
+                {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+            )
+            assert upstream.mode == mode
+            slow = {"name": "trigger-long-running-operation", "arguments": {"duration": 5, "steps": 5}}
+            transport.hold_next = True
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(upstream.request, "tools/call", slow)
+                await transport.held.wait()
+                tg.cancel_scope.cancel()
+            assert transport.cancels() == []
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(upstream.request, "tools/call", slow)
+                await transport.called.wait()
+                await anyio.sleep(0.2)
+                tg.cancel_scope.cancel()
+            sent_id = next(m["id"] for m in transport.posted if m.get("method") == "tools/call")
+            assert transport.cancels() == [sent_id]
+            reply = await upstream.request("tools/call", {"name": "get-sum", "arguments": {"a": 2, "b": 3}})
+            assert "5" in json.dumps(json.loads(bytes(reply["result"])))  # the connection goes on
