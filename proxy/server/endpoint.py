@@ -51,6 +51,7 @@ from frugal_proxy.server.streams import (
     CancellableReply,
     EventStream,
     ReplyStream,
+    prefers_event_stream,
     reply_response,
     rpc_error,
     until_disconnect,
@@ -122,13 +123,14 @@ class Endpoint:
             return await self._initialize(request, frame)
         if modern or eras.modern_meta(jsonrpc.params_of(frame)) is not None:
             return await self._modern(request, frame, version)
+        sse = prefers_event_stream(request.headers.get("accept"))
         if self.sessions is None:
-            return await self._take(self.shared, frame, version, operator=operator_of(request))
+            return await self._take(self.shared, frame, version, operator=operator_of(request), sse=sse)
         entry = self._session_of(request)
         if isinstance(entry, Response):
             return entry
         entry.touch()
-        return await self._take(entry.session, frame, version, entry)
+        return await self._take(entry.session, frame, version, entry, sse=sse)
 
     # -- 2026-07-28 ----------------------------------------------------------------------------------
 
@@ -281,11 +283,12 @@ class Endpoint:
         entry: HttpSession | None = None,
         *,
         operator: str | None = None,
+        sse: bool = False,
     ) -> Response:
         if jsonrpc.is_request(frame):
             ident = jsonrpc.id_of(frame)
             return await self._request(
-                session, frame, ident, modern=False, entry=entry, version=version, operator=operator
+                session, frame, ident, modern=False, entry=entry, version=version, operator=operator, sse=sse
             )
         await session.take_in(frame)
         return Response(status_code=202)
@@ -397,11 +400,16 @@ class Endpoint:
         version: str | None = None,
         operator: str | None = None,
         headers: Mapping[str, str] | None = None,
+        sse: bool = False,
     ) -> Response:
+        """The response to one request: an SSE stream when it asked for progress, or when a
+        session-era client prefers one (`sse`: its Accept ranks text/event-stream above JSON);
+        plain JSON otherwise, the cheaper answer, which the SDK clients (JSON listed first) get."""
+
         async def answer(stream: ProgressSink) -> Frame | None:
             return await self.answer(session, frame, ident, entry, operator, stream, headers)
 
-        if "progressToken" in jsonrpc.sub_object(jsonrpc.params_of(frame), "_meta"):
+        if sse or "progressToken" in jsonrpc.sub_object(jsonrpc.params_of(frame), "_meta"):
             if entry is None:  # 2026-07-28, or a stateless session-era client: nothing to resume
                 return ReplyStream(answer, EventLog("request"), resumable=False)
             prime = version is not None and version >= "2025-11-25"

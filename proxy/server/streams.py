@@ -50,6 +50,30 @@ def reply_response(reply: Frame, headers: dict[str, str] | None = None, *, moder
     return _frame_response(reply, STATUS_OF.get(problem[0], 200) if problem else 200, headers)
 
 
+def prefers_event_stream(accept: str | None) -> bool:
+    """Whether an Accept header ranks text/event-stream above application/json: the highest
+    `q` wins (1 unless given), and the first listed among equals. Without it, or with no
+    preference for it, False: plain JSON, the cheaper answer."""
+    if not accept or "event-stream" not in accept.lower():
+        return False
+    if ";" not in accept:  # no q-values (what clients send): the first listed wins
+        return accept.split(",", 1)[0].strip().lower() == "text/event-stream"
+    best, best_q = "", -1.0
+    for part in accept.split(","):
+        kind, _, parameters = part.partition(";")
+        q = 1.0
+        for parameter in parameters.split(";"):
+            key, _, value = parameter.strip().partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        if q > best_q:
+            best, best_q = kind.strip().lower(), q
+    return best == "text/event-stream"
+
+
 def _streaming(response: Response) -> None:
     """Drop the Content-Length starlette sets for an empty body: an event stream has none."""
     response.raw_headers = [(key, value) for key, value in response.raw_headers if key != b"content-length"]

@@ -140,6 +140,40 @@ async def test_a_broken_request_stream_resumes_with_last_event_id(proxy: Proxy) 
     assert [event["id"] for event in rest] == [f"{stream_id}-{n}" for n in (2, 3, 4)]
 
 
+@pytest.mark.parametrize("version", ["2025-03-26", "2025-11-25"])
+async def test_a_session_era_client_that_prefers_sse_gets_its_reply_as_a_stream(proxy: Proxy, version: str) -> None:
+    """Accept with text/event-stream first (the conformance suite's SSE scenarios): each of three
+    concurrent requests is answered as an SSE stream holding its reply, with event ids (and the
+    2025-11-25 priming event); the SDKs' order (JSON first) keeps plain JSON."""
+    listing = {"jsonrpc": "2.0", "method": "tools/list", "params": {}}
+    with anyio.fail_after(30):
+        async with httpx2.AsyncClient(timeout=20) as http:
+            headers = await open_session(http, proxy.url, version)
+            prefers_sse = {**headers, "Accept": "text/event-stream, application/json"}
+
+            async def streamed(ident: int, answers: list[tuple[int, list[dict[str, str]]]]) -> None:
+                body = {**listing, "id": ident}
+                async with http.stream("POST", proxy.url, json=body, headers=prefers_sse) as stream:
+                    assert stream.headers["content-type"].startswith("text/event-stream")
+                    answers.append((ident, [event async for event in sse_events(stream)]))
+
+            answers: list[tuple[int, list[dict[str, str]]]] = []
+            async with anyio.create_task_group() as tg:
+                for ident in (1000, 1001, 1002):
+                    tg.start_soon(streamed, ident, answers)
+            plain = await http.post(proxy.url, json={**listing, "id": 7}, headers=headers)
+    assert plain.headers["content-type"].startswith("application/json")
+    assert plain.json()["id"] == 7 and plain.json()["result"]["tools"]
+    assert sorted(ident for ident, _ in answers) == [1000, 1001, 1002]
+    for ident, events in answers:
+        if version >= "2025-11-25":
+            priming, *events = events
+            assert priming["data"] == "" and priming["id"]
+        assert len(events) == 1 and events[0]["id"]
+        reply = json.loads(events[0]["data"])
+        assert reply["id"] == ident and reply["result"]["tools"]
+
+
 @pytest.fixture(scope="module")
 def modern_only_proxy() -> Iterator[Proxy]:
     """In front of a 2026-07-28-only server, whose changes reach a session-era client through

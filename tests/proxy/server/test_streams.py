@@ -15,7 +15,7 @@ from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.records import ProgressSink
 from frugal_proxy.server.events import EventLog
 from frugal_proxy.server.sessions import HttpSession, Outbox
-from frugal_proxy.server.streams import EventStream, ReplyStream, reply_response, rpc_error
+from frugal_proxy.server.streams import EventStream, ReplyStream, prefers_event_stream, reply_response, rpc_error
 
 pytestmark = pytest.mark.anyio
 
@@ -122,3 +122,23 @@ async def test_a_sessions_standalone_stream_delivers_what_waits_then_ends_with_t
         outbox.close()
     assert entry.busy == 0
     assert connection.body() == b": stream open\n\nid: 0-1\nevent: message\ndata: " + jsonrpc.encode(PROGRESS) + b"\n\n"
+
+
+@pytest.mark.parametrize(
+    ("accept", "prefers"),
+    [
+        (None, False),
+        ("", False),
+        ("application/json", False),
+        ("application/json, text/event-stream", False),  # the SDKs' order: JSON, the cheaper answer
+        ("text/event-stream, application/json", True),
+        ("text/event-stream", True),
+        ("Text/Event-Stream ; charset=utf-8, application/json", True),
+        ("application/json;q=0.5, text/event-stream", True),
+        ("text/event-stream;q=0.2, application/json", False),
+        ("text/event-stream;q=oops, application/json", False),
+        ("*/*", False),
+    ],
+)
+def test_prefers_event_stream_follows_the_accept_ranking(accept: str | None, prefers: bool) -> None:
+    assert prefers_event_stream(accept) is prefers
