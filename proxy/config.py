@@ -82,6 +82,7 @@ class Upstream(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     cost_per_call: Decimal = Decimal(0)  # USD, exact (the file is read with parse_float=Decimal)
     loop_guard: bool = False  # its tools' identical calls count against routing.loop_limit too
     url_arguments: list[str] = []  # its tools' arguments that name a URL: routing.domains checks them
+    share: bool = True  # session-era HTTP sessions may share one connection to it (docs/http.md)
     tools: ToolFilter = ToolFilter()
 
     @property
@@ -624,6 +625,7 @@ tools = { deny = ["get-env"] }      # glob lists: allow = [...] and/or deny = [.
 # command = ["npx", "-y", "@modelcontextprotocol/server-filesystem", "/data"]
 # env = { LOG_LEVEL = "warn" }
 # lazy = true                       # start on first use instead of at start-up
+# share = false                     # a connection per session-era HTTP session, never shared
 # timeout = "60s"                   # per-call deadline for this upstream
 # cost_per_call = 0.0               # USD, for routing and the ledger
 

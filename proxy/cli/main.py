@@ -404,7 +404,7 @@ def wrap_http(
     # Lazy: `ready` starts the endpoint's own connection; a session's own ones start on first use.
     spec = _spec(command, name, env, headers, options.max_message_bytes, options.probe_timeout, lazy=True)
     fleet = Fleet((spec,))
-    upstreams = UpstreamSet(fleet.connect, {"governor": settings, "timeouts": {name: call_timeout}}, fleet.lazy)
+    upstreams = UpstreamSet(fleet.connect, {"governor": settings, "timeouts": {name: call_timeout}}, fleet.lazy, fleet)
     return run_http(options, upstreams, ready)
 
 

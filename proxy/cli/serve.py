@@ -123,7 +123,7 @@ def serve_command(argv: list[str]) -> int:
         from frugal_proxy.server.sessions import UpstreamSet
 
         fleet = Fleet.from_config(config)
-        upstreams = UpstreamSet(fleet.connect, session_options(config), fleet.lazy)
+        upstreams = UpstreamSet(fleet.connect, session_options(config), fleet.lazy, fleet)
         return run_http(options, upstreams, auth=config.auth)
     try:
         return anyio.run(serve_stdio, config)

@@ -1,11 +1,14 @@
-"""Session-era clients over Streamable HTTP: one `Mcp-Session-Id`, one `Router`, one set of
-upstream connections each.
+"""Session-era clients over Streamable HTTP: one `Mcp-Session-Id`, one `Router` each, and
+upstream connections shared with the other sessions that declare the same.
 
-A Router owns its upstream connections' handlers (server requests and notifications reach the
-one client it serves), so a session-era client cannot share the upstreams of the endpoint's
-stateless Router: `initialize` starts a new set (new child processes for stdio upstreams, from
-the same config), which follow the client's era: a dual-era upstream is initialized with the
-client's own params, so its server-to-client requests reach the client as they would directly.
+A session-era client cannot share the upstreams of the endpoint's stateless Router (a Router owns
+its connections' handlers). Its `initialize` decides, per upstream: sessions that ask for the
+same protocol version and declare the same capabilities, none of sampling, elicitation or roots,
+share one connection (upstream.shared: what it sends unasked is routed to the sessions it
+concerns); any other session, any session of an upstream with `share = false`, and every
+2024-11-05 HTTP+SSE session, gets a connection of its own (a new child process for a stdio
+upstream), which follows the client's era: a dual-era upstream is initialized with the client's
+own params, so its server-to-client requests reach the client as they would directly.
 What the proxy sends to the client unasked (server requests, notifications)
 waits in a bounded outbox until the client's standalone GET stream carries it (events).
 """
@@ -15,12 +18,13 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import anyio.abc
+import msgspec
 
 from frugal_proxy.bridge.downstream import DownstreamPeer
 from frugal_proxy.protocol import jsonrpc
@@ -28,7 +32,8 @@ from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.router.router import Router
 from frugal_proxy.server.events import EventLogs
 from frugal_proxy.upstream.base import UpstreamBase
-from frugal_proxy.upstream.fleet import run
+from frugal_proxy.upstream.fleet import Fleet, run
+from frugal_proxy.upstream.shared import SharedUpstreams, SharedView, share_key
 
 log = logging.getLogger("frugal_proxy.http_sessions")
 
@@ -48,6 +53,9 @@ class UpstreamSet:
     # the pipeline from, with its metrics (pipeline.assembly)
     options: dict[str, Any] = field(default_factory=dict)
     lazy: frozenset[str] = frozenset()
+    # The upstreams by name, for the connections sessions share (None: no sharing, each session
+    # gets `make()`'s)
+    fleet: Fleet | None = None
 
 
 class Outbox:
@@ -108,6 +116,8 @@ class HttpSessions:
         self._opening: set[str] = set()  # ids of sessions started but not yet registered
         self._running = 0
         self._all_done = anyio.Event()
+        fleet = upstreams.fleet
+        self.shared = SharedUpstreams(task_group, fleet.connect_one, lazy=upstreams.lazy) if fleet is not None else None
 
     def __len__(self) -> int:
         """Live sessions plus those being opened (so that a burst cannot pass the bound)."""
@@ -116,12 +126,13 @@ class HttpSessions:
     def get(self, session_id: str) -> HttpSession | None:
         return self._sessions.get(session_id)
 
-    async def open(self) -> HttpSession:
-        """A new session with its own upstream connections (started, not necessarily ready)."""
+    async def open(self, initialize: Mapping[str, msgspec.Raw] | None = None) -> HttpSession:
+        """A new session (its connections started, not necessarily ready); `initialize`, the
+        params of the client's initialize, decide which upstream connections it shares."""
         session_id = secrets.token_urlsafe(32)
         self._opening.add(session_id)  # before any await: the caller's bound check and this count are one step
         try:
-            started: HttpSession = await self._tg.start(self._run, session_id)
+            started: HttpSession = await self._tg.start(self._run, session_id, initialize)
         finally:
             self._opening.discard(session_id)
         return started
@@ -161,6 +172,8 @@ class HttpSessions:
         while self._running:
             self._all_done = anyio.Event()
             await self._all_done.wait()
+        if self.shared is not None:
+            self.shared.close_all()
 
     async def expire_idle(self) -> None:
         """End sessions nobody has used for `idle_timeout` seconds (and that have no stream open)."""
@@ -172,28 +185,65 @@ class HttpSessions:
                     log.info("session expired after being idle")
                     self.end(entry.id)
 
-    async def _run(self, session_id: str, *, task_status: anyio.abc.TaskStatus[HttpSession]) -> None:
+    async def _run(
+        self,
+        session_id: str,
+        initialize: Mapping[str, msgspec.Raw] | None,
+        *,
+        task_status: anyio.abc.TaskStatus[HttpSession],
+    ) -> None:
         self._running += 1
         try:
-            await self._serve(session_id, task_status)
+            await self._serve(session_id, initialize, task_status)
         finally:
             self._running -= 1
             self._all_done.set()
 
-    async def _serve(self, session_id: str, task_status: anyio.abc.TaskStatus[HttpSession]) -> None:
-        upstreams = self._upstreams.make()
-        for upstream in upstreams:
+    async def _connections(
+        self, initialize: Mapping[str, msgspec.Raw] | None
+    ) -> tuple[list[UpstreamBase], list[UpstreamBase]]:
+        """Every upstream connection of a new session, in order, and those of them it owns."""
+        fleet = self._upstreams.fleet
+        if self.shared is None or fleet is None or initialize is None:
+            own = self._upstreams.make()
+            return own, own
+        params = {key: jsonrpc.decode_any(value) for key, value in initialize.items()}
+        connections: list[UpstreamBase] = []
+        own = []
+        for spec in fleet.specs:
+            key = share_key(spec.name, params) if spec.share else None
+            if key is None:
+                own.append(fleet.connect_one(spec.name))
+                connections.append(own[-1])
+            else:
+                connections.append(await self.shared.acquire(key, params))
+        return connections, own
+
+    async def _serve(
+        self,
+        session_id: str,
+        initialize: Mapping[str, msgspec.Raw] | None,
+        task_status: anyio.abc.TaskStatus[HttpSession],
+    ) -> None:
+        connections, own = await self._connections(initialize)
+        for upstream in own:
             upstream.follow_client("legacy")  # its own connections speak its era where they can
         outbox = Outbox()
         peer = DownstreamPeer(outbox)
-        async with run(upstreams, lazy=self._upstreams.lazy) as running:
-            session = Router(upstreams, peer, running.task_group, **self._upstreams.options)
-            entry = HttpSession(session_id, session, peer, outbox)
-            self._sessions[session_id] = entry
-            self._opening.discard(session_id)  # counted once: registered, no longer opening
-            task_status.started(entry)
-            await entry.ended.wait()
-            with anyio.move_on_after(DRAIN_SECONDS):
-                await session.drain()
-            peer.close()
-            outbox.close()
+        try:
+            async with run(own, lazy=self._upstreams.lazy) as running:
+                session = Router(connections, peer, running.task_group, **self._upstreams.options)
+                entry = HttpSession(session_id, session, peer, outbox)
+                self._sessions[session_id] = entry
+                self._opening.discard(session_id)  # counted once: registered, no longer opening
+                task_status.started(entry)
+                await entry.ended.wait()
+                with anyio.move_on_after(DRAIN_SECONDS):
+                    await session.drain()
+                peer.close()
+                outbox.close()
+        finally:
+            with anyio.CancelScope(shield=True):
+                for view in connections:
+                    if isinstance(view, SharedView):
+                        await view.shutdown()

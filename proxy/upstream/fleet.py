@@ -51,6 +51,7 @@ class UpstreamSpec(msgspec.Struct, frozen=True, kw_only=True):
     read_timeout: float = 300.0  # HTTP
     max_message_bytes: int = DEFAULT_MAX_LINE_BYTES
     lazy: bool = False  # started on first use, not with the others
+    share: bool = True  # session-era HTTP sessions may share one connection (upstream.shared)
 
 
 def connect(spec: UpstreamSpec) -> UpstreamBase:
@@ -101,6 +102,7 @@ class Fleet(msgspec.Struct, frozen=True):
                     read_timeout=upstream.read_timeout_seconds or call_timeout,
                     max_message_bytes=config.limits.max_message_bytes,
                     lazy=upstream.lazy,
+                    share=upstream.share,
                 )
                 for name, upstream in config.upstreams.items()
             )
@@ -114,6 +116,10 @@ class Fleet(msgspec.Struct, frozen=True):
     def connect(self) -> list[UpstreamBase]:
         """A new, unstarted connection per upstream."""
         return [connect(spec) for spec in self.specs]
+
+    def connect_one(self, name: str) -> UpstreamBase:
+        """A new, unstarted connection to the upstream named `name`."""
+        return connect(next(spec for spec in self.specs if spec.name == name))
 
 
 @dataclass(eq=False)

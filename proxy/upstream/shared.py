@@ -1,0 +1,376 @@
+"""Upstream connections that several session-era HTTP sessions share.
+
+    share_key(name, params)   the key a session's initialize shares under, or None when it must
+                              have a connection of its own (it declares sampling, elicitation or
+                              roots: requests the upstream sends unasked could not be routed to
+                              the session that caused them)
+    SharedUpstreams           one connection per key, counted by the sessions that hold it and
+                              closed a grace period after the last one leaves
+    SharedView                one session's face of a shared connection: what its link sees as
+                              its upstream
+
+A shared connection is initialized once, with the key's protocol version and capabilities and
+the proxy's clientInfo; every later session's initialize is answered from that reply. Replies,
+progress and cancellations follow the connection's own id and token maps. Of what the upstream
+sends unasked: list_changed goes to every session on it; `resources/updated` to the sessions
+subscribed to that URI (the upstream subscription is counted: the first subscribe sends it, the
+last unsubscribe, or the last subscriber leaving, ends it); `notifications/message` to each
+session at or above the level it set (the upstream is set to the most verbose of them; a session
+that set none gets what the upstream sends); `ping` is answered; any other server request gets
+the error a client without that capability answers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+import msgspec
+
+from frugal_proxy.protocol import eras, jsonrpc
+from frugal_proxy.protocol.jsonrpc import Frame
+from frugal_proxy.upstream.base import PROXY_CLIENT_INFO, Era, ProgressHandler, RelatedHandler, UpstreamBase
+from frugal_proxy.upstream.fleet import run
+
+log = logging.getLogger("frugal_proxy.shared")
+
+DEFAULT_GRACE_SECONDS = 5.0
+RELEASE_SECONDS = 5.0  # how long a leaving session's unsubscribes and level change may take
+# What a client may declare that lets the upstream ask it things; a session that declares any of
+# them gets a connection of its own.
+ASKING_CAPABILITIES = frozenset({"sampling", "elicitation", "roots"})
+ShareKey = tuple[str, str, str]
+
+
+def share_key(name: str, params: Mapping[str, Any]) -> ShareKey | None:
+    """The key under which a session-era client's initialize (decoded params) shares upstream
+    `name`: the upstream, the protocol version it asks for and a digest of the capabilities it
+    declares; None when it declares a capability that lets the upstream ask it things."""
+    version = params.get("protocolVersion")
+    capabilities = params.get("capabilities")
+    if not isinstance(version, str):
+        return None
+    declared = capabilities if isinstance(capabilities, dict) else {}
+    if ASKING_CAPABILITIES & declared.keys():
+        return None
+    digest = hashlib.sha256(msgspec.json.encode(declared, order="sorted")).hexdigest()[:16]
+    return (name, version, digest)
+
+
+def _level_rank(level: Any) -> int:
+    return eras.LOG_LEVELS.index(level) if level in eras.LOG_LEVELS else 0
+
+
+@dataclass(eq=False)
+class _Shared:
+    """One connection and the sessions on it."""
+
+    key: ShareKey
+    connection: UpstreamBase
+    params: dict[str, Any]
+    views: set[SharedView] = field(default_factory=set)
+    entered: anyio.Event = field(default_factory=anyio.Event)  # its task runs it (it may start)
+    closed: anyio.Event = field(default_factory=anyio.Event)
+    init_lock: anyio.Lock = field(default_factory=anyio.Lock)
+    init_reply: Frame | None = None
+    subscribers: dict[str, set[SharedView]] = field(default_factory=dict)
+    level: str | None = None  # what the upstream was last set to
+    idle_since: int = 0  # bumped when the last session leaves; a later close checks it
+
+
+class SharedUpstreams:
+    """Every shared connection of an endpoint, by key."""
+
+    def __init__(
+        self,
+        task_group: anyio.abc.TaskGroup,
+        connect: Callable[[str], UpstreamBase],
+        *,
+        lazy: frozenset[str] = frozenset(),
+        grace: float = DEFAULT_GRACE_SECONDS,
+    ) -> None:
+        self._tg = task_group
+        self._connect = connect
+        self._lazy = lazy
+        self.grace = grace
+        self._by_key: dict[ShareKey, _Shared] = {}
+        self._stopped = anyio.Event()  # close_all: no grace period is waited out any more
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    async def acquire(self, key: ShareKey, params: Mapping[str, Any]) -> SharedView:
+        """A view of the connection for `key` (started in the background if new)."""
+        shared = self._by_key.get(key)
+        if shared is None:
+            connection = self._connect(key[0])
+            connection.follow_client("legacy")
+            initialize = {
+                "protocolVersion": key[1],
+                "capabilities": params.get("capabilities") or {},
+                "clientInfo": PROXY_CLIENT_INFO,
+            }
+            shared = _Shared(key, connection, initialize)
+            self._by_key[key] = shared
+            connection.on_server_request = self._server_request
+            connection.on_notification = lambda _up, frame: self._notification(shared, frame)
+            await self._tg.start(self._own, shared)
+        await shared.entered.wait()  # a second session asking while the first one's task starts
+        view = SharedView(shared, self)
+        shared.views.add(view)
+        shared.idle_since += 1
+        return view
+
+    async def release(self, view: SharedView) -> None:
+        """The session of `view` left: its subscriptions and level go; the connection closes a
+        grace period after its last session left."""
+        shared = view.shared
+        if view not in shared.views:
+            return
+        shared.views.discard(view)
+        with anyio.move_on_after(RELEASE_SECONDS):  # a hung upstream must not hold the session's end
+            for uri in list(view.uris):
+                await view.unsubscribe(uri)
+            await self._set_level(shared)
+        if not shared.views:
+            shared.idle_since += 1
+            self._tg.start_soon(self._close_later, shared, shared.idle_since)
+
+    def close_all(self) -> None:
+        """Close every shared connection now (at shutdown, once their sessions have ended)."""
+        self._stopped.set()
+        for shared in list(self._by_key.values()):
+            shared.closed.set()
+        self._by_key.clear()
+
+    async def _close_later(self, shared: _Shared, mark: int) -> None:
+        with anyio.move_on_after(self.grace):
+            await self._stopped.wait()
+        if shared.views or shared.idle_since != mark:
+            return
+        if self._by_key.get(shared.key) is shared:
+            del self._by_key[shared.key]
+        shared.closed.set()
+
+    async def _own(self, shared: _Shared, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        lazy = {shared.key[0]} & self._lazy
+        async with run([shared.connection], lazy=lazy):
+            shared.entered.set()
+            task_status.started()
+            await shared.closed.wait()
+        if self._by_key.get(shared.key) is shared:
+            del self._by_key[shared.key]
+
+    # -- what the upstream sends unasked ------------------------------------------------------------
+
+    @staticmethod
+    async def _server_request(upstream: UpstreamBase, frame: Frame) -> None:
+        method = jsonrpc.method_of(frame)
+        ident = jsonrpc.id_of(frame)
+        if method == "ping":
+            await upstream.send_reply(jsonrpc.result(ident, {}))
+            return
+        message = f"{method} not supported: the client declared no capability for it"
+        await upstream.send_reply(jsonrpc.error(ident, jsonrpc.METHOD_NOT_FOUND, message))
+
+    async def _notification(self, shared: _Shared, frame: Frame) -> None:
+        method = jsonrpc.method_of(frame)
+        views: list[SharedView]
+        if method == "notifications/resources/updated":
+            uri = jsonrpc.decode_any(jsonrpc.params_of(frame).get("uri", msgspec.Raw(b"null")))
+            views = list(shared.subscribers.get(uri, ())) if isinstance(uri, str) else []
+        elif method == "notifications/message":
+            level = _level_rank(jsonrpc.decode_any(jsonrpc.params_of(frame).get("level", msgspec.Raw(b"null"))))
+            views = [view for view in shared.views if view.level is None or level >= _level_rank(view.level)]
+        else:
+            views = list(shared.views)
+        for view in views:
+            if view.on_notification is not None:
+                await view.on_notification(view, frame)
+
+    async def _set_level(self, shared: _Shared) -> Frame | None:
+        """Set the upstream to the most verbose level any of its sessions asked for (when that
+        changed); its reply, or None when nothing was sent."""
+        levels = [view.level for view in shared.views if view.level is not None]
+        wanted = min(levels, key=_level_rank) if levels else None
+        if wanted is None or wanted == shared.level or not shared.connection.running:
+            return None
+        shared.level = wanted
+        return await shared.connection.request("logging/setLevel", {"level": wanted})
+
+
+class SharedView(UpstreamBase):
+    """One session's side of a shared connection; everything else is the connection's."""
+
+    def __init__(self, shared: _Shared, pool: SharedUpstreams) -> None:
+        # The base's state is the connection's: it is read through the properties below.
+        self.shared = shared
+        self._pool = pool
+        self.name = shared.connection.name
+        self.probe_timeout = shared.connection.probe_timeout
+        self.on_server_request = None
+        self.on_notification = None
+        self.uris: set[str] = set()
+        self.level: str | None = None
+        self._joined = False
+
+    @property
+    def _connection(self) -> UpstreamBase:
+        return self.shared.connection
+
+    @property
+    def era(self) -> Era | None:
+        return self._connection.era
+
+    @era.setter
+    def era(self, value: Era | None) -> None:
+        self._connection.era = value
+
+    @property
+    def discover_result(self) -> dict[str, Any] | None:
+        return self._connection.discover_result
+
+    @discover_result.setter
+    def discover_result(self, value: dict[str, Any] | None) -> None:
+        self._connection.discover_result = value
+
+    @property
+    def initialize_result(self) -> dict[str, Any] | None:
+        return self._connection.initialize_result
+
+    @initialize_result.setter
+    def initialize_result(self, value: dict[str, Any] | None) -> None:
+        self._connection.initialize_result = value
+
+    @property
+    def initialize_params(self) -> Any:
+        """The shared params once this session has initialized through them (before: None)."""
+        return self.shared.params if self._joined else None
+
+    @initialize_params.setter
+    def initialize_params(self, value: Any) -> None:
+        self._joined = value is not None and self._joined
+
+    @property
+    def generation(self) -> int:
+        return self._connection.generation
+
+    @generation.setter
+    def generation(self, value: int) -> None:
+        self._connection.generation = value
+
+    @property
+    def running(self) -> bool:
+        return self._connection.running
+
+    @property
+    def session_open(self) -> bool:
+        return self._connection.session_open
+
+    @property
+    def modern(self) -> bool:
+        return self._connection.modern
+
+    def follow_client(self, era: Era | None = None) -> None:
+        """A shared connection always follows its session-era clients."""
+
+    def client_speaks(self, era: Era | None) -> None:
+        self._connection.client_speaks(era)
+
+    async def ensure_ready(self) -> None:
+        await self._connection.ensure_ready()
+
+    async def started_or_down(self) -> Any:
+        return await self._connection.started_or_down()
+
+    async def answers(self, within: float) -> bool:
+        return await self._connection.answers(within)
+
+    async def _start(self) -> None:
+        await self._connection.ensure_ready()
+
+    async def initialize(self, params: Any) -> Frame:
+        """Initialize the shared connection with the key's params, once; every session gets
+        that reply (a refusal is not kept: the next session tries again)."""
+        shared = self.shared
+        async with shared.init_lock:
+            if shared.init_reply is None or not self._connection.session_open:
+                reply = await self._connection.initialize(shared.params)
+                if "result" not in reply:
+                    return reply
+                shared.init_reply = reply
+            self._joined = True
+            return dict(shared.init_reply)
+
+    async def reinitialize(self, params: Any) -> Frame:
+        """Widening a shared connection would change what its other sessions declared: refused."""
+        message = "this upstream connection is shared by session-era sessions; it is not initialized again"
+        return jsonrpc.error(None, jsonrpc.INVALID_REQUEST, message)
+
+    async def request(
+        self,
+        method: str,
+        params: Any = None,
+        *,
+        on_progress: ProgressHandler | None = None,
+        on_related: RelatedHandler | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Frame:
+        if method in ("resources/subscribe", "resources/unsubscribe") and isinstance(params, dict):
+            uri = params.get("uri")
+            uri = jsonrpc.decode_any(uri) if isinstance(uri, msgspec.Raw) else uri
+            if isinstance(uri, str):
+                if method == "resources/subscribe":
+                    return await self.subscribe(uri, params)
+                return await self.unsubscribe(uri, params)
+        if method == "logging/setLevel" and isinstance(params, dict):
+            level = params.get("level")
+            level = jsonrpc.decode_any(level) if isinstance(level, msgspec.Raw) else level
+            if level in eras.LOG_LEVELS:
+                self.level = level
+                reply = await self._pool._set_level(self.shared)
+                return reply if reply is not None and "result" not in reply else jsonrpc.result(None, {})
+        return await self._connection.request(
+            method, params, on_progress=on_progress, on_related=on_related, headers=headers
+        )
+
+    async def subscribe(self, uri: str, params: Any) -> Frame:
+        subscribers = self.shared.subscribers.setdefault(uri, set())
+        if not subscribers:
+            reply = await self._connection.request("resources/subscribe", params)
+            if "result" not in reply:
+                if not subscribers:
+                    self.shared.subscribers.pop(uri, None)
+                return reply
+        subscribers.add(self)
+        self.uris.add(uri)
+        return jsonrpc.result(None, {})
+
+    async def unsubscribe(self, uri: str, params: Any = None) -> Frame:
+        subscribers = self.shared.subscribers.get(uri)
+        self.uris.discard(uri)
+        if subscribers is None or not subscribers - {self}:
+            # nobody else holds it: the upstream's own answer (and subscription) is this session's
+            self.shared.subscribers.pop(uri, None)
+            if not self._connection.running:
+                return jsonrpc.result(None, {})
+            return await self._connection.request("resources/unsubscribe", params or {"uri": uri})
+        subscribers.discard(self)
+        return jsonrpc.result(None, {})
+
+    async def notify(self, method: str, params: Any = None) -> None:
+        await self._connection.notify(method, params)
+
+    async def send_reply(self, frame: Frame) -> None:
+        await self._connection.send_reply(frame)
+
+    async def shutdown(self) -> None:
+        await self._pool.release(self)
+
+    def state(self) -> dict[str, object]:
+        return {**self._connection.state(), "shared_by": len(self.shared.views)}
