@@ -14,10 +14,12 @@ Links and the session see only this surface: `name`, `era`, `modern`, `running`,
 
 The era. A connection shared by several clients probes `server/discover` and falls back to the
 session era. A connection that serves one client alone (the stdio wrap, a session-era HTTP
-session) follows that client: its era is chosen when the client's era is known (its first
+session's own) follows that client: its era is chosen when the client's era is known (its first
 message, or the session it opens). A session-era client's upstream is addressed through the
 client's own `initialize` first, so that a dual-era server serves it in its own era (server to
-client requests and all); only when the upstream refuses it is `server/discover` asked.
+client requests and all); only when the upstream refuses it is `server/discover` asked. A
+connection that session-era HTTP sessions share (upstream.shared) follows them alike: they all
+speak the session era, and it is initialized once, with what they all declared.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
                      environment or headers, timeouts, message cap, and whether it is lazy
     connect(spec)    a fresh connection for it (the HTTP client is imported only for a URL)
     Fleet            the set: built from the config, connected as often as a caller needs a
-                     fresh set (a session-era HTTP session gets its own processes)
+                     fresh set (a session-era HTTP session that shares none gets its own
+                     processes); `connect_one(name)` one of them (upstream.shared)
     run(connections) an async context: each connection entered and, unless lazy, started in the
                      background; on leaving the block, all shut down and their tasks ended
 

@@ -198,6 +198,8 @@ async def test_sampling_round_trip(name: str, mode: str) -> None:
 
 
 async def test_two_session_era_clients_get_their_own_upstream_processes(notes_proxy: Proxy) -> None:
+    """These clients declare sampling, elicitation and roots, so their sessions share no upstream
+    connection (tests/e2e/test_shared_upstreams.py has the ones that do)."""
     with anyio.fail_after(50):
         before = notes_proxy.children()
         async with sdk_client(notes_proxy.url, "legacy") as first, sdk_client(notes_proxy.url, "legacy") as second:
