@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
-from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 from tests.conftest import everything_command, notes_command
 from tests.e2e.test_http_downstream import Proxy, sdk_client, start
@@ -224,3 +224,18 @@ async def test_share_false_gives_each_session_its_own_process(tmp_path: Path) ->
                 assert "common" in str((await second.call_tool("other__list_notes", {})).content)
     finally:
         assert served.stop() == 0
+
+
+async def test_a_server_request_on_a_shared_connection_is_refused_as_the_client_would(proxy: Proxy) -> None:
+    """The notes server's `summarise` asks its client for sampling; sessions that declared none
+    share the connection, and the proxy answers the request as such a client does (an error),
+    so the tool fails its own way and the connection keeps serving."""
+    with anyio.fail_after(60):
+        async with plain_client(proxy.url) as first, plain_client(proxy.url) as second:
+            try:
+                result = await first.call_tool("summarise", {"topic": "tides"})
+                refused = result.is_error
+            except MCPError:
+                refused = True
+            assert refused
+            assert (await second.call_tool("add", {"a": 4, "b": 5})).structured_content == {"result": 9}
