@@ -218,7 +218,7 @@ class Endpoint:
         if len(self.sessions) >= self.settings.max_sessions:
             message = f"too many sessions ({self.settings.max_sessions}); end one with DELETE or try later"
             return rpc_error(503, jsonrpc.INTERNAL_ERROR, message, jsonrpc.id_of(frame))
-        entry = await self.sessions.open(jsonrpc.params_of(frame))
+        entry = await self.sessions.open(jsonrpc.params_of(frame), operator=operator_of(request))
         entry.session.operator = operator_of(request)  # the session belongs to the token that started it
         entry.busy += 1
         try:

@@ -126,13 +126,14 @@ class HttpSessions:
     def get(self, session_id: str) -> HttpSession | None:
         return self._sessions.get(session_id)
 
-    async def open(self, initialize: Mapping[str, msgspec.Raw] | None = None) -> HttpSession:
+    async def open(self, initialize: Mapping[str, msgspec.Raw] | None = None, *, operator: str = "") -> HttpSession:
         """A new session (its connections started, not necessarily ready); `initialize`, the
-        params of the client's initialize, decide which upstream connections it shares."""
+        params of the client's initialize, and `operator`, whose token opened it, decide which
+        upstream connections it shares (only with sessions of the same operator)."""
         session_id = secrets.token_urlsafe(32)
         self._opening.add(session_id)  # before any await: the caller's bound check and this count are one step
         try:
-            started: HttpSession = await self._tg.start(self._run, session_id, initialize)
+            started: HttpSession = await self._tg.start(self._run, session_id, initialize, operator)
         finally:
             self._opening.discard(session_id)
         return started
@@ -189,18 +190,19 @@ class HttpSessions:
         self,
         session_id: str,
         initialize: Mapping[str, msgspec.Raw] | None,
+        operator: str,
         *,
         task_status: anyio.abc.TaskStatus[HttpSession],
     ) -> None:
         self._running += 1
         try:
-            await self._serve(session_id, initialize, task_status)
+            await self._serve(session_id, initialize, operator, task_status)
         finally:
             self._running -= 1
             self._all_done.set()
 
     async def _connections(
-        self, initialize: Mapping[str, msgspec.Raw] | None
+        self, initialize: Mapping[str, msgspec.Raw] | None, operator: str
     ) -> tuple[list[UpstreamBase], list[UpstreamBase]]:
         """Every upstream connection of a new session, in order, and those of them it owns."""
         fleet = self._upstreams.fleet
@@ -211,7 +213,7 @@ class HttpSessions:
         connections: list[UpstreamBase] = []
         own = []
         for spec in fleet.specs:
-            key = share_key(spec.name, params) if spec.share else None
+            key = share_key(spec.name, params, operator=operator) if spec.share else None
             if key is None:
                 own.append(fleet.connect_one(spec.name))
                 connections.append(own[-1])
@@ -223,9 +225,10 @@ class HttpSessions:
         self,
         session_id: str,
         initialize: Mapping[str, msgspec.Raw] | None,
+        operator: str,
         task_status: anyio.abc.TaskStatus[HttpSession],
     ) -> None:
-        connections, own = await self._connections(initialize)
+        connections, own = await self._connections(initialize, operator)
         for upstream in own:
             upstream.follow_client("legacy")  # its own connections speak its era where they can
         outbox = Outbox()

@@ -1,6 +1,7 @@
 """Upstream connections that several session-era HTTP sessions share.
 
-    share_key(name, params)   the key a session's initialize shares under, or None when it must
+    share_key(name, params, operator=)  the key a session's initialize shares under (never across
+                              operators), or None when it must
                               have a connection of its own (it declares sampling, elicitation or
                               roots: requests the upstream sends unasked could not be routed to
                               the session that caused them)
@@ -26,7 +27,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 import anyio.abc
@@ -44,13 +45,23 @@ RELEASE_SECONDS = 5.0  # how long a leaving session's unsubscribes and level cha
 # What a client may declare that lets the upstream ask it things; a session that declares any of
 # them gets a connection of its own.
 ASKING_CAPABILITIES = frozenset({"sampling", "elicitation", "roots"})
-ShareKey = tuple[str, str, str]
 
 
-def share_key(name: str, params: Mapping[str, Any]) -> ShareKey | None:
+class ShareKey(NamedTuple):
+    """What sessions must have in common to share a connection."""
+
+    upstream: str
+    operator: str
+    protocol_version: str
+    capabilities_digest: str
+
+
+def share_key(name: str, params: Mapping[str, Any], *, operator: str) -> ShareKey | None:
     """The key under which a session-era client's initialize (decoded params) shares upstream
-    `name`: the upstream, the protocol version it asks for and a digest of the capabilities it
-    declares; None when it declares a capability that lets the upstream ask it things."""
+    `name`: the upstream, the operator whose token opened the session (an upstream's own state,
+    such as the notes a server keeps per connection, never crosses from one operator to
+    another), the protocol version it asks for and a digest of the capabilities it declares;
+    None when it declares a capability that lets the upstream ask it things."""
     version = params.get("protocolVersion")
     capabilities = params.get("capabilities")
     if not isinstance(version, str):
@@ -59,7 +70,7 @@ def share_key(name: str, params: Mapping[str, Any]) -> ShareKey | None:
     if ASKING_CAPABILITIES & declared.keys():
         return None
     digest = hashlib.sha256(msgspec.json.encode(declared, order="sorted")).hexdigest()[:16]
-    return (name, version, digest)
+    return ShareKey(name, operator, version, digest)
 
 
 def _level_rank(level: Any) -> int:
@@ -108,10 +119,10 @@ class SharedUpstreams:
         """A view of the connection for `key` (started in the background if new)."""
         shared = self._by_key.get(key)
         if shared is None:
-            connection = self._connect(key[0])
+            connection = self._connect(key.upstream)
             connection.follow_client("legacy")
             initialize = {
-                "protocolVersion": key[1],
+                "protocolVersion": key.protocol_version,
                 "capabilities": params.get("capabilities") or {},
                 "clientInfo": PROXY_CLIENT_INFO,
             }
@@ -158,7 +169,7 @@ class SharedUpstreams:
         shared.closed.set()
 
     async def _own(self, shared: _Shared, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        lazy = {shared.key[0]} & self._lazy
+        lazy = {shared.key.upstream} & self._lazy
         async with run([shared.connection], lazy=lazy):
             shared.entered.set()
             task_status.started()

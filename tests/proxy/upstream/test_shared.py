@@ -19,24 +19,34 @@ PARAMS = {"protocolVersion": "2025-11-25", "capabilities": {"experimental": {"a"
 
 def test_sessions_that_declare_the_same_share_one_key() -> None:
     same_in_other_order = {"protocolVersion": "2025-11-25", "capabilities": {"experimental": {"b": {}, "a": {}}}}
-    assert share_key("notes", PARAMS) == share_key("notes", same_in_other_order)
-    assert share_key("notes", PARAMS) != share_key("other", PARAMS)
-    assert share_key("notes", PARAMS) != share_key("notes", {**PARAMS, "protocolVersion": "2025-06-18"})
-    assert share_key("notes", PARAMS) != share_key("notes", {"protocolVersion": "2025-11-25", "capabilities": {}})
+    assert share_key("notes", PARAMS, operator="a") == share_key("notes", same_in_other_order, operator="a")
+    assert share_key("notes", PARAMS, operator="a") != share_key("other", PARAMS, operator="a")
+    assert share_key("notes", PARAMS, operator="a") != share_key(
+        "notes", {**PARAMS, "protocolVersion": "2025-06-18"}, operator="a"
+    )
+    assert share_key("notes", PARAMS, operator="a") != share_key(
+        "notes", {"protocolVersion": "2025-11-25", "capabilities": {}}, operator="a"
+    )
+
+
+def test_sessions_of_different_operators_never_share() -> None:
+    # An upstream's own per-connection state (the notes a server keeps) must not cross tenants.
+    assert share_key("notes", PARAMS, operator="alice") != share_key("notes", PARAMS, operator="bob")
+    assert share_key("notes", PARAMS, operator="alice") == share_key("notes", PARAMS, operator="alice")
 
 
 @pytest.mark.parametrize("capability", ["sampling", "elicitation", "roots"])
 def test_a_session_the_upstream_could_ask_is_not_shared(capability: str) -> None:
-    assert share_key("notes", {"protocolVersion": "2025-11-25", "capabilities": {capability: {}}}) is None
+    assert share_key("notes", {"protocolVersion": "2025-11-25", "capabilities": {capability: {}}}, operator="a") is None
 
 
 def test_an_initialize_without_a_version_is_not_shared() -> None:
-    assert share_key("notes", {"capabilities": {}}) is None
+    assert share_key("notes", {"capabilities": {}}, operator="a") is None
 
 
 async def test_two_views_share_one_initialized_process_until_the_last_leaves() -> None:
     fleet = Fleet((UpstreamSpec(name="notes", command=tuple(notes_command())),))
-    key = share_key("notes", PARAMS)
+    key = share_key("notes", PARAMS, operator="a")
     assert key is not None
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:
