@@ -20,12 +20,7 @@ from frugal_proxy import money
 from frugal_proxy.config import format_duration
 from frugal_proxy.policies import Policy
 from frugal_proxy.records import Decision, Exchange, Outcome, ProviderSpec
-from frugal_proxy.state.spend import SpendBook, seconds_to_midnight
-
-
-def spend_key(capability: str, provider: str) -> str:
-    """What a provider's spend and cap are kept under: caps are per capability table."""
-    return f"{capability}/{provider}"
+from frugal_proxy.state.spend import SpendBook, seconds_to_midnight, spend_key
 
 
 class Budget(Policy):

@@ -67,9 +67,12 @@ def usage_line(exchange: Exchange, rack: RackRates, now: float) -> UsageLine:
         returned,
     )
     billed: dict[str, int] = {}
+    under: dict[str, str] = {}
     for attempt in exchange.attempts:
         if attempt.cost_micros:
             billed[attempt.provider] = billed.get(attempt.provider, 0) + attempt.cost_micros
+            if attempt.capability != (capability or "tool"):
+                under[attempt.provider] = attempt.capability
     return UsageLine(
         ts=timestamp(now),
         tool=exchange.call.tool,
@@ -91,6 +94,7 @@ def usage_line(exchange: Exchange, rack: RackRates, now: float) -> UsageLine:
         billed={name: usd(micros) for name, micros in billed.items()},
         served_ms={a.provider: a.latency_ms for a in exchange.attempts if a.outcome == "ok"},
         free_quota=[a.provider for a in exchange.attempts if a.free_quota],
+        billed_under=under,
     )
 
 

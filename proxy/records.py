@@ -76,6 +76,7 @@ class Attempt(msgspec.Struct, frozen=True):
     error: str | None = None
     retries: int = 0  # how often dispatch tried it again (a free provider, a transient error)
     free_quota: bool = False  # it answered on a unit of its free monthly quota: billed $0
+    capability: str = "tool"  # the table it was tried from (search, extract, browse; tool: a plain tool)
 
 
 class Outcome(msgspec.Struct, frozen=True):

@@ -49,6 +49,9 @@ class UsageLine(msgspec.Struct, frozen=True, kw_only=True):
     billed: dict[str, float] = {}  # provider -> what it billed in this call, where not $0
     served_ms: dict[str, float] = {}  # provider -> latency of its successful attempt
     free_quota: list[str] = []  # providers that answered on a unit of their free monthly quota ($0)
+    # provider -> the capability it billed under, where that is not the line's `capability` (an
+    # extract that fell forward to a paid render bills its extract provider under extract)
+    billed_under: dict[str, str] = {}
     v: int = 1
 
 
@@ -92,7 +95,12 @@ def encode(line: UsageLine) -> bytes:
         data = _encoder.encode(_shortened(line, cut)) + b"\n"
     if len(data) <= MAX_LINE:
         return data
-    return _encoder.encode(msgspec.structs.replace(_shortened(line, 8), billed={}, served_ms={}, free_quota=[])) + b"\n"
+    return (
+        _encoder.encode(
+            msgspec.structs.replace(_shortened(line, 8), billed={}, served_ms={}, free_quota=[], billed_under={})
+        )
+        + b"\n"
+    )
 
 
 def _shortened(line: UsageLine, cut: int) -> UsageLine:
@@ -112,4 +120,5 @@ def _shortened(line: UsageLine, cut: int) -> UsageLine:
         billed=entries(line.billed),
         served_ms=entries(line.served_ms),
         free_quota=[str(short(name)) for name in line.free_quota[:_MAX_ENTRIES]],
+        billed_under={str(short(key)): value for key, value in list(line.billed_under.items())[:_MAX_ENTRIES]},
     )

@@ -36,10 +36,11 @@ from frugal_proxy.config import (
 )
 from frugal_proxy.governor.engine import Governor
 from frugal_proxy.ledger import feeds
+from frugal_proxy.ledger.line import timestamp
 from frugal_proxy.ledger.writer import writer_for
 from frugal_proxy.pipeline.dispatch import DispatchSettings
 from frugal_proxy.policies import Policy
-from frugal_proxy.policies.budget import Budget, spend_key
+from frugal_proxy.policies.budget import Budget
 from frugal_proxy.policies.ceiling import Ceiling
 from frugal_proxy.policies.cooldown import Cooldown
 from frugal_proxy.policies.domains import DomainPolicy
@@ -58,8 +59,8 @@ from frugal_proxy.state.call_windows import MemoryCallWindows
 from frugal_proxy.state.cooldowns import MemoryCooldowns
 from frugal_proxy.state.latency import MemoryLatency
 from frugal_proxy.state.result_cache import MemoryResultCache
-from frugal_proxy.state.spend import MemorySpend, utc_day
-from frugal_proxy.state.usage import MemoryUsage
+from frugal_proxy.state.spend import MemorySpend, spend_key, utc_day
+from frugal_proxy.state.usage import MemoryUsage, utc_month
 
 log = logging.getLogger("frugal_proxy.pipeline")
 
@@ -86,9 +87,12 @@ class Assembly:
         """Start what providers keep running for the life of the process (a remote MCP server's
         shared connection); each has a `serve(task_status=...)`. Then rebuild what the usage
         ledger knows (today's spend, this month's billed calls, recent latencies) in the
-        background, off the event loop."""
+        background, off the event loop: from the lines written before now, since the calls
+        served meanwhile are counted live. Until it is done, a call that would reserve spend or
+        a unit of free quota waits for it; every other call goes ahead."""
         if self.feeds is not None and ledger.enabled(None):
-            task_group.start_soon(self.feeds.rebuild)
+            self.feeds.hold()
+            task_group.start_soon(self.feeds.rebuild, timestamp(time.time()))
         for provider in self.providers:
             serve = getattr(provider, "serve", None)
             if serve is not None:
@@ -115,24 +119,44 @@ class Feeds:
     spend: MemorySpend
     specs: list[ProviderSpec]
 
-    async def rebuild(self) -> None:
+    def hold(self) -> None:
+        """From now until `rebuild` is done, reservations of spend and free quota wait."""
+        self.spend.hold()
+        self.usage.hold()
+
+    async def rebuild(self, before: str) -> None:
+        """Add what the ledger holds from before `before` (a ledger timestamp: when this process
+        started serving) to the live counters. A ledger that cannot be read is a warning: the
+        counters then start from zero."""
         now = time.time()
+        day, month = utc_day(now), utc_month(now)
         names = {spec.name for spec in self.specs}
-        today, month, recent = await anyio.to_thread.run_sync(self._read, now, names)
-        for spec in self.specs:
-            if spec.name in today:
-                self.spend.seed(spend_key(spec.capability, spec.name), today[spec.name])
-        for provider, calls in month.items():
-            for _ in range(calls):
-                self.usage.count(provider)
+        today: dict[str, int] = {}
+        billed: dict[str, int] = {}
+        recent: dict[str, list[float]] = {}
+        try:
+            today, billed, recent = await anyio.to_thread.run_sync(self._read, day, month, names, now, before)
+        except (OSError, ValueError) as error:  # msgspec's DecodeError is a ValueError
+            log.warning(
+                "the usage ledger could not be read: today's spend and this month's free quotas start from zero",
+                extra={"error": str(error), "directory": str(home.usage_dir())},
+            )
+        finally:  # read, failed or cancelled: the waiting reservations go ahead
+            self.spend.seed(today, day)
+            self.usage.seed(billed, month)
         for provider, latencies in recent.items():
             for latency in latencies:
                 self.latency.observe(provider, latency)
 
     @staticmethod
-    def _read(now: float, names: set[str]) -> tuple[dict[str, int], dict[str, int], dict[str, list[float]]]:
-        day = utc_day(now)
-        return feeds.spend_on(day), feeds.billed_calls(day[:7]), feeds.served_latencies(names, now=now)
+    def _read(
+        day: str, month: str, names: set[str], now: float, before: str
+    ) -> tuple[dict[str, int], dict[str, int], dict[str, list[float]]]:
+        return (
+            feeds.spend_on(day, before=before),
+            feeds.billed_calls(month, before=before),
+            feeds.served_latencies(names, now=now, before=before),
+        )
 
 
 def candidate_key(candidate: str) -> str:

@@ -161,6 +161,7 @@ class Dispatch:
                 error=outcome.message or None,
                 retries=retries,
                 free_quota=free,
+                capability=spec.capability,
             )
         )
         return outcome, cut

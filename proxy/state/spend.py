@@ -9,8 +9,9 @@ are per capability table.
     SpendBook     the interface: spent (a read for routing), reserve and release (the writes,
                   async so that a shared store can make them atomic across replicas)
     MemorySpend   the embedded default: today's counters in this process, reset at UTC midnight
-                  by its injected clock; `spent_today` seeds them (the usage ledger, once it
-                  exists, rebuilds them after a restart)
+                  by its injected clock; `seed` adds what the usage ledger says was spent today
+                  before the process started, and reservations wait until it has (`hold` …
+                  `seeded`), so no call goes ahead on a counter that is not yet complete
 """
 
 from __future__ import annotations
@@ -18,6 +19,13 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable, Mapping
 from typing import Protocol
+
+import anyio
+
+
+def spend_key(capability: str, provider: str) -> str:
+    """What a provider's spend and cap are kept under: caps are per capability table."""
+    return f"{capability}/{provider}"
 
 
 def utc_day(now: float) -> str:
@@ -45,11 +53,12 @@ class SpendBook(Protocol):
 
 
 class MemorySpend:
-    def __init__(self, clock: Callable[[], float], spent_today: Mapping[str, int] | None = None) -> None:
+    def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
         now = clock()
         self._number, self._day = int(now // 86_400), utc_day(now)  # UTC days have 86,400 s (POSIX time)
-        self._spent: dict[str, int] = dict(spent_today or {})
+        self._spent: dict[str, int] = {}
+        self._seeding: anyio.Event | None = None
 
     def _today(self) -> str:
         now = self._clock()
@@ -61,12 +70,26 @@ class MemorySpend:
         self._today()
         return self._spent.get(key, 0)
 
-    def seed(self, key: str, micros: int) -> None:
-        """Add what the usage ledger says was spent today before this process started."""
-        self._today()
-        self._spent[key] = self._spent.get(key, 0) + micros
+    def hold(self) -> None:
+        """Reservations wait from now until `seeded`: the ledger is being read."""
+        self._seeding = anyio.Event()
+
+    def seed(self, spent: Mapping[str, int], day: str) -> None:
+        """Add what the usage ledger says was spent on `day` before this process started (nothing
+        if that day is over by now), and let the waiting reservations go ahead."""
+        if day == self._today():
+            for key, micros in spent.items():
+                self._spent[key] = self._spent.get(key, 0) + micros
+        self.seeded()
+
+    def seeded(self) -> None:
+        seeding, self._seeding = self._seeding, None
+        if seeding is not None:
+            seeding.set()
 
     async def reserve(self, key: str, micros: int, cap: int) -> str | None:
+        if self._seeding is not None:
+            await self._seeding.wait()
         # No await between the check and the add: one step on the event loop.
         day = self._today()
         spent = self._spent.get(key, 0)

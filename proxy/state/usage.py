@@ -6,15 +6,17 @@ for a call, that call is billed $0. A call reserves its unit just before the pro
 and releases it when the provider did not bill (an error, a cancelled call), like the daily
 budget's reservations, so N concurrent calls against a quota Q < N bill exactly Q at $0 and the
 rest at the list price. The count is per process and in memory (the embedded default); the usage
-ledger rebuilds it after a restart (`count`), and a shared store can stand in for several
-replicas.
+ledger rebuilds it after a restart (`seed`; reservations wait for it from `hold`), and a shared
+store can stand in for several replicas.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
+
+import anyio
 
 
 def utc_month(now: float) -> str:
@@ -26,8 +28,9 @@ class UsageCounter(Protocol):
         """Units of the provider's quota used this month, reservations included."""
         ...
 
-    def count(self, provider: str) -> None:
-        """One call the provider billed this month (the usage ledger's rebuild)."""
+    def seed(self, calls: Mapping[str, int], month: str) -> None:
+        """The calls each provider billed in `month` before this process started (the usage
+        ledger's rebuild); nothing if that month is over by now."""
         ...
 
     async def reserve(self, provider: str, quota: int) -> str | None:
@@ -45,6 +48,7 @@ class MemoryUsage:
         self._clock = clock
         self._month = ""
         self._calls: dict[str, int] = {}
+        self._seeding: anyio.Event | None = None
 
     def _roll(self) -> str:
         month = utc_month(self._clock())
@@ -56,11 +60,24 @@ class MemoryUsage:
         self._roll()
         return self._calls.get(provider, 0)
 
-    def count(self, provider: str) -> None:
-        self._roll()
-        self._calls[provider] = self._calls.get(provider, 0) + 1
+    def hold(self) -> None:
+        """Reservations wait from now until `seeded`: the ledger is being read."""
+        self._seeding = anyio.Event()
+
+    def seed(self, calls: Mapping[str, int], month: str) -> None:
+        if month == self._roll():
+            for provider, count in calls.items():
+                self._calls[provider] = self._calls.get(provider, 0) + count
+        self.seeded()
+
+    def seeded(self) -> None:
+        seeding, self._seeding = self._seeding, None
+        if seeding is not None:
+            seeding.set()
 
     async def reserve(self, provider: str, quota: int) -> str | None:
+        if self._seeding is not None:
+            await self._seeding.wait()
         # No await between the check and the add: one step on the event loop.
         month = self._roll()
         used = self._calls.get(provider, 0)

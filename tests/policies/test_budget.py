@@ -12,10 +12,10 @@ import pytest
 
 from frugal_proxy.capabilities import SearchHit
 from frugal_proxy.pipeline.pipeline import build_pipeline
-from frugal_proxy.policies.budget import Budget, spend_key
+from frugal_proxy.policies.budget import Budget
 from frugal_proxy.providers import FakeProvider
 from frugal_proxy.records import Decision, Exchange, Outcome
-from frugal_proxy.state.spend import MemorySpend
+from frugal_proxy.state.spend import MemorySpend, spend_key
 from tests.fake_clock import Clock
 from tests.routed_calls import error_text
 from tests.routed_calls import search as routed

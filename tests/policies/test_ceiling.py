@@ -15,7 +15,7 @@ from frugal_proxy.policies.ceiling import Ceiling, ceiling_micros
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers import FakeProvider
 from frugal_proxy.records import Attempt, Call, Decision, Exchange, Outcome, ProviderSpec, Route
-from frugal_proxy.state.usage import MemoryUsage
+from frugal_proxy.state.usage import MemoryUsage, utc_month
 
 pytestmark = pytest.mark.anyio
 
@@ -73,7 +73,7 @@ def test_free_quota_left_counts_as_free() -> None:
     ex = routed(SearchRequest("q", max_cost_usd=Decimal(0)), quota)
     policy.route(ex)
     assert names(ex) == ["serper"]
-    policy.usage.count("serper")
+    policy.usage.seed({"serper": 1}, utc_month(1_780_000_000.0))
     used = routed(SearchRequest("q", max_cost_usd=Decimal(0)), quota)
     policy.route(used)
     assert names(used) == []

@@ -131,6 +131,8 @@ async def test_a_month_of_calls_is_recorded_and_adds_up(tmp_path: Path) -> None:
     assert whiff.billed == {"serper": 0.001} and whiff.served_ms == {}
     assert (forward.capability, forward.cost_usd, forward.total_cost_usd) == ("browse", 0.002, 0.003)
     assert forward.billed == {"jina": 0.001, "browserless": 0.002} and forward.rack_usd == 0.002
+    assert forward.billed_under == {"jina": "extract"}  # its daily budget is the extract table's
+    assert all(line.billed_under == {} for line in lines if line is not forward)
     assert cut.bytes_total > 26_000 and cut.bytes_returned <= 1024 + 512
     assert cut.tokens_total == -(-cut.bytes_total // 4) and cut.tokens_returned == -(-cut.bytes_returned // 4)
     assert (cut.capability, cut.rack_usd, cut.rack_provider) == (None, 0.0, None)  # a plain tool: its own price

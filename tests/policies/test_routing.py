@@ -14,15 +14,15 @@ from frugal_proxy.capabilities import SearchHit, SearchRequest
 from frugal_proxy.config import CapabilityRouting
 from frugal_proxy.ledger.line import UsageLine, micros
 from frugal_proxy.pipeline.pipeline import build_pipeline
-from frugal_proxy.policies.budget import Budget, spend_key
+from frugal_proxy.policies.budget import Budget
 from frugal_proxy.policies.ceiling import Ceiling
 from frugal_proxy.policies.ledger import Ledger
 from frugal_proxy.policies.routing import MIN_SAMPLES, Routing
 from frugal_proxy.providers import FakeProvider
 from frugal_proxy.records import Attempt, Call, Decision, Exchange, Outcome, ProviderSpec, Route
 from frugal_proxy.state.latency import MemoryLatency
-from frugal_proxy.state.spend import MemorySpend
-from frugal_proxy.state.usage import MemoryUsage
+from frugal_proxy.state.spend import MemorySpend, spend_key
+from frugal_proxy.state.usage import MemoryUsage, utc_month
 from tests.routed_calls import search
 
 pytestmark = pytest.mark.anyio
@@ -63,8 +63,7 @@ def test_cheap_puts_free_quota_first_and_keeps_ties_in_their_order() -> None:
 
 def test_a_used_up_quota_makes_a_provider_paid_again() -> None:
     routing = policy()
-    routing.usage.count("serper")
-    routing.usage.count("serper")
+    routing.usage.seed({"serper": 2}, utc_month(1_780_000_000.0))  # the month's quota of 2, used
     reordered = routed(specs=[SPECS[2], SPECS[3], SPECS[0]])
     routing.route(reordered)
     assert order(reordered) == ["youcom-free", "serper", "youcom"]
@@ -139,7 +138,9 @@ async def test_a_quota_unit_is_reserved_before_the_call_and_given_back_when_it_d
         empty = search("serper")
         await pipeline.run(empty)
     assert routing.usage.calls_this_month("serper") == 1  # an empty answer used a unit too
-    assert empty.attempts == [Attempt("serper", "empty", empty.attempts[0].latency_ms, 0, free_quota=True)]
+    assert empty.attempts == [
+        Attempt("serper", "empty", empty.attempts[0].latency_ms, 0, free_quota=True, capability="search")
+    ]
     assert routing.latency.estimate("serper") is None  # an empty answer says nothing of its speed
 
 

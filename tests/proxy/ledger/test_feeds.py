@@ -8,8 +8,6 @@ from pathlib import Path
 
 from frugal_proxy.ledger import feeds
 from frugal_proxy.ledger.line import encode
-from frugal_proxy.state.latency import MemoryLatency
-from frugal_proxy.state.usage import MemoryUsage
 from tests.ledger_lines import usage_line
 from tests.ledger_month import write_month
 
@@ -18,8 +16,10 @@ JULY_3 = datetime.datetime(2026, 7, 3, 12, tzinfo=datetime.UTC).timestamp()
 
 def test_spend_on_a_day_per_provider(tmp_path: Path) -> None:
     write_month(tmp_path)
-    assert feeds.spend_on("2026-07-01", tmp_path) == {"serper": 1_000}
-    day2 = {"firecrawl": 1_000, "browserless": 2_000, "notes": 2_500, "serper": 1_000}
+    assert feeds.spend_on("2026-07-01", tmp_path) == {"search/serper": 1_000}
+    # keyed as the daily budgets are, per capability table: the extraction that fell forward to
+    # a render bills firecrawl under extract, browserless under browse; a priced plain tool under tool
+    day2 = {"extract/firecrawl": 1_000, "browse/browserless": 2_000, "tool/notes": 2_500, "search/serper": 1_000}
     assert feeds.spend_on("2026-07-02", tmp_path) == day2
     assert feeds.spend_on("2026-07-03", tmp_path) == {}
     assert feeds.spend_on("2026-08-01", tmp_path) == {}  # no file for that month
@@ -34,19 +34,46 @@ def test_spend_on_a_day_reads_only_the_tail(tmp_path: Path) -> None:
         + encode(usage_line(ts="2026-07-01T23:59:59.500Z", billed={"serper": 0.001}))  # written late
         + encode(usage_line(ts="2026-07-02T10:00:00.000Z", billed={"brave": 0.005}))
     )
-    assert feeds.spend_on("2026-07-02", tmp_path) == {"brave": 10_000}
+    assert feeds.spend_on("2026-07-02", tmp_path) == {"search/brave": 10_000}
 
 
-def test_spend_by_day_and_billed_calls(tmp_path: Path) -> None:
+def test_one_name_in_two_capability_tables_keeps_two_counters(tmp_path: Path) -> None:
+    """A provider name configured for search and for extract (two upstream tools' tables) spends
+    against two daily budgets: what it billed as one is not counted against the other."""
+    (tmp_path / "2026-07.jsonl").write_bytes(
+        encode(usage_line(ts="2026-07-02T10:00:00.000Z", billed={"mine": 0.002}))
+        + encode(usage_line(ts="2026-07-02T10:00:01.000Z", capability="extract", billed={"mine": 0.003}))
+    )
+    assert feeds.spend_on("2026-07-02", tmp_path) == {"search/mine": 2_000, "extract/mine": 3_000}
+
+
+def test_before_leaves_out_the_lines_written_since(tmp_path: Path) -> None:
+    """A process that started at 10:00:00.500 counts what it served itself live: the rebuild reads
+    only the lines written before it, in every feed."""
+    stamps = [
+        "2026-07-02T10:00:00.000Z",
+        "2026-07-02T10:00:00.499Z",
+        "2026-07-02T10:00:00.500Z",
+        "2026-07-02T11:00:00.000Z",
+    ]
+    (tmp_path / "2026-07.jsonl").write_bytes(
+        b"".join(
+            encode(usage_line(ts=stamp, billed={"serper": 0.001}, served_ms={"serper": float(n)}))
+            for n, stamp in enumerate(stamps)
+        )
+    )
+    cut = "2026-07-02T10:00:00.500Z"
+    assert feeds.spend_on("2026-07-02", tmp_path, before=cut) == {"search/serper": 2_000}
+    assert feeds.spend_on("2026-07-02", tmp_path) == {"search/serper": 4_000}
+    assert feeds.billed_calls("2026-07", tmp_path, before=cut) == {"serper": 2}
+    assert feeds.served_latencies(["serper"], now=JULY_3, directory=tmp_path, before=cut) == {"serper": [0.0, 1.0]}
+
+
+def test_billed_calls_count_free_quota_answers(tmp_path: Path) -> None:
     write_month(tmp_path)
-    assert feeds.spend_by_day("2026-07", tmp_path) == {
-        "2026-07-01": {"serper": 1_000},
-        "2026-07-02": {"firecrawl": 1_000, "browserless": 2_000, "notes": 2_500, "serper": 1_000},
-    }
     assert feeds.billed_calls("2026-07", tmp_path) == {"serper": 2, "firecrawl": 1, "browserless": 1, "notes": 1}
-    counter = MemoryUsage(lambda: JULY_3)
-    feeds.feed_usage(counter, now=JULY_3, directory=tmp_path)
-    assert counter.calls_this_month("serper") == 2 and counter.calls_this_month("marginalia") == 0
+    (tmp_path / "2026-08.jsonl").write_bytes(encode(usage_line(ts="2026-08-01T00:00:00.000Z", free_quota=["serper"])))
+    assert feeds.billed_calls("2026-08", tmp_path) == {"serper": 1}  # billed $0 on its quota: a unit used
 
 
 def test_latencies_of_successful_calls_oldest_first(tmp_path: Path) -> None:
@@ -58,11 +85,3 @@ def test_latencies_of_successful_calls_oldest_first(tmp_path: Path) -> None:
     assert found == {"serper": [25.0, 26.0, 27.0, 28.0, 29.0], "brave": [500.0], "jina": [9.0]}
     wanted = feeds.served_latencies(["serper"], samples=3, now=JULY_3, directory=tmp_path)
     assert wanted == {"serper": [27.0, 28.0, 29.0]}
-
-
-def test_feed_latency_replays_into_the_book(tmp_path: Path) -> None:
-    write_month(tmp_path)
-    book = MemoryLatency()
-    feeds.feed_latency(book, now=JULY_3, directory=tmp_path)
-    assert book.estimate("browserless") == (2100.0, 1)
-    assert book.estimate("marginalia") == (118.25, 1) and book.estimate("serper") == (250.0, 1)

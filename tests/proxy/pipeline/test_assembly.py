@@ -3,7 +3,6 @@ last, the governor's own tools present and bound to the exposed engine."""
 
 from __future__ import annotations
 
-import datetime
 import logging
 import time
 from decimal import Decimal
@@ -15,7 +14,7 @@ import pytest
 
 from frugal_proxy import config as config_module
 from frugal_proxy.config import GovernorSettings
-from frugal_proxy.ledger.line import encode
+from frugal_proxy.ledger.line import encode, timestamp
 from frugal_proxy.pipeline.assembly import assemble
 from frugal_proxy.pipeline.pipeline import build_pipeline
 from frugal_proxy.policies.call_log import CallLog
@@ -231,18 +230,57 @@ async def test_several_guards_on_one_call_as_the_trace_shows_them() -> None:
 
 async def test_serve_rebuilds_spend_quotas_and_latencies_from_the_ledger(frugal_home: Path) -> None:
     """After a restart the day's spend, the month's billed calls and recent latencies come back
-    from the usage ledger, read off the event loop once serve starts."""
+    from the usage ledger, read off the event loop once serve starts; a reservation made before
+    the read is done waits for it, so the cap already holds for the first call."""
     now = time.time()
-    stamp = datetime.datetime.fromtimestamp(now, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    earlier = max(now - 1.0, now // 86_400 * 86_400)  # today, before this process started
     usage = frugal_home / "usage"
     usage.mkdir(parents=True)
-    line = usage_line(ts=stamp, provider="wikipedia", billed={"wikipedia": 0.003}, served_ms={"wikipedia": 80.0})
-    (usage / f"{stamp[:7]}.jsonl").write_bytes(encode(line) * 2)
+    line = usage_line(
+        ts=timestamp(earlier), provider="wikipedia", billed={"wikipedia": 0.003}, served_ms={"wikipedia": 80.0}
+    )
+    # A line stamped after the start stands for a call this process serves itself: it is counted
+    # live (its reservation), so the rebuild must not count it again.
+    served_here = usage_line(ts=timestamp(now + 5.0), provider="wikipedia", billed={"wikipedia": 0.003})
+    (usage / f"{timestamp(now)[:7]}.jsonl").write_bytes(encode(line) * 2 + encode(served_here))
+    # Only providers that keep nothing running: start returns before the rebuild has begun, so the
+    # reservation below would go ahead on an empty counter if it did not wait.
+    only_wikipedia = "".join(
+        f"[search_providers.{name}]\nenabled = false\n" for name in ("youcom-free", "marginalia", "searxng")
+    )
+    config = config_module.loads(
+        "[search_providers.wikipedia]\ncost_per_call = 0.003\ndaily_budget_usd = 0.006\n" + only_wikipedia,
+        environ={},
+    )
+    assembly = assemble(config=config, environ={})
+    assert assembly.feeds is not None
+    assert not any(hasattr(provider, "serve") for provider in assembly.providers)
+    spend = assembly.feeds.spend
+    async with anyio.create_task_group() as tg:
+        await assembly.start(tg)
+        with anyio.fail_after(10):
+            assert await spend.reserve("search/wikipedia", 3_000, 6_000) is None  # waited: $0.006 spent
+        tg.cancel_scope.cancel()  # what the providers keep running (serve cancels it at shutdown)
+    assert spend.spent("search/wikipedia") == 6_000  # the two lines from before, not the third
+    assert assembly.feeds.usage.calls_this_month("wikipedia") == 2
+    assert assembly.feeds.latency.estimate("wikipedia") == (80.0, 2)
+    await assembly.aclose()
+
+
+async def test_an_unreadable_ledger_is_a_warning_and_the_counters_start_from_zero(
+    frugal_home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    month = frugal_home / "usage" / f"{timestamp(time.time())[:7]}.jsonl"
+    month.mkdir(parents=True)  # a directory where the month's file should be: reading it fails
     config = config_module.loads("[search_providers.wikipedia]\ncost_per_call = 0.003\n", environ={})
     assembly = assemble(config=config, environ={})
     assert assembly.feeds is not None
-    await assembly.feeds.rebuild()
-    assert assembly.feeds.spend.spent("search/wikipedia") == 6_000
-    assert assembly.feeds.usage.calls_this_month("wikipedia") == 2
-    assert assembly.feeds.latency.estimate("wikipedia") == (80.0, 2)
+    with caplog.at_level(logging.WARNING, "frugal_proxy.pipeline"):
+        async with anyio.create_task_group() as tg:
+            await assembly.start(tg)
+            with anyio.fail_after(10):
+                assert await assembly.feeds.spend.reserve("search/wikipedia", 3_000, 6_000) is not None
+            tg.cancel_scope.cancel()
+    assert "the usage ledger could not be read" in caplog.text
+    assert assembly.feeds.usage.calls_this_month("wikipedia") == 0
     await assembly.aclose()
