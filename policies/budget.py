@@ -31,7 +31,6 @@ class Budget(Policy):
         self.caps = dict(caps)  # spend_key -> micro-dollars a UTC day
         self.book = book
         self.clock = clock
-        self._held: dict[tuple[int, str], str] = {}  # (exchange, provider) -> the day reserved in
 
     def _cap(self, spec: ProviderSpec) -> int | None:
         return None if spec.free else self.caps.get(spend_key(spec.capability, spec.name))
@@ -80,11 +79,11 @@ class Budget(Policy):
         day = await self.book.reserve(spend_key(spec.capability, spec.name), spec.price_micros, cap)
         if day is None:
             return f"other calls reached its {money.format_usd(cap)} daily budget meanwhile; {self._resets()}"
-        self._held[(id(exchange), spec.name)] = day
+        exchange.reservations[(self.name, spec.name)] = day
         return None
 
     async def after_call(self, exchange: Exchange, spec: ProviderSpec, outcome: Outcome | None) -> Outcome | None:
-        day = self._held.pop((id(exchange), spec.name), None)
+        day = exchange.reservations.pop((self.name, spec.name), None)
         if day is not None and (outcome is None or outcome.kind not in ("ok", "empty")):
             await self.book.release(spend_key(spec.capability, spec.name), spec.price_micros, day)  # it did not bill
         return None

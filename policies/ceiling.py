@@ -44,11 +44,10 @@ class Ceiling(Policy):
         return has_quota(spec)  # only a quota's price can change between routing and the call
 
     async def before_call(self, exchange: Exchange, spec: ProviderSpec) -> str | None:
-        amount = getattr(exchange.request, "max_cost_usd", None)
-        if amount is None or spec.name in exchange.free_quota:
+        limits = _ceiling_and_spent(exchange)
+        if limits is None or spec.name in exchange.free_quota:
             return None
-        ceiling = ceiling_micros(amount)
-        spent = sum(attempt.cost_micros for attempt in exchange.attempts)
+        ceiling, spent = limits
         if spec.price_micros <= ceiling - spent:
             return None
         return (
@@ -57,11 +56,10 @@ class Ceiling(Policy):
         )
 
     def route(self, exchange: Exchange) -> None:
-        amount = getattr(exchange.request, "max_cost_usd", None)
-        if amount is None or not exchange.candidates:
+        limits = _ceiling_and_spent(exchange)
+        if limits is None or not exchange.candidates:
             return
-        ceiling = ceiling_micros(amount)
-        spent = sum(attempt.cost_micros for attempt in exchange.attempts)
+        ceiling, spent = limits
         left = ceiling - spent
         kept: list[ProviderSpec] = []
         over: list[tuple[ProviderSpec, int]] = []
@@ -100,6 +98,14 @@ class Ceiling(Policy):
                     "or leave it out",
                 )
             )
+
+
+def _ceiling_and_spent(exchange: Exchange) -> tuple[int, int] | None:
+    """The call's ceiling and what its attempts billed so far (micro-dollars); None: no ceiling."""
+    amount = getattr(exchange.request, "max_cost_usd", None)
+    if amount is None:
+        return None
+    return ceiling_micros(amount), sum(attempt.cost_micros for attempt in exchange.attempts)
 
 
 def _limit(ceiling: int, spent: int) -> str:

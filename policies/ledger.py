@@ -3,7 +3,7 @@ cached, failed and refused calls alike. Never the arguments or the result's text
 read off the finished exchange, its receipt and its trace (ledger.line lists the fields).
 
     outcome    policies.metrics' label (ok, tool_error, rate_limited, denied …), or `cached`
-               when the cache answered the call at admit (a Decision by a policy named "cache")
+               when the result cache answered the call at admit (`Exchange.cached`)
     rack       the premium rack rate of the call's capability, as assembled from the providers'
                list prices (the highest price among the capability's premium providers, on or
                not), stamped on the line when the call runs so that later price changes do not
@@ -26,7 +26,6 @@ from frugal_proxy.policies import Policy
 from frugal_proxy.policies.metrics import NO_PROVIDER, outcome_of, provider_of
 from frugal_proxy.records import Exchange
 
-CACHE_POLICY = "cache"
 RackRates = Mapping[str, tuple[str, int]]  # capability -> (provider, list price in micro-dollars)
 
 
@@ -48,16 +47,11 @@ class Ledger(Policy):
         self.sink.append(usage_line(exchange, self.rack, self.clock()))
 
 
-def cached(exchange: Exchange) -> bool:
-    """The cache answered the call at admit."""
-    return any(d.phase == "admit" and d.policy == CACHE_POLICY and d.verdict == "answered" for d in exchange.trace)
-
-
 def usage_line(exchange: Exchange, rack: RackRates, now: float) -> UsageLine:
     """The ledger's line for a finished exchange."""
     receipt = exchange.receipt
     cost = receipt.cost_micros if receipt is not None else 0
-    hit = cached(exchange)
+    hit = exchange.cached is not None  # the result cache answered it at admit
     provider = None if hit else provider_of(exchange)
     capability = exchange.route.capability
     rate = rack.get(capability) if capability is not None else None

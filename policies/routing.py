@@ -48,7 +48,7 @@ def has_quota(spec: ProviderSpec) -> bool:
 def effective_cost(spec: ProviderSpec, usage: UsageCounter) -> int:
     """What one call of the provider counts as: 0 while it has free quota left this month, else
     its list price (micro-dollars)."""
-    if spec.free_quota_monthly and usage.calls_this_month(spec.name) < spec.free_quota_monthly:
+    if has_quota(spec) and usage.calls_this_month(spec.name) < spec.free_quota_monthly:
         return 0
     return spec.price_micros
 
@@ -68,7 +68,6 @@ class Routing(Policy):
         self.routes = dict(routes or {})  # `[routes.NAME]`: a plain tool served by several upstreams
         self.usage = usage
         self.latency = latency
-        self._held: dict[tuple[int, str], str] = {}  # (exchange, provider) -> the month reserved in
 
     def takes_part(self, spec: ProviderSpec) -> bool:
         return has_quota(spec)
@@ -77,15 +76,14 @@ class Routing(Policy):
         """Reserve a unit of the provider's free quota if one is left: the call is then billed $0."""
         month = await self.usage.reserve(spec.name, spec.free_quota_monthly)
         if month is not None:
-            self._held[(id(exchange), spec.name)] = month
+            exchange.reservations[(self.name, spec.name)] = month
             exchange.free_quota.add(spec.name)
         return None
 
     async def after_call(self, exchange: Exchange, spec: ProviderSpec, outcome: Outcome | None) -> Outcome | None:
+        month = exchange.reservations.pop((self.name, spec.name), None)
         if outcome is not None and outcome.kind in ("ok", "empty"):
-            self._held.pop((id(exchange), spec.name), None)  # billed on its quota: the unit is spent
-            return None
-        month = self._held.pop((id(exchange), spec.name), None)
+            return None  # billed on its quota: the unit is spent
         if month is not None:
             exchange.free_quota.discard(spec.name)
             await self.usage.release(spec.name, month)  # it did not bill

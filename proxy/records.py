@@ -180,3 +180,7 @@ class Exchange(msgspec.Struct):
     # The providers whose call in this exchange holds a unit of their free monthly quota
     # (reserved by routing just before the call): an answer of theirs is billed $0.
     free_quota: set[str] = msgspec.field(default_factory=set)
+    # What a policy reserved for one provider's call in this exchange and settles after it
+    # (budget: the price, routing: a quota unit): (policy, provider) -> the day or month it
+    # counts in. On the exchange, so that a call that never settles holds nothing elsewhere.
+    reservations: dict[tuple[str, str], str] = msgspec.field(default_factory=dict)

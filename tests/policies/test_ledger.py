@@ -25,7 +25,7 @@ from frugal_proxy.policies.governor import GovernorPolicy
 from frugal_proxy.policies.ledger import Ledger, usage_line
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers import FakeProvider
-from frugal_proxy.records import Call, Exchange, Outcome, Route
+from frugal_proxy.records import CachedAnswer, Call, Exchange, Outcome, Route
 from frugal_proxy.state.usage import utc_month
 
 pytestmark = pytest.mark.anyio
@@ -42,6 +42,7 @@ class Cache(Policy):
     async def admit(self, exchange: Exchange) -> None:
         if isinstance(exchange.request, SearchRequest) and exchange.request.query == "cached":
             exchange.answer = jsonrpc.result(exchange.call.request_id, {"content": [], "isError": False})
+            exchange.cached = CachedAnswer("serper", 1_000.0)
 
 
 def hits(name: str, price: int = 0, *, kind: str = "ok") -> FakeProvider:

@@ -159,6 +159,19 @@ def test_daily_caps_are_keyed_by_capability_and_provider() -> None:
     assert budget.caps == {"search/wikipedia": 1_500_000, "extract/reader": 10_000}
 
 
+def test_routing_reserves_free_quota_before_the_ceiling_and_the_budget_look_at_it() -> None:
+    """The ceiling and the daily budget read `Exchange.free_quota` in their before_call hooks:
+    routing, which reserves the unit, must run its hook first (dispatch runs them in order)."""
+    from frugal_proxy import config
+    from frugal_proxy.policies.budget import Budget
+    from frugal_proxy.policies.ceiling import Ceiling
+    from frugal_proxy.policies.routing import Routing
+
+    loaded = config.loads("[search_providers.wikipedia]\ndaily_budget_usd = 1.5\n")
+    kinds = [type(policy) for policy in assemble(config=loaded, environ={}).policies]
+    assert kinds.index(Routing) < kinds.index(Ceiling) and kinds.index(Routing) < kinds.index(Budget)
+
+
 async def test_several_guards_on_one_call_as_the_trace_shows_them() -> None:
     """Every guard assembled from one config, on one search: the ceiling skips youcom, serper's
     daily budget is spent, marginalia cools down after a 429, wikipedia answers with one result
