@@ -121,8 +121,8 @@ class Feeds:
 
     def hold(self) -> None:
         """From now until `rebuild` is done, reservations of spend and free quota wait."""
-        self.spend.hold()
-        self.usage.hold()
+        self.spend.seeding.hold()
+        self.usage.seeding.hold()
 
     async def rebuild(self, before: str) -> None:
         """Add what the ledger holds from before `before` (a ledger timestamp: when this process

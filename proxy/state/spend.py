@@ -10,8 +10,8 @@ are per capability table.
                   async so that a shared store can make them atomic across replicas)
     MemorySpend   the embedded default: today's counters in this process, reset at UTC midnight
                   by its injected clock; `seed` adds what the usage ledger says was spent today
-                  before the process started, and reservations wait until it has (`hold` …
-                  `seeded`), so no call goes ahead on a counter that is not yet complete
+                  before the process started, and reservations wait until it has (`seeding`), so
+                  no call goes ahead on a counter that is not yet complete
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import datetime
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-import anyio
+from frugal_proxy.state.seeding import Seeding
 
 
 def spend_key(capability: str, provider: str) -> str:
@@ -58,7 +58,7 @@ class MemorySpend:
         now = clock()
         self._number, self._day = int(now // 86_400), utc_day(now)  # UTC days have 86,400 s (POSIX time)
         self._spent: dict[str, int] = {}
-        self._seeding: anyio.Event | None = None
+        self.seeding = Seeding()  # reservations wait while the usage ledger is read
 
     def _today(self) -> str:
         now = self._clock()
@@ -70,26 +70,16 @@ class MemorySpend:
         self._today()
         return self._spent.get(key, 0)
 
-    def hold(self) -> None:
-        """Reservations wait from now until `seeded`: the ledger is being read."""
-        self._seeding = anyio.Event()
-
     def seed(self, spent: Mapping[str, int], day: str) -> None:
         """Add what the usage ledger says was spent on `day` before this process started (nothing
         if that day is over by now), and let the waiting reservations go ahead."""
         if day == self._today():
             for key, micros in spent.items():
                 self._spent[key] = self._spent.get(key, 0) + micros
-        self.seeded()
-
-    def seeded(self) -> None:
-        seeding, self._seeding = self._seeding, None
-        if seeding is not None:
-            seeding.set()
+        self.seeding.done()
 
     async def reserve(self, key: str, micros: int, cap: int) -> str | None:
-        if self._seeding is not None:
-            await self._seeding.wait()
+        await self.seeding.wait()
         # No await between the check and the add: one step on the event loop.
         day = self._today()
         spent = self._spent.get(key, 0)

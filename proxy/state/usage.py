@@ -6,7 +6,7 @@ for a call, that call is billed $0. A call reserves its unit just before the pro
 and releases it when the provider did not bill (an error, a cancelled call), like the daily
 budget's reservations, so N concurrent calls against a quota Q < N bill exactly Q at $0 and the
 rest at the list price. The count is per process and in memory (the embedded default); the usage
-ledger rebuilds it after a restart (`seed`; reservations wait for it from `hold`), and a shared
+ledger rebuilds it after a restart (`seed`; reservations wait for it: `seeding`), and a shared
 store can stand in for several replicas.
 """
 
@@ -16,7 +16,7 @@ import datetime
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-import anyio
+from frugal_proxy.state.seeding import Seeding
 
 
 def utc_month(now: float) -> str:
@@ -48,7 +48,7 @@ class MemoryUsage:
         self._clock = clock
         self._month = ""
         self._calls: dict[str, int] = {}
-        self._seeding: anyio.Event | None = None
+        self.seeding = Seeding()  # reservations wait while the usage ledger is read
 
     def _roll(self) -> str:
         month = utc_month(self._clock())
@@ -60,24 +60,14 @@ class MemoryUsage:
         self._roll()
         return self._calls.get(provider, 0)
 
-    def hold(self) -> None:
-        """Reservations wait from now until `seeded`: the ledger is being read."""
-        self._seeding = anyio.Event()
-
     def seed(self, calls: Mapping[str, int], month: str) -> None:
         if month == self._roll():
             for provider, count in calls.items():
                 self._calls[provider] = self._calls.get(provider, 0) + count
-        self.seeded()
-
-    def seeded(self) -> None:
-        seeding, self._seeding = self._seeding, None
-        if seeding is not None:
-            seeding.set()
+        self.seeding.done()
 
     async def reserve(self, provider: str, quota: int) -> str | None:
-        if self._seeding is not None:
-            await self._seeding.wait()
+        await self.seeding.wait()
         # No await between the check and the add: one step on the event loop.
         month = self._roll()
         used = self._calls.get(provider, 0)

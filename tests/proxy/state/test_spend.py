@@ -47,7 +47,7 @@ async def test_reservations_wait_while_the_ledger_is_read_then_see_what_it_held(
     """From `hold` to `seed` a reservation waits, so no call goes ahead on a counter that does not
     yet hold what was spent before the restart; then it sees it, and the cap holds."""
     book = MemorySpend(clock_at(NOON))
-    book.hold()
+    book.seeding.hold()
     results: list[str | None] = []
 
     async def reserve() -> None:
@@ -65,7 +65,7 @@ async def test_reservations_wait_while_the_ledger_is_read_then_see_what_it_held(
 
 async def test_a_seed_for_a_day_that_is_over_is_dropped_and_still_lets_reservations_go() -> None:
     book = MemorySpend(clock_at(NOON))
-    book.hold()
+    book.seeding.hold()
     book.seed({"search/a": 4}, "2026-04-30")  # read just before midnight, applied after it
     assert book.spent("search/a") == 0
     with anyio.fail_after(1):

@@ -25,7 +25,7 @@ def test_counts_roll_over_at_the_utc_month() -> None:
 async def test_reservations_wait_for_the_seed_and_a_stale_month_is_dropped() -> None:
     now = datetime.datetime(2026, 8, 1, 0, 0, 1, tzinfo=datetime.UTC).timestamp()
     usage = MemoryUsage(lambda: now)
-    usage.hold()
+    usage.seeding.hold()
     taken: list[str | None] = []
 
     async def reserve() -> None:
