@@ -50,6 +50,8 @@ from frugal_proxy.records import Call, Exchange, Outcome, ProviderSpec, Route
 from frugal_proxy.state.latency import MemoryLatency
 from frugal_proxy.state.usage import MemoryUsage
 
+from rpc_client import isolated_home
+
 PAGES = {
     "pages": [
         {"id": n, "key": f"Page_{n}", "title": f"Page {n}", "excerpt": f'a <span class="searchmatch">hit</span> {n}'}
@@ -191,6 +193,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=5)
     options = parser.parse_args()
+    isolated_home()  # the guarded assembly writes ledger lines: into a temporary home
     anyio.run(main_async, options.calls, options.repeat)
 
 

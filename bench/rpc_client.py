@@ -17,14 +17,20 @@ Errors, by what the caller can do:
     ├── ConnectionFailed     the child could not start, exited, or closed its stdout
     ├── RequestTimedOut      no reply within the deadline
     └── ErrorReply           the peer answered with a JSON-RPC error or a tool error
+
+Importing it gives the bench a FRUGAL_HOME of its own (`isolated_home`), unless the caller set one:
+the proxies it starts run with the usage ledger on, as users run them, but their lines (a bench
+makes hundreds of thousands) never reach the real home's ledger and `stats`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -39,6 +45,19 @@ import msgspec
 PROTOCOL_VERSION = "2025-11-25"
 _STDERR_TAIL = 1200
 _WATCHDOG_PERIOD = 0.25
+
+
+def isolated_home() -> str:
+    """FRUGAL_HOME for this process and the proxies it starts: a temporary folder, removed at
+    exit, unless FRUGAL_HOME is set already."""
+    if "FRUGAL_HOME" not in os.environ:
+        folder = tempfile.mkdtemp(prefix="frugal-bench-home-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        os.environ["FRUGAL_HOME"] = folder
+    return os.environ["FRUGAL_HOME"]
+
+
+isolated_home()
 
 
 class ClientError(Exception):

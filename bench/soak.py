@@ -26,6 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from tests import fuzzing  # noqa: E402 - the repository root goes on the path first
 
+from rpc_client import isolated_home  # noqa: E402 - bench/ is on the path: run as a script
+
 PROXY = [sys.executable, "-m", "frugal_proxy", "--max-message-bytes", str(fuzzing.LINE_CAP), "--"]
 FAULTY = [sys.executable, str(ROOT / "tests" / "servers" / "faulty_server.py")]
 
@@ -50,6 +52,7 @@ def start() -> fuzzing.LineClient:
 
 
 def main() -> None:
+    isolated_home()  # the proxies it starts write ledger lines: into a temporary home
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=1)
