@@ -1,5 +1,8 @@
 """The local browser: this machine's headless Chromium renders the page (JavaScript run), and its
-DOM is made markdown here. Free; on when a Chromium binary is found.
+DOM is made markdown here. Free; on when Playwright is installed (the `browser` extra:
+`pip install 'frugal-proxy[browser]'`) and a Chromium binary is found. Playwright is optional
+because it is large (about 165 MB with its driver) and only this provider needs it: without it
+the provider is off, with the reason, and every other one works.
 
     Playwright (async API) -> chromium.launch(executable_path=<the system's Chromium>, args=ARGS)
     new context per call -> page.goto(url, wait_until="load") -> network idle (best effort,
@@ -45,17 +48,16 @@ Sources: playwright.dev/python/docs/api/class-browsertype#browser-type-launch,
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
 import anyio
-from playwright.async_api import Browser, BrowserContext, Playwright, Route, async_playwright
-from playwright.async_api import Error as PlaywrightError
-from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from frugal_proxy.capabilities import BrowseRequest
 from frugal_proxy.providers.http_client import NETWORK_ERRORS, AddressRefused, HttpClient
@@ -72,6 +74,13 @@ from frugal_proxy.providers.page_fetch import (
 from frugal_proxy.providers.page_text import read_page
 from frugal_proxy.providers.registry import Builtin, Setup
 from frugal_proxy.records import Exchange, Outcome
+
+# Without Playwright the names below are never reached: `_needs` keeps the provider off.
+PLAYWRIGHT = importlib.util.find_spec("playwright") is not None
+if TYPE_CHECKING or PLAYWRIGHT:
+    from playwright.async_api import Browser, BrowserContext, Playwright, Route, async_playwright
+    from playwright.async_api import Error as PlaywrightError
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 log = logging.getLogger("frugal_proxy.providers")
 
@@ -112,7 +121,9 @@ def find_binary(environ: Mapping[str, str], system: tuple[str, ...] = SYSTEM_PAT
     return None
 
 
-def _needs(environ: Mapping[str, str]) -> str | None:
+def _needs(environ: Mapping[str, str], playwright: bool = PLAYWRIGHT) -> str | None:
+    if not playwright:
+        return "Playwright is not installed: pip install 'frugal-proxy[browser]' (it drives this machine's Chromium)"
     if find_binary(environ) is not None:
         return None
     if environ.get("CHROMIUM_PATH"):

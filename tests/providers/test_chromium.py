@@ -264,3 +264,13 @@ async def test_a_pinned_page_follows_its_redirects_and_ends_at_the_last_url(page
     assert outcome.data.url == f"http://news.example:{port}/article"
     assert pages.requests[start:] == ["/redirect/2", "/redirect/1", "/redirect/0", "/article"]
     assert set(asked) == {"news.example"}
+
+
+def test_without_playwright_the_provider_is_off_and_says_how_to_install_it(tmp_path: Path) -> None:
+    """Playwright is the `browser` extra: a plain install has the other providers and this one
+    off, with the command that turns it on, whatever Chromium the machine has."""
+    mine = _executable(tmp_path / "my-chromium")
+    why = chromium._needs({"CHROMIUM_PATH": mine}, playwright=False)
+    assert why is not None and "pip install 'frugal-proxy[browser]'" in why
+    assert chromium._needs({"CHROMIUM_PATH": mine}, playwright=True) is None
+    assert chromium.PLAYWRIGHT  # the test extra installs it: the tests above drive it
