@@ -211,15 +211,14 @@ class Endpoint:
     # -- the session era -----------------------------------------------------------------------------
 
     async def _initialize(self, request: Request, frame: Frame) -> Response:
+        operator = operator_of(request)
         if self.sessions is None:
-            return await self._request(
-                self.shared, frame, jsonrpc.id_of(frame), modern=False, operator=operator_of(request)
-            )
+            return await self._request(self.shared, frame, jsonrpc.id_of(frame), modern=False, operator=operator)
         if len(self.sessions) >= self.settings.max_sessions:
             message = f"too many sessions ({self.settings.max_sessions}); end one with DELETE or try later"
             return rpc_error(503, jsonrpc.INTERNAL_ERROR, message, jsonrpc.id_of(frame))
-        entry = await self.sessions.open(jsonrpc.params_of(frame), operator=operator_of(request))
-        entry.session.operator = operator_of(request)  # the session belongs to the token that started it
+        # The session belongs to the token that started it (sessions.open makes it its operator).
+        entry = await self.sessions.open(jsonrpc.params_of(frame), operator=operator)
         entry.busy += 1
         try:
             reply, abandoned = await _unless_client_leaves(request, entry.session.reply_to(frame))

@@ -2,10 +2,11 @@
 upstream connections shared with the other sessions that declare the same.
 
 A session-era client cannot share the upstreams of the endpoint's stateless Router (a Router owns
-its connections' handlers). Its `initialize` decides, per upstream: sessions that ask for the
-same protocol version and declare the same capabilities, none of sampling, elicitation or roots,
-share one connection (upstream.shared: what it sends unasked is routed to the sessions it
-concerns); any other session, any session of an upstream with `share = false`, and every
+its connections' handlers). Its `initialize` decides, per upstream: sessions of one operator that
+ask for the same protocol version and declare the same capabilities (no roots; sampling or
+elicitation only for an HTTP upstream, which names the call a server request belongs to) share
+one connection (upstream.shared: what it sends unasked is routed to the sessions it concerns);
+any other session, any session of an upstream with `share = false`, and every
 2024-11-05 HTTP+SSE session, gets a connection of its own (a new child process for a stdio
 upstream), which follows the client's era: a dual-era upstream is initialized with the client's
 own params, so its server-to-client requests reach the client as they would directly.
@@ -27,6 +28,7 @@ import anyio.abc
 import msgspec
 
 from frugal_proxy.bridge.downstream import DownstreamPeer
+from frugal_proxy.identities import LOCAL
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.router.router import Router
@@ -126,10 +128,11 @@ class HttpSessions:
     def get(self, session_id: str) -> HttpSession | None:
         return self._sessions.get(session_id)
 
-    async def open(self, initialize: Mapping[str, msgspec.Raw] | None = None, *, operator: str = "") -> HttpSession:
-        """A new session (its connections started, not necessarily ready); `initialize`, the
-        params of the client's initialize, and `operator`, whose token opened it, decide which
-        upstream connections it shares (only with sessions of the same operator)."""
+    async def open(self, initialize: Mapping[str, msgspec.Raw] | None = None, *, operator: str = LOCAL) -> HttpSession:
+        """A new session (its connections started, not necessarily ready), belonging to
+        `operator`, whose token opened it; `initialize`, the params of the client's initialize,
+        and the operator decide which upstream connections it shares (only with sessions of the
+        same operator)."""
         session_id = secrets.token_urlsafe(32)
         self._opening.add(session_id)  # before any await: the caller's bound check and this count are one step
         try:
@@ -213,7 +216,10 @@ class HttpSessions:
         connections: list[UpstreamBase] = []
         own = []
         for spec in fleet.specs:
-            key = share_key(spec.name, params, operator=operator) if spec.share else None
+            # A Streamable HTTP upstream sends a server request on the stream of the call that
+            # caused it; over stdio nothing says whose it is (upstream.shared).
+            routes = spec.url is not None
+            key = share_key(spec.name, params, operator=operator, attributes_requests=routes) if spec.share else None
             if key is None:
                 own.append(fleet.connect_one(spec.name))
                 connections.append(own[-1])
@@ -235,7 +241,7 @@ class HttpSessions:
         peer = DownstreamPeer(outbox)
         try:
             async with run(own, lazy=self._upstreams.lazy) as running:
-                session = Router(connections, peer, running.task_group, **self._upstreams.options)
+                session = Router(connections, peer, running.task_group, operator=operator, **self._upstreams.options)
                 entry = HttpSession(session_id, session, peer, outbox)
                 self._sessions[session_id] = entry
                 self._opening.discard(session_id)  # counted once: registered, no longer opening

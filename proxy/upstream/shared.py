@@ -1,10 +1,8 @@
 """Upstream connections that several session-era HTTP sessions share.
 
-    share_key(name, params, operator=)  the key a session's initialize shares under (never across
-                              operators), or None when it must
-                              have a connection of its own (it declares sampling, elicitation or
-                              roots: requests the upstream sends unasked could not be routed to
-                              the session that caused them)
+    share_key(name, params, operator=, attributes_requests=)
+                              the key a session's initialize shares under (never across
+                              operators), or None when it must have a connection of its own
     SharedUpstreams           one connection per key, counted by the sessions that hold it and
                               closed a grace period after the last one leaves
     SharedView                one session's face of a shared connection: what its link sees as
@@ -17,8 +15,17 @@ sends unasked: list_changed goes to every session on it; `resources/updated` to 
 subscribed to that URI (the upstream subscription is counted: the first subscribe sends it, the
 last unsubscribe, or the last subscriber leaving, ends it); `notifications/message` to each
 session at or above the level it set (the upstream is set to the most verbose of them; a session
-that set none gets what the upstream sends); `ping` is answered; any other server request gets
-the error a client without that capability answers.
+that set none gets what the upstream sends); `ping` is answered.
+
+Server requests. `sampling/createMessage` and `elicitation/create` go to the session whose call
+caused them. Only a Streamable HTTP upstream says which call that is: it sends the request on
+that call's response stream, which the calling session's own task reads (so the task that is
+delivering the request names the session). A stdio server's request carries nothing that names
+its call, so sessions that declare sampling or elicitation share only an HTTP upstream; `roots`
+are never shared (a server asks for them outside any call, after `initialized` or a
+`roots/list_changed`, and holds one list per connection while each session has its own). A
+request no session's call delivered, or one whose capability the sessions did not declare, gets
+the error a client without it answers.
 """
 
 from __future__ import annotations
@@ -42,9 +49,10 @@ log = logging.getLogger("frugal_proxy.shared")
 
 DEFAULT_GRACE_SECONDS = 5.0
 RELEASE_SECONDS = 5.0  # how long a leaving session's unsubscribes and level change may take
-# What a client may declare that lets the upstream ask it things; a session that declares any of
-# them gets a connection of its own.
-ASKING_CAPABILITIES = frozenset({"sampling", "elicitation", "roots"})
+# What a client may declare that lets the upstream ask it things, by the method that asks.
+ASKED_BY = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation", "roots/list": "roots"}
+# Of them, what sessions on one connection can share: the ones asked only within a call.
+ASKED_IN_CALLS = frozenset({"sampling", "elicitation"})
 
 
 class ShareKey(NamedTuple):
@@ -56,18 +64,23 @@ class ShareKey(NamedTuple):
     capabilities_digest: str
 
 
-def share_key(name: str, params: Mapping[str, Any], *, operator: str) -> ShareKey | None:
+def share_key(
+    name: str, params: Mapping[str, Any], *, operator: str, attributes_requests: bool = False
+) -> ShareKey | None:
     """The key under which a session-era client's initialize (decoded params) shares upstream
     `name`: the upstream, the operator whose token opened the session (an upstream's own state,
     such as the notes a server keeps per connection, never crosses from one operator to
-    another), the protocol version it asks for and a digest of the capabilities it declares;
-    None when it declares a capability that lets the upstream ask it things."""
+    another), the protocol version it asks for and a digest of the capabilities it declares.
+    None when the upstream could ask the session something no shared connection can route:
+    roots, or sampling and elicitation unless the upstream `attributes_requests` (sends each on
+    the stream of the call that caused it, as Streamable HTTP does)."""
     version = params.get("protocolVersion")
     capabilities = params.get("capabilities")
     if not isinstance(version, str):
         return None
     declared = capabilities if isinstance(capabilities, dict) else {}
-    if ASKING_CAPABILITIES & declared.keys():
+    asked = declared.keys() & set(ASKED_BY.values())
+    if asked and not (attributes_requests and asked <= ASKED_IN_CALLS):
         return None
     digest = hashlib.sha256(msgspec.json.encode(declared, order="sorted")).hexdigest()[:16]
     return ShareKey(name, operator, version, digest)
@@ -89,9 +102,34 @@ class _Shared:
     closed: anyio.Event = field(default_factory=anyio.Event)
     init_lock: anyio.Lock = field(default_factory=anyio.Lock)
     init_reply: Frame | None = None
-    subscribers: dict[str, set[SharedView]] = field(default_factory=dict)
+    subscriptions: dict[str, _Subscription] = field(default_factory=dict)
     level: str | None = None  # what the upstream was last set to
-    idle_since: int = 0  # bumped when the last session leaves; a later close checks it
+    # Bumped whenever a session joins or the last one leaves: a close scheduled when it was
+    # left idle goes ahead only if nothing has changed since.
+    epoch: int = 0
+    # The sessions whose calls are under way, by the task that carries each: a server request
+    # delivered in one of these tasks was caused by that session's call.
+    callers: dict[int, SharedView] = field(default_factory=dict)
+    asks: bool = field(init=False, default=False)  # its sessions declared sampling or elicitation
+
+    def __post_init__(self) -> None:
+        self.asks = any(self.declares(capability) for capability in ASKED_IN_CALLS)
+
+    def declares(self, capability: str) -> bool:
+        """Whether the sessions on it (they all declare the same) declared `capability`."""
+        declared = self.params.get("capabilities")
+        return isinstance(declared, dict) and capability in declared
+
+
+@dataclass(eq=False)
+class _Subscription:
+    """One URI's upstream subscription and the sessions that hold it."""
+
+    holders: set[SharedView] = field(default_factory=set)
+    active: bool = False  # the upstream accepted it (and has not been told to end it)
+    lock: anyio.Lock = field(default_factory=anyio.Lock)  # one upstream subscribe or unsubscribe at a time
+    attempts: int = 0  # upstream subscribes sent
+    refusal: Frame | None = None  # the upstream's answer to the last of them, when it refused
 
 
 class SharedUpstreams:
@@ -128,13 +166,13 @@ class SharedUpstreams:
             }
             shared = _Shared(key, connection, initialize)
             self._by_key[key] = shared
-            connection.on_server_request = self._server_request
+            connection.on_server_request = lambda up, frame: self._server_request(shared, up, frame)
             connection.on_notification = lambda _up, frame: self._notification(shared, frame)
             await self._tg.start(self._own, shared)
         await shared.entered.wait()  # a second session asking while the first one's task starts
         view = SharedView(shared, self)
         shared.views.add(view)
-        shared.idle_since += 1
+        shared.epoch += 1
         return view
 
     async def release(self, view: SharedView) -> None:
@@ -149,8 +187,8 @@ class SharedUpstreams:
                 await view.unsubscribe(uri)
             await self._set_level(shared)
         if not shared.views:
-            shared.idle_since += 1
-            self._tg.start_soon(self._close_later, shared, shared.idle_since)
+            shared.epoch += 1
+            self._tg.start_soon(self._close_later, shared, shared.epoch)
 
     def close_all(self) -> None:
         """Close every shared connection now (at shutdown, once their sessions have ended)."""
@@ -162,7 +200,7 @@ class SharedUpstreams:
     async def _close_later(self, shared: _Shared, mark: int) -> None:
         with anyio.move_on_after(self.grace):
             await self._stopped.wait()
-        if shared.views or shared.idle_since != mark:
+        if shared.views or shared.epoch != mark:
             return
         if self._by_key.get(shared.key) is shared:
             del self._by_key[shared.key]
@@ -180,21 +218,39 @@ class SharedUpstreams:
     # -- what the upstream sends unasked ------------------------------------------------------------
 
     @staticmethod
-    async def _server_request(upstream: UpstreamBase, frame: Frame) -> None:
-        method = jsonrpc.method_of(frame)
+    async def _server_request(shared: _Shared, upstream: UpstreamBase, frame: Frame) -> None:
+        method = jsonrpc.method_of(frame) or ""
         ident = jsonrpc.id_of(frame)
         if method == "ping":
             await upstream.send_reply(jsonrpc.result(ident, {}))
             return
-        message = f"{method} not supported: the client declared no capability for it"
-        await upstream.send_reply(jsonrpc.error(ident, jsonrpc.METHOD_NOT_FOUND, message))
+        capability = ASKED_BY.get(method)
+        if capability is None or not shared.declares(capability):
+            message = f"{method} not supported: the client declared no capability for it"
+            await upstream.send_reply(jsonrpc.error(ident, jsonrpc.METHOD_NOT_FOUND, message))
+            return
+        view = shared.callers.get(_task_id())
+        if view is None or view.on_server_request is None:
+            log.warning(
+                "server request outside any session's call on a shared connection; refused",
+                extra={"upstream": shared.key.upstream, "method": method},
+            )
+            message = (
+                f"{method} refused: upstream {shared.key.upstream!r} is shared by several sessions and sent it"
+                " outside any of their calls, so the proxy cannot tell whose it is; send it within the call"
+                f" it belongs to, or set upstreams.{shared.key.upstream}.share = false"
+            )
+            await upstream.send_reply(jsonrpc.error(ident, jsonrpc.METHOD_NOT_FOUND, message))
+            return
+        await view.on_server_request(view, frame)
 
     async def _notification(self, shared: _Shared, frame: Frame) -> None:
         method = jsonrpc.method_of(frame)
         views: list[SharedView]
         if method == "notifications/resources/updated":
             uri = jsonrpc.decode_any(jsonrpc.params_of(frame).get("uri", msgspec.Raw(b"null")))
-            views = list(shared.subscribers.get(uri, ())) if isinstance(uri, str) else []
+            held = shared.subscriptions.get(uri) if isinstance(uri, str) else None
+            views = list(held.holders) if held is not None else []
         elif method == "notifications/message":
             level = _level_rank(jsonrpc.decode_any(jsonrpc.params_of(frame).get("level", msgspec.Raw(b"null"))))
             views = [view for view in shared.views if view.level is None or level >= _level_rank(view.level)]
@@ -213,6 +269,10 @@ class SharedUpstreams:
             return None
         shared.level = wanted
         return await shared.connection.request("logging/setLevel", {"level": wanted})
+
+
+def _task_id() -> int:
+    return anyio.get_current_task().id
 
 
 class SharedView(UpstreamBase):
@@ -265,7 +325,10 @@ class SharedView(UpstreamBase):
 
     @initialize_params.setter
     def initialize_params(self, value: Any) -> None:
-        self._joined = value is not None and self._joined
+        # A view never takes params of its own; the link clears them when an initialize through
+        # it was refused, and then this session has not joined.
+        if value is None:
+            self._joined = False
 
     @property
     def generation(self) -> int:
@@ -346,33 +409,76 @@ class SharedView(UpstreamBase):
                 self.level = level
                 reply = await self._pool._set_level(self.shared)
                 return reply if reply is not None and "result" not in reply else jsonrpc.result(None, {})
-        return await self._connection.request(
-            method, params, on_progress=on_progress, on_related=on_related, headers=headers
-        )
+        if not self.shared.asks:
+            return await self._connection.request(
+                method, params, on_progress=on_progress, on_related=on_related, headers=headers
+            )
+        task = _task_id()
+        outer = self.shared.callers.get(task)
+        self.shared.callers[task] = self  # what the upstream asks while this task reads the reply is this session's
+        try:
+            return await self._connection.request(
+                method, params, on_progress=on_progress, on_related=on_related, headers=headers
+            )
+        finally:
+            if outer is None:
+                self.shared.callers.pop(task, None)
+            else:
+                self.shared.callers[task] = outer
 
     async def subscribe(self, uri: str, params: Any) -> Frame:
-        subscribers = self.shared.subscribers.setdefault(uri, set())
-        if not subscribers:
-            reply = await self._connection.request("resources/subscribe", params)
-            if "result" not in reply:
-                if not subscribers:
-                    self.shared.subscribers.pop(uri, None)
-                return reply
-        subscribers.add(self)
-        self.uris.add(uri)
+        """Hold `uri`'s subscription: the upstream is asked once, when its first session
+        subscribes; sessions that subscribe while that is under way wait for its answer, a
+        refusal included."""
+        subscription = self.shared.subscriptions.setdefault(uri, _Subscription())
+        if self in subscription.holders:
+            return jsonrpc.result(None, {})
+        seen = subscription.attempts
+        try:
+            async with subscription.lock:
+                if not subscription.active:
+                    if subscription.attempts != seen and subscription.refusal is not None:
+                        return dict(subscription.refusal)  # refused while this one waited for it
+                    subscription.attempts += 1
+                    reply = await self._connection.request("resources/subscribe", params)
+                    if "result" not in reply:
+                        subscription.refusal = reply
+                        return reply
+                    subscription.active, subscription.refusal = True, None
+                subscription.holders.add(self)
+                self.uris.add(uri)
+        finally:
+            self._tidy(uri, subscription)
         return jsonrpc.result(None, {})
 
     async def unsubscribe(self, uri: str, params: Any = None) -> Frame:
-        subscribers = self.shared.subscribers.get(uri)
+        """Let go of `uri`: the last holder leaving ends the upstream subscription. A session
+        that holds none is answered by the upstream when nobody else does either."""
         self.uris.discard(uri)
-        if subscribers is None or not subscribers - {self}:
-            # nobody else holds it: the upstream's own answer (and subscription) is this session's
-            self.shared.subscribers.pop(uri, None)
+        subscription = self.shared.subscriptions.get(uri)
+        if subscription is not None and self not in subscription.holders and subscription.holders:
+            return jsonrpc.result(None, {})  # others hold it: this session's unsubscribe ends nothing
+        if subscription is None:  # nobody subscribed through the proxy: the upstream's own answer
             if not self._connection.running:
                 return jsonrpc.result(None, {})
             return await self._connection.request("resources/unsubscribe", params or {"uri": uri})
-        subscribers.discard(self)
-        return jsonrpc.result(None, {})
+        try:
+            async with subscription.lock:
+                subscription.holders.discard(self)
+                if subscription.holders or not subscription.active:
+                    return jsonrpc.result(None, {})
+                subscription.active = False
+                if not self._connection.running:
+                    return jsonrpc.result(None, {})
+                return await self._connection.request("resources/unsubscribe", params or {"uri": uri})
+        finally:
+            self._tidy(uri, subscription)
+
+    def _tidy(self, uri: str, subscription: _Subscription) -> None:
+        """Forget a subscription nobody holds or waits for."""
+        idle = not subscription.holders and not subscription.active and not subscription.lock.locked()
+        if idle and self.shared.subscriptions.get(uri) is subscription:
+            del self.shared.subscriptions[uri]
 
     async def notify(self, method: str, params: Any = None) -> None:
         await self._connection.notify(method, params)

@@ -4,6 +4,8 @@ the notes server as the stdio upstream, its processes counted as the proxy's chi
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,9 +15,11 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp_types import CreateMessageResult, ElicitResult, TextContent
 
-from tests.conftest import everything_command, notes_command
+from tests.conftest import everything_command, everything_js, notes_command
 from tests.e2e.test_http_downstream import Proxy, sdk_client, start
+from tests.e2e.test_http_upstream import LOOPBACK, _stop, _wait_for_line
 
 pytestmark = pytest.mark.anyio
 
@@ -239,3 +243,82 @@ async def test_a_server_request_on_a_shared_connection_is_refused_as_the_client_
                 refused = True
             assert refused
             assert (await second.call_tool("add", {"a": 4, "b": 5})).structured_content == {"result": 9}
+
+
+class EverythingHttp:
+    """server-everything over Streamable HTTP on 127.0.0.1, its log read for the sessions it opened."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        with log.open("wb") as sink:
+            self.process = subprocess.Popen(
+                ["node", "--import", str(LOOPBACK), str(everything_js()), "streamableHttp"],
+                env={**os.environ, "PORT": "0"},
+                stdout=sink,
+                stderr=sink,
+            )
+        port = _wait_for_line(self._lines, "FRUGAL_LISTENING ", self.process)
+        self.url = f"http://127.0.0.1:{port}/mcp"
+
+    def _lines(self) -> list[str]:
+        return self.log.read_text(errors="replace").splitlines()
+
+    def sessions(self) -> int:
+        return sum("Session initialized with ID" in line for line in self._lines())
+
+
+def asked_client(url: str, who: str, asked: list[str]) -> Client:
+    """A session-era client that declares sampling and elicitation (not roots), answering each
+    with its own name and noting what it was asked."""
+
+    async def sampling(context: Any, params: Any) -> CreateMessageResult:
+        asked.append("sampling")
+        return CreateMessageResult(role="assistant", content=TextContent(type="text", text=f"by {who}"), model=who)
+
+    async def elicitation(context: Any, params: Any) -> ElicitResult:
+        asked.append("elicitation")
+        return ElicitResult(action="accept", content={"name": f"by {who}", "check": True})
+
+    return Client(url, mode="legacy", cache=None, sampling_callback=sampling, elicitation_callback=elicitation)
+
+
+def result_text(result: Any) -> str:
+    return " ".join(block.text for block in result.content if isinstance(block, TextContent))
+
+
+async def test_sessions_that_can_be_asked_share_an_http_upstream_and_each_gets_its_own_requests(
+    tmp_path: Path,
+) -> None:
+    """server-everything over Streamable HTTP sends each sampling or elicitation request on the
+    stream of the call that caused it: two sessions that declare both share one upstream session,
+    and with their calls under way at once, each request reaches the client whose call it is."""
+    everything = EverythingHttp(tmp_path / "everything.log")
+    served = start([everything.url])
+    asked: dict[str, list[str]] = {"a": [], "b": []}
+    texts: dict[tuple[str, str], str] = {}
+    try:
+        with anyio.fail_after(60):
+            before = everything.sessions()  # the proxy's own connection
+            async with asked_client(served.url, "a", asked["a"]) as first:
+                async with asked_client(served.url, "b", asked["b"]) as second:
+                    assert everything.sessions() - before == 1  # one upstream session for both
+
+                    async def call(client: Client, who: str, tool: str, arguments: dict[str, Any]) -> None:
+                        result = await client.call_tool(tool, arguments)
+                        assert not result.is_error, result_text(result)
+                        texts[who, tool] = result_text(result)
+
+                    sample = {"prompt": "tides", "maxTokens": 5}
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(call, first, "a", "trigger-sampling-request", sample)
+                        tg.start_soon(call, second, "b", "trigger-sampling-request", sample)
+                        tg.start_soon(call, first, "a", "trigger-elicitation-request", {})
+                        tg.start_soon(call, second, "b", "trigger-elicitation-request", {})
+                    assert everything.sessions() - before == 1
+    finally:
+        assert served.stop() == 0
+        _stop(everything.process)
+    assert sorted(asked["a"]) == sorted(asked["b"]) == ["elicitation", "sampling"]
+    for who, other in (("a", "b"), ("b", "a")):
+        for tool in ("trigger-sampling-request", "trigger-elicitation-request"):
+            assert f"by {who}" in texts[who, tool] and f"by {other}" not in texts[who, tool]
