@@ -439,12 +439,12 @@ class SharedView(UpstreamBase):
                 if not subscription.active:
                     if subscription.attempts != seen and subscription.refusal is not None:
                         return dict(subscription.refusal)  # refused while this one waited for it
-                    subscription.attempts += 1
+                    subscription.attempts, subscription.refusal = subscription.attempts + 1, None
                     reply = await self._connection.request("resources/subscribe", params)
                     if "result" not in reply:
                         subscription.refusal = reply
                         return reply
-                    subscription.active, subscription.refusal = True, None
+                    subscription.active = True
                 subscription.holders.add(self)
                 self.uris.add(uri)
         finally:

@@ -208,6 +208,20 @@ async def test_clients_that_can_be_asked_keep_their_own_connections(proxy: Proxy
             assert await settle(proxy, before) == before
 
 
+async def test_sessions_that_can_be_asked_keep_their_own_stdio_upstream(proxy: Proxy) -> None:
+    """Sampling and elicitation declared, roots not: a stdio server's request names no call, so
+    two such sessions cannot share its process; each has its own, and its own requests."""
+    asked: dict[str, list[str]] = {"a": [], "b": []}
+    with anyio.fail_after(60):
+        before = await settle(proxy, BASELINE[proxy.process.pid])
+        async with asked_client(proxy.url, "a", asked["a"]) as first, asked_client(proxy.url, "b", asked["b"]):
+            assert len(proxy.children() - before) == 2
+            result = await first.call_tool("summarise", {"topic": "tides"})
+            assert not result.is_error and "by a" in result_text(result)
+        assert asked == {"a": ["sampling"], "b": []}
+        assert await settle(proxy, before) == before
+
+
 async def test_share_false_gives_each_session_its_own_process(tmp_path: Path) -> None:
     config = tmp_path / "frugal.toml"
     command = ", ".join(f'"{part}"' for part in notes_command())

@@ -138,20 +138,26 @@ async def _empty() -> Any:
     return {}
 
 
+async def subscribe_at_once(views: list[SharedView], uri: str, gate: anyio.Event) -> list[Frame]:
+    """Every view's answer to subscribing `uri`, all sent before the upstream answers any."""
+    replies: list[Frame] = []
+
+    async def subscribe(view: SharedView) -> None:
+        replies.append(await view.request("resources/subscribe", {"uri": uri}))
+
+    async with anyio.create_task_group() as tg:
+        for view in views:
+            tg.start_soon(subscribe, view)
+        await anyio.wait_all_tasks_blocked()
+        gate.set()
+    return replies
+
+
 async def test_two_sessions_subscribing_at_once_subscribe_upstream_once() -> None:
     upstream, gate = FakeUpstream("res", era="legacy"), anyio.Event()
     held(upstream, gate)
     async with pool_of(upstream, PARAMS) as (first, second):
-        replies: list[Frame] = []
-
-        async def subscribe(view: SharedView) -> None:
-            replies.append(await view.request("resources/subscribe", {"uri": "demo://x"}))
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(subscribe, first)
-            tg.start_soon(subscribe, second)
-            await anyio.wait_all_tasks_blocked()
-            gate.set()
+        replies = await subscribe_at_once([first, second], "demo://x", gate)
         assert all("result" in reply for reply in replies) and len(replies) == 2
         assert upstream.methods().count("resources/subscribe") == 1
         heard_first, heard_second = Heard(first), Heard(second)
@@ -170,16 +176,7 @@ async def test_a_refused_subscribe_answers_every_session_that_waited_for_it() ->
     upstream, gate = FakeUpstream("res", era="legacy"), anyio.Event()
     held(upstream, gate, refused=True)
     async with pool_of(upstream, PARAMS) as (first, second):
-        replies: list[Frame] = []
-
-        async def subscribe(view: SharedView) -> None:
-            replies.append(await view.request("resources/subscribe", {"uri": "demo://gone"}))
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(subscribe, first)
-            tg.start_soon(subscribe, second)
-            await anyio.wait_all_tasks_blocked()
-            gate.set()
+        replies = await subscribe_at_once([first, second], "demo://gone", gate)
         errors = [jsonrpc.error_of(reply) for reply in replies]
         assert errors == [(jsonrpc.INVALID_PARAMS, "no such resource demo://gone")] * 2
         assert upstream.methods().count("resources/subscribe") == 1
