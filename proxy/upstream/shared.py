@@ -25,7 +25,8 @@ its call, so sessions that declare sampling or elicitation share only an HTTP up
 are never shared (a server asks for them outside any call, after `initialized` or a
 `roots/list_changed`, and holds one list per connection while each session has its own). A
 request no session's call delivered, or one whose capability the sessions did not declare, gets
-the error a client without it answers.
+the error a client without it answers. A URL-mode elicitation's
+`notifications/elicitation/complete` goes to the session that was asked (by `elicitationId`).
 """
 
 from __future__ import annotations
@@ -110,6 +111,9 @@ class _Shared:
     # The sessions whose calls are under way, by the task that carries each: a server request
     # delivered in one of these tasks was caused by that session's call.
     callers: dict[int, SharedView] = field(default_factory=dict)
+    # URL-mode elicitations by id, to the session asked: their `notifications/elicitation/complete`
+    # is that session's alone.
+    elicitations: dict[str, SharedView] = field(default_factory=dict)
     asks: bool = field(init=False, default=False)  # its sessions declared sampling or elicitation
 
     def __post_init__(self) -> None:
@@ -182,6 +186,8 @@ class SharedUpstreams:
         if view not in shared.views:
             return
         shared.views.discard(view)
+        for elicitation in [key for key, asked in shared.elicitations.items() if asked is view]:
+            del shared.elicitations[elicitation]
         with anyio.move_on_after(RELEASE_SECONDS):  # a hung upstream must not hold the session's end
             for uri in list(view.uris):
                 await view.unsubscribe(uri)
@@ -242,6 +248,10 @@ class SharedUpstreams:
             )
             await upstream.send_reply(jsonrpc.error(ident, jsonrpc.METHOD_NOT_FOUND, message))
             return
+        if method == "elicitation/create":
+            elicitation = jsonrpc.decode_any(jsonrpc.params_of(frame).get("elicitationId", msgspec.Raw(b"null")))
+            if isinstance(elicitation, str):
+                shared.elicitations[elicitation] = view
         await view.on_server_request(view, frame)
 
     async def _notification(self, shared: _Shared, frame: Frame) -> None:
@@ -251,6 +261,10 @@ class SharedUpstreams:
             uri = jsonrpc.decode_any(jsonrpc.params_of(frame).get("uri", msgspec.Raw(b"null")))
             held = shared.subscriptions.get(uri) if isinstance(uri, str) else None
             views = list(held.holders) if held is not None else []
+        elif method == "notifications/elicitation/complete":
+            elicitation = jsonrpc.decode_any(jsonrpc.params_of(frame).get("elicitationId", msgspec.Raw(b"null")))
+            asked = shared.elicitations.pop(elicitation, None) if isinstance(elicitation, str) else None
+            views = [asked] if asked is not None and asked in shared.views else []
         elif method == "notifications/message":
             level = _level_rank(jsonrpc.decode_any(jsonrpc.params_of(frame).get("level", msgspec.Raw(b"null"))))
             views = [view for view in shared.views if view.level is None or level >= _level_rank(view.level)]

@@ -275,3 +275,21 @@ async def test_a_server_request_outside_any_call_is_refused_on_a_shared_connecti
         undeclared = jsonrpc.error_of(await upstream.ask("roots/list", {}))
         assert undeclared is not None and "declared no capability" in undeclared[1]
         assert clients[0].methods == clients[1].methods == []
+
+
+async def test_a_url_elicitation_completes_only_for_the_session_asked() -> None:
+    upstream = FakeUpstream("asks", era="legacy")
+
+    async def call(request: FakeCall) -> Any:
+        await upstream.ask("elicitation/create", {"mode": "url", "elicitationId": "e-1", "url": "http://127.0.0.1/x"})
+        return {"content": []}
+
+    upstream.handlers["tools/call"] = call
+    async with pool_of(upstream, ASKED) as (first, second):
+        for view, name in ((first, "first"), (second, "second")):
+            Asked(view, name)
+        heard_first, heard_second = Heard(first), Heard(second)
+        await second.request("tools/call", {"name": "open", "arguments": {}})
+        await upstream.tell("notifications/elicitation/complete", {"elicitationId": "e-1"})
+        await upstream.tell("notifications/elicitation/complete", {"elicitationId": "e-1"})  # once only
+        assert heard_first.frames == [] and len(heard_second.frames) == 1
