@@ -453,12 +453,18 @@ class SharedView(UpstreamBase):
                 if not subscription.active:
                     if subscription.attempts != seen and subscription.refusal is not None:
                         return dict(subscription.refusal)  # refused while this one waited for it
+                    if self not in self.shared.views:
+                        return jsonrpc.result(None, {})  # its session ended while it waited
                     subscription.attempts, subscription.refusal = subscription.attempts + 1, None
                     reply = await self._connection.request("resources/subscribe", params)
                     if "result" not in reply:
                         subscription.refusal = reply
                         return reply
                     subscription.active = True
+                if self not in self.shared.views:  # its session ended meanwhile: it holds nothing
+                    if not subscription.holders:
+                        await self._end_upstream(subscription, uri)
+                    return jsonrpc.result(None, {})
                 subscription.holders.add(self)
                 self.uris.add(uri)
         finally:
@@ -481,12 +487,16 @@ class SharedView(UpstreamBase):
                 subscription.holders.discard(self)
                 if subscription.holders or not subscription.active:
                     return jsonrpc.result(None, {})
-                subscription.active = False
-                if not self._connection.running:
-                    return jsonrpc.result(None, {})
-                return await self._connection.request("resources/unsubscribe", params or {"uri": uri})
+                return await self._end_upstream(subscription, uri, params)
         finally:
             self._tidy(uri, subscription)
+
+    async def _end_upstream(self, subscription: _Subscription, uri: str, params: Any = None) -> Frame:
+        """End the upstream subscription nobody holds any more (with its lock held)."""
+        subscription.active = False
+        if not self._connection.running:
+            return jsonrpc.result(None, {})
+        return await self._connection.request("resources/unsubscribe", params or {"uri": uri})
 
     def _tidy(self, uri: str, subscription: _Subscription) -> None:
         """Forget a subscription nobody holds or waits for."""

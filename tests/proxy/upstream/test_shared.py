@@ -204,6 +204,19 @@ async def test_the_last_subscriber_ending_its_session_ends_the_upstream_subscrip
         ]
 
 
+async def test_a_session_ending_while_its_subscribe_is_under_way_holds_nothing() -> None:
+    upstream, gate = FakeUpstream("res", era="legacy"), anyio.Event()
+    held(upstream, gate)
+    async with pool_of(upstream, PARAMS) as (leaving, _staying):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(leaving.request, "resources/subscribe", {"uri": "demo://late"})
+            await anyio.wait_all_tasks_blocked()
+            await leaving.shutdown()
+            gate.set()
+        assert upstream.methods().count("resources/unsubscribe") == 1  # the upstream is not left subscribed
+        assert leaving.shared.subscriptions == {} and not leaving.uris
+
+
 async def test_each_session_hears_log_messages_at_its_own_level() -> None:
     upstream = FakeUpstream("logs", era="legacy")
     upstream.handlers["logging/setLevel"] = lambda call: _empty()
