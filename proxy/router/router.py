@@ -108,9 +108,9 @@ class Router:
             link = self._link_by_name[str(options.upstream)]
             providers[provider_key(spec)] = UpstreamToolProvider(spec, options, link.forward)
         for key, upstream, tool in assembly.candidates:  # the candidates of [routes.NAME]
+            # One deadline governs a candidate's call too: its link's (the upstream's timeout).
             link = self._link_by_name[upstream]
-            price, timeout = (prices or {}).get(upstream, 0), (timeouts or {}).get(upstream)
-            providers[key] = McpToolProvider(upstream, link.forward, price, timeout, tool=tool)
+            providers[key] = McpToolProvider(upstream, link.forward, (prices or {}).get(upstream, 0), tool=tool)
         self.pipeline: Pipeline = build_pipeline(providers, assembly.policies, assembly.dispatch)
         self.routes = RouteTable(self.links, self.catalog, self.own_tools)
         for route in assembly.routes:

@@ -88,7 +88,9 @@ async def test_one_tool_served_by_several_upstreams_fails_over_and_says_who_serv
                 ("a.echo", "error"),
                 ("b.echo", "won"),
             ]
+            # One deadline cuts the candidate's call, its upstream's: the error names that knob.
             assert "did not answer within 1 s" in attempts[1]["error"]
+            assert "upstreams.a.timeout" in attempts[1]["error"]
 
 
 async def test_order_goes_first_and_a_route_whose_candidates_all_fail_names_each(tmp_path: Path) -> None:
