@@ -15,7 +15,7 @@ Sans-IO: nothing here touches a socket or a pipe.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 import msgspec
@@ -152,6 +152,12 @@ def split_batch(line: bytes | bytearray) -> list[Frame | MessageError] | None:
     except (msgspec.ValidationError, msgspec.DecodeError):
         return None
     return [_element(bytes(element)) for element in elements] or None
+
+
+def element_errors(elements: Iterable[Frame | MessageError]) -> list[Frame]:
+    """The error replies a batch owes for its elements that are not usable messages: one each,
+    with the element's id where it could be read (JSON-RPC 2.0 answers them in the batch's reply)."""
+    return [error(bad.request_id, bad.code, str(bad)) for bad in elements if isinstance(bad, MessageError)]
 
 
 def _element(data: bytes) -> Frame | MessageError:

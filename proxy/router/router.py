@@ -210,13 +210,12 @@ class Router:
     async def _serve_batch(self, elements: Sequence[Frame | jsonrpc.MessageError]) -> None:
         """A batch's requests served together and answered as one array; an element that is
         not a usable message gets its own error in it (JSON-RPC 2.0's batch rules)."""
-        replies: list[Frame] = []
-        for element in elements:
-            if isinstance(element, jsonrpc.MessageError):
-                log.warning(
-                    "client sent a bad batch element", extra={"code": element.code, "reason": str(element)[:200]}
-                )
-                replies.append(jsonrpc.error(element.request_id, element.code, str(element)))
+        replies = jsonrpc.element_errors(elements)
+        if replies:
+            log.warning(
+                "client sent a bad batch element",
+                extra={"count": len(replies), "first": str(jsonrpc.error_of(replies[0]))[:200]},
+            )
         frames = [element for element in elements if not isinstance(element, jsonrpc.MessageError)]
 
         async def one(frame: Frame) -> None:

@@ -336,13 +336,13 @@ class Endpoint:
         async with anyio.create_task_group() as tg:
             for index, frame in enumerate(frames):
                 tg.start_soon(one, index, frame)
-        answered = [reply for reply in replies if reply is not None]
-        for element in elements:
-            if isinstance(element, jsonrpc.MessageError):
-                log.warning(
-                    "client sent a bad batch element", extra={"code": element.code, "reason": str(element)[:200]}
-                )
-                answered.append(jsonrpc.error(element.request_id, element.code, str(element)))
+        bad = jsonrpc.element_errors(elements)
+        if bad:
+            log.warning(
+                "client sent a bad batch element",
+                extra={"count": len(bad), "first": str(jsonrpc.error_of(bad[0]))[:200]},
+            )
+        answered = [reply for reply in replies if reply is not None] + bad
         if not answered:
             return Response(status_code=202)
         return Response(jsonrpc.encode(answered), 200, media_type="application/json")

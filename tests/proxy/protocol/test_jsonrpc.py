@@ -244,3 +244,13 @@ def test_a_batch_splits_into_its_elements_each_checked_alone() -> None:
     assert isinstance(bare, jsonrpc.MessageError) and "jsonrpc" in str(bare)
     for whole in (b"[]", b"[1,", b'{"jsonrpc":"2.0"}', b"[" * 200 + b"]" * 200):
         assert jsonrpc.split_batch(whole) is None
+
+
+def test_a_batch_owes_one_error_reply_per_bad_element_with_its_id_where_readable() -> None:
+    line = b'[{"jsonrpc":"2.0","id":1,"method":"ping"},7,{"id":4,"method":"ping"},{"jsonrpc":"2.0","id":2}]'
+    elements = jsonrpc.split_batch(line) or []
+    replies = jsonrpc.element_errors(elements)
+    assert [jsonrpc.id_of(reply) for reply in replies] == [None, 4, 2]
+    assert all(jsonrpc.error_of(reply) is not None for reply in replies)
+    assert [error[0] for error in map(jsonrpc.error_of, replies) if error] == [jsonrpc.INVALID_REQUEST] * 3
+    assert jsonrpc.element_errors(elements[:1]) == []
