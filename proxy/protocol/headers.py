@@ -7,7 +7,9 @@ besides its body, and how a server checks that the two agree.
   `Mcp-Param-<token>` headers (`header_params`, `learn_param_headers`, `mirrored_params`), and
   `param_header_problem` says why the headers a client sent disagree with its arguments;
 - a value that is not printable ASCII travels as `=?base64?…?=` (`encode_header_value`,
-  `decode_header_value`).
+  `decode_header_value`);
+- an `Accept` header is read once, by `accept_weights`, for what the endpoint may answer with
+  and which of JSON and SSE the client ranks first.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ PARAM_PREFIX = "Mcp-Param-"
 _DECIMAL = re.compile(r"-?[0-9]+(\.[0-9]+)?")
 _HEADER_SAFE = re.compile(r"[\x20-\x7E]*")
 _B64_SENTINEL = re.compile(r"=\?base64\?.*\?=")
+# RFC 9110's qvalue (12.4.2), read leniently about how many decimals follow: 0 to 1.
+_WEIGHT = re.compile(r"0(\.[0-9]*)?|1(\.0*)?")
 
 
 def encode_header_value(value: str) -> str:
@@ -181,3 +185,22 @@ def _same_number(value: Any, text: str) -> bool:
     if isinstance(value, bool) or not isinstance(value, int | float) or not _DECIMAL.fullmatch(text):
         return False
     return decimal.Decimal(text) == decimal.Decimal(str(value))
+
+
+def accept_weights(accept: str) -> list[tuple[str, float]]:
+    """The media ranges of an `Accept` header, lowercased and in the order listed, each with its
+    weight: its `q`, or 1 when it has none. A `q` that is not a weight from 0 to 1 (RFC 9110's
+    qvalue: `q=oops`, `q=2`, `q=-1`, `q=nan`) is ignored as a malformed parameter is, so the range
+    keeps the default weight 1: it is neither ruled out nor ranked below the others."""
+    ranges: list[tuple[str, float]] = []
+    for item in accept.split(","):
+        media, *parameters = item.split(";")
+        weight = 1.0
+        for parameter in parameters:
+            key, _, value = parameter.partition("=")
+            if key.strip().lower() == "q" and _WEIGHT.fullmatch(value := value.strip()):
+                weight = float(value)
+        media = media.strip().lower()
+        if media:
+            ranges.append((media, weight))
+    return ranges

@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from frugal_proxy.identities import LOCAL, TOKEN_ENV
 from frugal_proxy.protocol import jsonrpc
+from frugal_proxy.protocol.headers import accept_weights
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.server.operators import Operators
 
@@ -246,7 +247,7 @@ def media_type_refusal(request: Request) -> Response | None:
     accept = request.headers.get("accept")
     if accept is None:
         return None
-    accepted = _accepted_types(accept)
+    accepted = {media for media, weight in accept_weights(accept) if weight > 0}
     json_ok = bool(accepted & {"*/*", "application/*", "application/json"})
     sse_ok = bool(accepted & {"*/*", "text/*", "text/event-stream"})
     if request.method == "POST" and not (json_ok or sse_ok):
@@ -257,21 +258,6 @@ def media_type_refusal(request: Request) -> Response | None:
         return None
     log.warning("request whose Accept rules out every answer refused", extra={"status": 406})
     return _json_refusal(406, message)
-
-
-def _accepted_types(accept: str) -> set[str]:
-    """The media ranges an Accept header allows (those with q=0 are ruled out)."""
-    found = set()
-    for item in accept.split(","):
-        media, *parameters = (part.strip().lower() for part in item.split(";"))
-        quality = next((value for key, _, value in (p.partition("=") for p in parameters) if key.strip() == "q"), "1")
-        try:
-            allowed = float(quality) > 0
-        except ValueError:
-            allowed = True
-        if media and allowed:
-            found.add(media)
-    return found
 
 
 def _json_refusal(status: int, message: str) -> Response:

@@ -15,6 +15,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from frugal_proxy.protocol import jsonrpc
+from frugal_proxy.protocol.headers import accept_weights
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.records import ProgressSink
 from frugal_proxy.server.events import EventLog
@@ -58,20 +59,9 @@ def prefers_event_stream(accept: str | None) -> bool:
         return False
     if ";" not in accept:  # no q-values (what clients send): the first listed wins
         return accept.split(",", 1)[0].strip().lower() == "text/event-stream"
-    best, best_q = "", -1.0
-    for part in accept.split(","):
-        kind, _, parameters = part.partition(";")
-        q = 1.0
-        for parameter in parameters.split(";"):
-            key, _, value = parameter.strip().partition("=")
-            if key.strip().lower() == "q":
-                try:
-                    q = float(value)
-                except ValueError:
-                    q = 0.0
-        if q > best_q:
-            best, best_q = kind.strip().lower(), q
-    return best == "text/event-stream"
+    ranges = accept_weights(accept)
+    best = max(ranges, key=lambda ranged: ranged[1], default=("", 0.0))  # max keeps the first of equals
+    return best[0] == "text/event-stream"
 
 
 def _streaming(response: Response) -> None:

@@ -253,6 +253,9 @@ async def test_a_duplicated_identity_or_routing_header_gets_400_naming_it(faulty
         ({"Accept": "text/event-stream"}, 200, ""),  # what some hosted clients send
         ({"Accept": "application/json"}, 200, ""),
         ({"Accept": "*/*"}, 200, ""),
+        # A malformed q is ignored, not read as 0: the range stays allowed.
+        ({"Accept": "application/json;q=nan"}, 200, ""),
+        ({"Accept": "application/json;q=-1, text/event-stream;q=oops"}, 200, ""),
     ],
 )
 async def test_a_post_must_be_json_and_accept_json_or_sse(

@@ -1,5 +1,6 @@
-"""The MCP header rules, without a socket: what a 2026-07-28 request states in its headers, and
-whether the `Mcp-Param-*` headers a client sent agree with its arguments."""
+"""The MCP header rules, without a socket: what a 2026-07-28 request states in its headers,
+whether the `Mcp-Param-*` headers a client sent agree with its arguments, and how an `Accept`
+header is weighed."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.protocol.headers import (
+    accept_weights,
     decode_header_value,
     encode_header_value,
     header_params,
@@ -104,3 +106,27 @@ def test_a_param_header_problem_names_the_header_and_the_argument(
         assert found is None
     else:
         assert found is not None and found.startswith(problem)
+
+
+def test_accept_weights_lists_each_range_with_its_q_or_one() -> None:
+    assert accept_weights("application/json, text/event-stream") == [
+        ("application/json", 1.0),
+        ("text/event-stream", 1.0),
+    ]
+    assert accept_weights(" Text/Event-Stream ; charset=utf-8 ; Q=0.5 ,application/json;q=0.250") == [
+        ("text/event-stream", 0.5),
+        ("application/json", 0.25),
+    ]
+    assert accept_weights("application/json;q=0, text/*;q=1.000, */*;q=0.") == [
+        ("application/json", 0.0),
+        ("text/*", 1.0),
+        ("*/*", 0.0),
+    ]
+    assert accept_weights("") == [] and accept_weights(" , ;q=1") == []
+
+
+@pytest.mark.parametrize("weight", ["oops", "", "2", "1.5", "-1", "nan", "inf", "1e-3", '"0.5"'])
+def test_a_malformed_q_is_ignored_and_the_range_keeps_weight_one(weight: str) -> None:
+    """RFC 9110's weight is 0 to 1 with up to three decimals; anything else is a malformed
+    parameter, ignored: the range is neither ruled out nor ranked below the others."""
+    assert accept_weights(f"text/event-stream;q={weight}")[0] == ("text/event-stream", 1.0)

@@ -136,7 +136,11 @@ async def test_a_sessions_standalone_stream_delivers_what_waits_then_ends_with_t
         ("Text/Event-Stream ; charset=utf-8, application/json", True),
         ("application/json;q=0.5, text/event-stream", True),
         ("text/event-stream;q=0.2, application/json", False),
-        ("text/event-stream;q=oops, application/json", False),
+        # A malformed q is ignored (proxy.protocol.headers.accept_weights): weight 1, first listed wins.
+        ("text/event-stream;q=oops, application/json", True),
+        ("text/event-stream;q=2, application/json;q=0.9", True),
+        ("application/json;q=nan, text/event-stream", False),
+        ("application/json;q=0.9, text/event-stream;q=-1", True),
         ("*/*", False),
     ],
 )
