@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 import anyio
 import anyio.to_thread
 
+from frugal_proxy.transports.coalesce import Coalescer
 from frugal_proxy.transports.lines import READ_CHUNK
 
 log = logging.getLogger("frugal_proxy.upstream")
@@ -49,10 +50,8 @@ class ChildProcess:
         self._stdin = process.stdin
         self._closed = False
         # Messages offered in one loop turn after the first are held and go out in one write
-        # when the turn ends (see FdSink): one system call and one wake-up of the child.
-        self._corked = False
-        self._held: list[bytes] = []
-        self._held_bytes = 0
+        # when the turn ends (transports.coalesce): one system call and one wake-up of the child.
+        self._coalescer = Coalescer(self._send_held)
 
     @property
     def pid(self) -> int:
@@ -91,36 +90,27 @@ class ChildProcess:
         """Hand bytes to the pipe's transport at once (or hold them to the end of the loop turn)
         unless too much already waits to go."""
         transport = self._stdin.transport
-        waiting = transport.get_write_buffer_size() + self._held_bytes
+        coalescer = self._coalescer
+        waiting = transport.get_write_buffer_size() + coalescer.held_bytes
         if self._closed or transport.is_closing() or waiting >= OFFER_LIMIT:
             return 0  # write() says why, or waits for the child to read
-        if self._corked:
-            self._held.append(data)
-            self._held_bytes += len(data)
+        if coalescer.corked:
+            coalescer.hold(data)
             return len(data)
         transport.write(data)
-        self._cork()
+        coalescer.cork()
         return len(data)
 
-    def _cork(self) -> None:
-        self._corked = True
-        asyncio.get_running_loop().call_soon(self._uncork)
-
-    def _uncork(self) -> None:
-        self._corked = False
-        if not self._held:
-            return
-        data = b"".join(self._held)
-        self._held.clear()
-        self._held_bytes = 0
-        if not self._stdin.transport.is_closing():
-            self._stdin.transport.write(data)
-            self._cork()
+    def _send_held(self, data: bytes) -> bool:
+        if self._stdin.transport.is_closing():
+            return False
+        self._stdin.transport.write(data)
+        return True
 
     async def write(self, data: bytes) -> None:
         if self._closed:
             raise anyio.ClosedResourceError
-        self._uncork()  # what is held goes first
+        self._coalescer.uncork()  # what is held goes first
         try:
             self._stdin.write(data)
             await self._stdin.drain()
@@ -129,7 +119,7 @@ class ChildProcess:
 
     async def close(self) -> None:
         """Close the child's stdin (the polite way to ask an MCP server to exit)."""
-        self._uncork()
+        self._coalescer.uncork()
         self._closed = True
         try:
             self._stdin.close()

@@ -19,6 +19,7 @@ from collections import deque
 import anyio
 import anyio.to_thread
 
+from frugal_proxy.transports.coalesce import Coalescer
 from frugal_proxy.transports.lines import READ_CHUNK
 
 
@@ -109,8 +110,8 @@ class FdSink:
     """Writes whole buffers to a file descriptor, waiting for the reader when the pipe is full.
 
     Small messages offered in one loop turn go out in one write: the first at once, the others
-    held until the turn ends (`_uncork`), so that replies finished together cost one system call
-    and one wake-up of the reader, and a lone message waits for nothing. What the pipe does not
+    held until the turn ends (transports.coalesce), so that replies finished together cost one
+    system call and one wake-up of the reader, and a lone message waits for nothing. What the pipe does not
     take of such a write is written as it drains (`_drain`); `write` and `close` write what is
     held first, so the order is always the order of the calls.
     """
@@ -122,8 +123,7 @@ class FdSink:
         if self._pollable:
             os.set_blocking(fd, False)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._corked = False
-        self._held: list[bytes] = []
+        self._coalescer = Coalescer(self._send_held)
         self._rest: memoryview | None = None  # what a held write left, written as the pipe drains
         self._drained: asyncio.Future[None] | None = None
         self._error: OSError | None = None  # a held write's failure, raised by the next write
@@ -133,15 +133,17 @@ class FdSink:
         message went out in it); the number of bytes taken."""
         if not self._pollable or self._rest is not None or self._error is not None:
             return 0
-        if self._corked:
-            self._held.append(data)
+        if self._coalescer.corked:
+            self._coalescer.hold(data)
             return len(data)
         try:
             written = os.write(self._fd, data)
         except BlockingIOError:
             return 0
         if written == len(data):
-            self._cork()
+            if self._loop is None:
+                self._loop = asyncio.get_running_loop()
+            self._coalescer.cork()
         return written
 
     async def write(self, data: bytes) -> None:
@@ -168,7 +170,7 @@ class FdSink:
 
     def restore(self) -> None:
         if self._pollable:
-            self._uncork()  # what is held goes out if the pipe takes it now
+            self._coalescer.uncork()  # what is held goes out if the pipe takes it now
             if self._rest is not None and self._loop is not None:
                 self._loop.remove_writer(self._fd)
                 try:
@@ -181,7 +183,7 @@ class FdSink:
 
     async def _settle(self) -> None:
         """Write what is held and wait until what a held write left has gone; raise its error."""
-        self._uncork()
+        self._coalescer.uncork()
         while self._rest is not None:
             assert self._loop is not None
             self._drained = self._loop.create_future()
@@ -192,31 +194,22 @@ class FdSink:
         if self._error is not None:
             raise self._error
 
-    def _cork(self) -> None:
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-        self._corked = True
-        self._loop.call_soon(self._uncork)
-
-    def _uncork(self) -> None:
-        self._corked = False
-        if not self._held or self._rest is not None:
-            return
-        data = b"".join(self._held)
-        self._held.clear()
+    def _send_held(self, data: bytes) -> bool:
+        """Write what the turn held; what the pipe does not take is written as it drains. (Nothing
+        is held while such a rest waits: `offer` takes nothing then.)"""
         try:
             written = os.write(self._fd, data)
         except BlockingIOError:
             written = 0
         except OSError as exc:
             self._error = exc
-            return
+            return False
         if written < len(data):
             assert self._loop is not None
             self._rest = memoryview(data)[written:]
             self._loop.add_writer(self._fd, self._drain)
-        else:
-            self._cork()  # what the next turn finishes goes out together too
+            return False
+        return True  # what the next turn finishes goes out together too
 
     def _drain(self) -> None:
         assert self._rest is not None and self._loop is not None
