@@ -41,20 +41,13 @@ import anyio
 import anyio.abc
 import httpx2
 
-from load import ECHO, FAULTY, PYTHON, ROOT, percentile
+from load import ACCEPT, FAULTY, INITIALIZE, PYTHON, ROOT, call_loop, percentile, run_mixed
 
-from http_client import Era, HttpClient, http_client
+from http_client import http_client
 from http_columns import HttpColumn, serve
 from rpc_client import ClientError
 
 SLOW_REQUEST = b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "burst", "version": "0"}},
-}
-ACCEPT = {"Accept": "application/json, text/event-stream"}
 GIVE_UP = 5.0  # seconds a burst client waits for its initialize
 NOTES = [PYTHON, str(ROOT / "examples" / "servers" / "notes_server.py")]  # ~0.4 s of CPU to start
 
@@ -87,53 +80,8 @@ def children(pid: int) -> int:
     return count
 
 
-async def call_loop(client: HttpClient, until: float, latencies: list[float], errors: Counter[str]) -> None:
-    while time.monotonic() < until:
-        began = time.perf_counter()
-        try:
-            await client.call_tool(ECHO)
-        except ClientError as exc:
-            errors[f"{client.era}: {type(exc).__name__}: {str(exc)[:90]}"] += 1
-            await anyio.sleep(0.05)
-            continue
-        latencies.append(time.perf_counter() - began)
-
-
 async def mixed(before: str | None, clients: int, seconds: float) -> None:
-    latencies: list[float] = []
-    errors: Counter[str] = Counter()
-    async with serve(column(before)) as server:
-        log(f"mixed: {clients} clients for {seconds:g} s")
-        ready = anyio.Event()
-        joined = [0]
-        until = [0.0]
-
-        async def one(index: int) -> None:
-            era: Era = "modern" if index % 2 == 0 else "session"
-            try:
-                async with http_client(server.port, era, reply_timeout=30) as client:
-                    joined[0] += 1
-                    if joined[0] == clients:
-                        until[0] = time.monotonic() + seconds
-                        ready.set()
-                    await ready.wait()
-                    await call_loop(client, until[0], latencies, errors)
-            except ClientError as exc:
-                errors[f"{era} handshake: {type(exc).__name__}: {str(exc)[:90]}"] += 1
-
-        with anyio.fail_after(seconds + 120):
-            async with anyio.create_task_group() as tg:
-                for index in range(clients):
-                    tg.start_soon(one, index)
-    total = len(latencies) + sum(errors.values())
-    print(f"mixed-era HTTP, {clients} clients, {seconds:g} s")
-    share = 100 * sum(errors.values()) / max(1, total)
-    print(
-        f"  calls ok {len(latencies)} ({len(latencies) / seconds:.0f}/s), errors {sum(errors.values())} ({share:.1f} %)"
-    )
-    for kind, count in errors.most_common(3):
-        print(f"    {count} x {kind}")
-    print(f"  p50 {percentile(latencies, 0.5) * 1000:.1f} ms, p99 {percentile(latencies, 0.99) * 1000:.1f} ms")
+    await run_mixed(column(before), clients, seconds)
 
 
 async def attack(port: int, source: str, connections: int, seconds: float) -> Counter[str]:

@@ -22,12 +22,13 @@ import argparse
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
 import httpx2
 
-from http_client import HttpClient, http_client
+from http_client import Era, HttpClient, http_client
 from http_columns import HttpColumn, serve
 from measure import status_kib
 from rpc_client import ClientError, connect
@@ -37,6 +38,13 @@ PYTHON = str(ROOT / ".venv" / "bin" / "python")
 FAULTY = [PYTHON, str(ROOT / "tests" / "servers" / "faulty_server.py")]
 ECHO = b'{"name":"echo","arguments":{"text":"load"}}'
 NO_RATE_LIMIT = ["--rate-limit", "1000000/1000000"]  # every client is 127.0.0.1: one bucket
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}},
+}
+ACCEPT = {"Accept": "application/json, text/event-stream"}
 
 
 def log(message: str) -> None:
@@ -57,55 +65,83 @@ def column(*options: str) -> HttpColumn:
     return HttpColumn("frugal", "frugal-proxy", "frugal", "modern", "frugal", argv)
 
 
-async def mixed(clients: int, seconds: float) -> None:
-    """Half modern, half session-era clients, each calling in a loop until the time is up."""
-    latencies: list[float] = []
-    errors: Counter[str] = Counter()
-    async with serve(column()) as server:
+@dataclass
+class MixedRun:
+    """What a mixed-era run saw: each call's latency, the errors by kind, the proxy's RSS (MB)."""
+
+    latencies: list[float] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+    start_rss: float = 0.0
+    peak_rss: float = 0.0
+    end_rss: float = 0.0
+
+
+async def call_loop(client: HttpClient, until: float, latencies: list[float], errors: Counter[str]) -> None:
+    """`echo` one call at a time until `until` (monotonic): each latency, or the error by kind."""
+    while time.monotonic() < until:
+        began = time.perf_counter()
+        try:
+            await client.call_tool(ECHO)
+        except ClientError as exc:
+            errors[f"{client.era}: {type(exc).__name__}: {str(exc)[:90]}"] += 1
+            await anyio.sleep(0.05)  # a refused call (a 429) is not hammered again at once
+            continue
+        latencies.append(time.perf_counter() - began)
+
+
+async def run_mixed(proxy: HttpColumn, clients: int, seconds: float) -> MixedRun:
+    """Half 2026-07-28 (stateless POSTs), half session-era clients (a session each) of `proxy`,
+    each calling `echo` in a loop for `seconds` once all have joined (or failed to)."""
+    run = MixedRun()
+    async with serve(proxy) as server:
         log(f"mixed: {clients} clients for {seconds:g} s")
-        started = anyio.Event()
-        ready = [0]
-        deadline = [0.0]
+        ready = anyio.Event()
+        joined = [0]
+        until = [0.0]
+
+        def join() -> None:
+            joined[0] += 1
+            if joined[0] == clients:
+                until[0] = time.monotonic() + seconds
+                ready.set()
 
         async def one(index: int) -> None:
-            era = "modern" if index % 2 == 0 else "session"
+            era: Era = "modern" if index % 2 == 0 else "session"
             try:
                 async with http_client(server.port, era, reply_timeout=30) as client:
-                    ready[0] += 1
-                    if ready[0] == clients:
-                        deadline[0] = time.monotonic() + seconds
-                        started.set()
-                    await started.wait()
-                    await calls(client)
+                    join()
+                    await ready.wait()
+                    await call_loop(client, until[0], run.latencies, run.errors)
             except ClientError as exc:
-                errors[f"{era}: {type(exc).__name__}"] += 1
+                run.errors[f"{era} handshake: {type(exc).__name__}: {str(exc)[:90]}"] += 1
+                if not ready.is_set():
+                    join()
 
-        async def calls(client: HttpClient) -> None:
-            while time.monotonic() < deadline[0]:
-                began = time.perf_counter()
-                try:
-                    await client.call_tool(ECHO)
-                except ClientError as exc:
-                    errors[f"{client.era}: {type(exc).__name__}: {str(exc)[:80]}"] += 1
-                    continue
-                latencies.append(time.perf_counter() - began)
-
-        async with anyio.create_task_group() as tg:
-            for index in range(clients):
-                tg.start_soon(one, index)
-            await started.wait()
-            start_rss = rss_mb(server.pid)
-            peak = start_rss
-            while time.monotonic() < deadline[0]:
-                await anyio.sleep(1)
-                peak = max(peak, rss_mb(server.pid))
-        end_rss = rss_mb(server.pid)
-    print(f"mixed-era HTTP, {clients} clients ({clients // 2} modern, {clients - clients // 2} session), {seconds:g} s")
-    print(f"  calls {len(latencies)} ({len(latencies) / seconds:.0f}/s), errors {sum(errors.values())}")
-    for kind, count in errors.most_common(5):
+        with anyio.fail_after(seconds + 120):
+            async with anyio.create_task_group() as tg:
+                for index in range(clients):
+                    tg.start_soon(one, index)
+                await ready.wait()
+                run.start_rss = run.peak_rss = rss_mb(server.pid)
+                while time.monotonic() < until[0]:
+                    await anyio.sleep(1)
+                    run.peak_rss = max(run.peak_rss, rss_mb(server.pid))
+        run.end_rss = rss_mb(server.pid)
+    modern = clients - clients // 2
+    print(f"mixed-era HTTP, {clients} clients ({modern} modern, {clients - modern} session), {seconds:g} s")
+    calls, errors = len(run.latencies), sum(run.errors.values())
+    share = 100 * errors / max(1, calls + errors)
+    print(f"  calls ok {calls} ({calls / seconds:.0f}/s), errors {errors} ({share:.1f} %)")
+    for kind, count in run.errors.most_common(5):
         print(f"    {count} x {kind}")
-    print(f"  p50 {percentile(latencies, 0.5) * 1000:.1f} ms, p99 {percentile(latencies, 0.99) * 1000:.1f} ms")
-    print(f"  proxy RSS start {start_rss:.1f} MB, end {end_rss:.1f} MB, peak sampled {peak:.1f} MB")
+    print(f"  p50 {percentile(run.latencies, 0.5) * 1000:.1f} ms, p99 {percentile(run.latencies, 0.99) * 1000:.1f} ms")
+    return run
+
+
+async def mixed(clients: int, seconds: float) -> None:
+    """Half modern, half session-era clients, each calling in a loop until the time is up."""
+    run = await run_mixed(column(), clients, seconds)
+    print(f"  proxy RSS start {run.start_rss:.1f} MB, end {run.end_rss:.1f} MB, peak sampled {run.peak_rss:.1f} MB")
 
 
 async def crowd(clients: int, seconds: float, max_sessions: int) -> None:
@@ -116,21 +152,10 @@ async def crowd(clients: int, seconds: float, max_sessions: int) -> None:
         url = f"http://127.0.0.1:{server.port}/mcp"
         log(f"crowd: {clients} clients for {seconds:g} s, --max-sessions {max_sessions}")
         deadline = time.monotonic() + seconds
-        initialize = {
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "crowd", "version": "0"},
-            },
-        }
-        accept = {"Accept": "application/json, text/event-stream"}
 
         async def one(http: httpx2.AsyncClient) -> None:
             try:
-                opened = await http.post(url, json=initialize, headers=accept)
+                opened = await http.post(url, json=INITIALIZE, headers=ACCEPT)
             except httpx2.HTTPError as exc:
                 statuses[f"initialize: {type(exc).__name__}"] += 1
                 return
@@ -140,7 +165,7 @@ async def crowd(clients: int, seconds: float, max_sessions: int) -> None:
             session = opened.headers.get("mcp-session-id")
             if session is None:
                 return
-            headers = {**accept, "Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"}
+            headers = {**ACCEPT, "Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"}
             done = await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
             statuses[f"initialized: {done.status_code}"] += 1
             ident = 0
