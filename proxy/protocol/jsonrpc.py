@@ -400,5 +400,5 @@ def error_of(frame: Frame) -> tuple[int, str] | None:
 
 def tool_error_result(text: str) -> dict[str, Any]:
     """A tools/call result that reports a failure the agent can act on. It carries `resultType`,
-    which a 2026-07-28 client requires and a session-era client ignores."""
+    which a 2026-07-28 client requires; the router removes it for a session-era client."""
     return {"content": [{"type": "text", "text": text}], "isError": True, "resultType": "complete"}

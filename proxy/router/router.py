@@ -20,7 +20,7 @@ import anyio.abc
 import msgspec
 
 from frugal_proxy.bridge.downstream import ClientGone, ClientUnreachable, DownstreamPeer
-from frugal_proxy.bridge.link import Client, UpstreamLink
+from frugal_proxy.bridge.link import Client, UpstreamLink, complete_for_legacy
 from frugal_proxy.capabilities import EXECUTE_TOOL, TOOLS, request_of
 from frugal_proxy.config import ToolFilter
 from frugal_proxy.errors import BridgeError, ProxyError, UpstreamDown
@@ -387,7 +387,7 @@ class Router:
             try:
                 executed = self.routes.execute(request_of("execute", _arguments(params)))
             except ValueError as exc:
-                return jsonrpc.result(None, jsonrpc.tool_error_result(f"{name}: {exc}"))
+                return _in_era(client, jsonrpc.result(None, jsonrpc.tool_error_result(f"{name}: {exc}")))
             route, request, upstream_params = executed.route, executed.request, params
             trace.append(Decision("route", "execute", "classified", executed.why))
         else:
@@ -395,12 +395,12 @@ class Router:
                 route, upstream_params = await self.routes.resolve(name, params, client)
             except RouteUnavailable as exc:
                 log.warning("call to a tool of an upstream that is down", extra={"tool": name})
-                return jsonrpc.result(None, jsonrpc.tool_error_result(str(exc)))
+                return _in_era(client, jsonrpc.result(None, jsonrpc.tool_error_result(str(exc))))
             if route.capability is not None:
                 try:
                     request = request_of(route.capability, _arguments(params))
                 except ValueError as exc:
-                    return jsonrpc.result(None, jsonrpc.tool_error_result(f"{name}: {exc}"))
+                    return _in_era(client, jsonrpc.result(None, jsonrpc.tool_error_result(f"{name}: {exc}")))
         exchange = Exchange(
             trace=trace,
             request=request,
@@ -410,7 +410,12 @@ class Router:
             on_progress=progress,
             operator=origin.operator or self.operator,
         )
-        return await self.pipeline.run(exchange)
+        reply = await self.pipeline.run(exchange)
+        outcome = exchange.outcome
+        if outcome is not None and reply is outcome.reply and route.capability is None:
+            if self.own_tools.name not in route.providers:
+                return reply  # an upstream tool's reply as it came (its link put it in the client's era)
+        return _in_era(client, reply)  # the proxy's own: a tool error, a routed answer, a refusal
 
     def _with_own_tools(self, reply: Frame, listed: list[dict[str, Any]]) -> Frame:
         """The one upstream's tools/list with the proxy's own tools added to its last page (the
@@ -569,6 +574,12 @@ class _Answerers:
             waiter: asyncio.Future[Frame | None] = loop.create_future()
             self._idle.append(waiter)
             next_frame = await waiter
+
+
+def _in_era(client: Client, reply: Frame) -> Frame:
+    """A result the proxy made, as the client's revision defines it: a session-era client's has
+    none of the fields only 2026-07-28 defines (`resultType` above all)."""
+    return reply if client.modern else complete_for_legacy(reply)
 
 
 def removed_in_modern(method: str, version: str | None) -> str | None:

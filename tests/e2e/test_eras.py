@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -17,8 +18,10 @@ from mcp_types import ElicitResult, TextContent
 
 from tests.conftest import ROOT, everything_command, modern_only_command, params, proxy_command
 from tests.e2e.test_http_downstream import start
+from tests.e2e.test_routed_tools import search_config
 from tests.e2e.test_wrap_stdio import roots, sampling
 from tests.rawclient import MODERN_META, RawClient
+from tests.servers.fake_apis import fake_apis
 
 pytestmark = pytest.mark.anyio
 
@@ -187,3 +190,47 @@ async def test_a_session_era_client_of_a_modern_only_server_gets_results_of_its_
             added = await sdk.call_tool("add", {"a": 2, "b": 3})
             assert not added.is_error and added.structured_content == {"result": 5}
             assert "review" in {prompt.name for prompt in (await sdk.list_prompts()).prompts}
+
+
+# The proxy's own tools/call results: a routed answer, a routed tool's argument error, an own
+# tool's error, and the governor's refusal of a call whose result it shaped a moment ago.
+OWN_RESULTS = [
+    ("frugal__search", {"query": "proxy"}, False),
+    ("frugal__search", {}, True),
+    ("frugal__fetch_slice", {"artifact_id": 5}, True),
+    ("blob", {"size": 10_000}, False),  # shaped under max_bytes
+    ("blob", {"size": 10_000}, True),  # the same call again: refused, the full output is kept
+]
+
+
+async def test_the_proxys_own_results_carry_result_type_only_to_a_2026_07_28_client(tmp_path: Path) -> None:
+    """`resultType` is 2026-07-28's: a session-era client gets the proxy's own results without
+    it, as it gets an upstream's; a 2026-07-28 client gets it on each."""
+    with fake_apis() as apis:
+        config = tmp_path / "frugal.toml"
+        config.write_text(search_config(apis) + "[governor]\nmax_bytes = 2048\n")
+        command = [sys.executable, "-m", "frugal_proxy", "serve", "--config", str(config)]
+        seen: dict[str, list[dict[str, Any]]] = {}
+        with anyio.fail_after(90):
+            async with anyio.create_task_group() as tg:
+                for era in ("session", "modern"):
+                    client = await RawClient.start(tg, command)
+                    meta: dict[str, Any] = {}
+                    if era == "session":
+                        await client.initialize()
+                    else:
+                        meta = {"_meta": MODERN_META}
+                    seen[era] = []
+                    for ident, (name, arguments, _) in enumerate(OWN_RESULTS, 1):
+                        call = {"name": name, "arguments": arguments, **meta}
+                        seen[era].append((await client.request(ident, "tools/call", call, wait=30))["result"])
+                    assert await client.close() == 0
+                tg.cancel_scope.cancel()
+    for era, results in seen.items():
+        for (name, _, is_error), result in zip(OWN_RESULTS, results, strict=True):
+            assert bool(result.get("isError")) is is_error, (era, name, result)
+            if era == "session":
+                assert not MODERN_ONLY_FIELDS & result.keys(), (name, result)
+            else:
+                assert result["resultType"] == "complete", (name, result)
+    assert "denied" in seen["session"][-1]["content"][0]["text"]
