@@ -220,6 +220,12 @@ class HeldCalls:
             if question is not None:
                 try:
                     await question.answered(reply)
+                except anyio.get_cancelled_exc_class():
+                    # This leg was cancelled (its deadline, the client): the whole call is abandoned,
+                    # so it never goes upstream after its client was told it ended.
+                    self._finish(held)
+                    held.scope.cancel()
+                    raise
                 except Exception as exc:  # the call goes on; the upstream's own answer will tell
                     log.warning("the proxy's own question failed", extra={"reason": str(exc)[:200]})
                 finally:

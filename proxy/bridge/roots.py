@@ -10,14 +10,16 @@ command line when the request fails, and serves whatever arrives before it has a
 - the client's first tools/call, prompts/get or resources/read asks the client's roots first
   (the proxy's own `input_required` round), and goes upstream only after them: once the upstream
   holds them (a server that was answered otherwise gets `notifications/roots/list_changed` and
-  is waited for until it asks again), or once a freshly initialized upstream has had a short
-  grace to ask for them at all.
+  is waited for until it asks again), or once an upstream that has not asked is seen not to be
+  asking: a server that uses roots asks as soon as it is initialized, before it answers what
+  was sent after that, so a `ping` answered with no roots/list before it says it has not asked
+  (over stdio, where the upstream's messages arrive in the order it sent them). The wait is
+  bounded by the call's own deadline (the link's).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
 import anyio
@@ -30,9 +32,6 @@ from frugal_proxy.upstream.base import UpstreamBase
 log = logging.getLogger("frugal_proxy.bridge")
 
 REASK_WAIT = 5.0  # how long a call waits for the upstream to ask again after list_changed
-# How long after initialize a call waits for an upstream that has not asked for roots yet (servers
-# that use roots ask as soon as they are initialized; the others never do).
-FIRST_ASK_GRACE = 0.5
 # MCP has no acknowledgement that a server applied the roots it was given, and servers apply them
 # asynchronously (server-filesystem resolves each one on disk first): the call that waited for
 # them gives the server this long before it goes up.
@@ -49,14 +48,12 @@ class GrantedRoots:
         self._held: list[Any] | None = None  # what the upstream was last given (None: nothing yet)
         self._reasked: anyio.Event | None = None  # set when the upstream asks again after list_changed
         self._asked = anyio.Event()  # set when the upstream asks at all
-        self._started_at = -math.inf  # when the proxy last initialized the upstream
         self._waiting = False  # a call waits for the upstream to ask
 
     def started(self) -> None:
         """The proxy has just initialized the upstream: it holds no roots yet."""
         self._held = None
         self._asked = anyio.Event()
-        self._started_at = anyio.current_time()
 
     @property
     def answers_here(self) -> bool:
@@ -99,9 +96,10 @@ class GrantedRoots:
 
     async def _hand_over(self) -> None:
         if self._held is None:
-            # Not asked yet: a server that uses roots asks right after initialize; let it.
-            with anyio.move_on_after(max(0.0, self._started_at + FIRST_ASK_GRACE - anyio.current_time())):
-                await self._asked.wait()
+            # Not asked yet. A server that uses roots asks right after initialize, so by the time
+            # it answers a ping sent now it has asked (and been answered) or never will.
+            if not self._asked.is_set():
+                await self._upstream.request("ping")
             if self._asked.is_set():
                 await anyio.sleep(APPLY_WAIT)
             return

@@ -7,9 +7,12 @@ from typing import Any
 import anyio
 import pytest
 
+from frugal_proxy.bridge.link import Client, UpstreamLink
 from frugal_proxy.bridge.roots import GrantedRoots, roots_of
-from frugal_proxy.protocol import jsonrpc
-from tests.fake_peers import FakeUpstream
+from frugal_proxy.errors import UpstreamTimeout
+from frugal_proxy.protocol import eras, jsonrpc
+from frugal_proxy.protocol.jsonrpc import Frame
+from tests.fake_peers import FakeCall, FakeUpstream, linked
 
 pytestmark = pytest.mark.anyio
 
@@ -53,3 +56,83 @@ def test_roots_of_reads_only_a_well_formed_answer() -> None:
     assert roots_of(jsonrpc.result(1, {"roots": SUB})) == SUB
     assert roots_of(jsonrpc.result(1, {"roots": "x"})) is None
     assert roots_of(jsonrpc.error(1, -1, "no")) is None
+
+
+# -- a roots-capable 2026-07-28 client's first call, through a link ----------------------------
+
+GRANTED = [{"uri": "file:///data/sub", "name": "sub"}]
+MODERN_META = {eras.META_VERSION: eras.LATEST_MODERN, eras.META_CAPABILITIES: {"roots": {}}}
+ROOTS_CLIENT = Client("modern", {"roots": {}})
+
+
+def params(**values: Any) -> dict[str, Any]:
+    return {key: jsonrpc.raw(value) for key, value in values.items()}
+
+
+async def first_call(link: UpstreamLink) -> Any:
+    """The client's first tools/call: asked for its roots, it retries with GRANTED."""
+    await link.forward("tools/list", params(_meta=MODERN_META), ROOTS_CLIENT, None)  # initializes it
+    first = body(await link.forward("tools/call", params(name="read", _meta=MODERN_META), ROOTS_CLIENT, None))
+    ((key, asked),) = first["inputRequests"].items()
+    assert asked["method"] == "roots/list"
+    retry = params(
+        name="read", _meta=MODERN_META, requestState=first["requestState"], inputResponses={key: {"roots": GRANTED}}
+    )
+    return body(await link.forward("tools/call", retry, ROOTS_CLIENT, None))
+
+
+def body(reply: Frame) -> Any:
+    return jsonrpc.decode_any(reply["result"])
+
+
+def reading(upstream: FakeUpstream, seen: list[Any]) -> None:
+    async def reads(call: FakeCall) -> Any:
+        seen.append(answered(upstream))
+        return {"content": [{"type": "text", "text": "read"}]}
+
+    upstream.handlers["tools/call"] = reads
+
+
+async def test_an_upstream_that_asks_before_it_answers_a_ping_holds_the_roots_before_the_call() -> None:
+    """No clock decides it: however long the upstream takes to ask, the call waits for the ask
+    or for a ping answered without one, and the roots are in place before the call goes up."""
+    upstream = FakeUpstream(era="legacy")
+    seen: list[Any] = []
+    reading(upstream, seen)
+
+    async def asks_then_pongs(call: FakeCall) -> Any:
+        await upstream.ask("roots/list", {})  # what it had queued before the ping, as sent
+        return {}
+
+    upstream.handlers["ping"] = asks_then_pongs
+    async with linked([upstream], ROOTS_CLIENT) as (link,):
+        final = await first_call(link)
+    assert final["content"][0]["text"] == "read"
+    assert seen == [[{"roots": GRANTED}]]
+    assert upstream.methods().index("ping") < upstream.methods().index("tools/call")
+
+
+async def test_an_upstream_that_never_asks_gets_the_call_once_its_ping_is_answered() -> None:
+    upstream = FakeUpstream(era="legacy")
+    seen: list[Any] = []
+    reading(upstream, seen)
+    async with linked([upstream], ROOTS_CLIENT) as (link,):
+        final = await first_call(link)
+    assert final["content"][0]["text"] == "read" and seen == [[]]
+    assert [m for m in upstream.methods() if m in ("ping", "tools/call")] == ["ping", "tools/call"]
+    assert "notifications/roots/list_changed" not in dict(upstream.notifications)  # it holds none to change
+
+
+async def test_the_wait_for_an_upstream_that_does_not_answer_is_bounded_by_the_call_deadline() -> None:
+    upstream = FakeUpstream(era="legacy")
+
+    async def never_answers(call: FakeCall) -> Any:
+        await anyio.sleep_forever()
+
+    upstream.handlers["ping"] = never_answers
+    async with linked([upstream], ROOTS_CLIENT, seconds=10) as (link,):
+        link.deadline = 0.5
+        with pytest.raises(UpstreamTimeout, match=r"did not answer within 0\.5 s"):
+            await first_call(link)
+    assert upstream.cancelled == ["ping"]  # cancelled upstream at the deadline
+    assert "tools/call" not in upstream.methods()  # and the call the client was told ended never went up
