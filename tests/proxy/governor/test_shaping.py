@@ -9,7 +9,7 @@ from typing import Any
 import jsonschema
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from frugal_proxy.config import Budget
@@ -333,27 +333,49 @@ json_texts = st.one_of(
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(json_texts, st.booleans(), st.integers(1024, 4096), st.sampled_from([None, "result", "content"]))
-def test_any_json_text_stays_valid_json_in_every_copy(
-    value: Any, indent: bool, max_bytes: int, key: str | None
-) -> None:
+def shape_json_text(value: Any, indent: bool, max_bytes: int, key: str | None) -> tuple[Any, dict[str, Any]]:
+    """A JSON text as a text block (and as a string of structuredContent under `key`), planned
+    against `max_bytes` and rendered; (None, {}) when it fits."""
     text = json.dumps(value, indent=2 if indent else None, ensure_ascii=False)
     result: dict[str, Any] = {"content": [{"type": "text", "text": text}]}
     if key is not None:
         result["structuredContent"] = {key: text}
-    budget = Budget(max_bytes=max_bytes, max_records=10)
-    shaped = plan(msgspec.json.encode(result), budget)
+    shaped = plan(msgspec.json.encode(result), Budget(max_bytes=max_bytes, max_records=10))
     if shaped is None:
-        return
-    out = json.loads(bytes(shaped.render(["art_" + "x" * 32], [{}])))
+        return None, {}
+    return shaped, json.loads(bytes(shaped.render(["art_" + "x" * 32], [{}])))
+
+
+json_text_cases = (json_texts, st.booleans(), st.integers(1024, 4096), st.sampled_from([None, "result", "content"]))
+json_text_settings = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+
+
+@json_text_settings
+@given(*json_text_cases)
+def test_any_json_text_stays_valid_json_in_every_copy(
+    value: Any, indent: bool, max_bytes: int, key: str | None
+) -> None:
+    shaped, out = shape_json_text(value, indent, max_bytes, key)
+    assume(shaped is not None)  # a text within the budget is passed on untouched (tested above)
     (cut,) = shaped.cuts
     assert cut.mode == "records"
     kept = json.loads(out["content"][0]["text"])
     if key is not None:
         assert json.loads(out["structuredContent"][key]) == kept
     assert markers(out) == [out["content"][-1]["text"]]
-    assert shaped.over_budget or measured(out) <= max_bytes
+
+
+@json_text_settings
+@given(*json_text_cases)
+def test_a_shaped_json_text_is_within_its_byte_budget(
+    value: Any, indent: bool, max_bytes: int, key: str | None
+) -> None:
+    shaped, out = shape_json_text(value, indent, max_bytes, key)
+    assume(shaped is not None)
+    assert not shaped.over_budget  # nothing here has an outputSchema that could come first
+    assert measured(out) <= max_bytes
 
 
 @pytest.mark.parametrize("deep", ["[" * 3000 + "]" * 3000, '{"a":' * 5000 + "1" + "}" * 5000])
