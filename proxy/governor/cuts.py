@@ -79,8 +79,8 @@ def is_line_oriented(payload: bytes) -> bool:
         lines = lines[:-1]
     if len(lines) < _MIN_LINES:
         return False
-    blank = sum(1 for line in lines if not line.strip())
-    mean = sum(len(line) for line in lines) / len(lines)
+    blank = len(lines) - sum(map(bool, map(bytes.strip, lines)))
+    mean = sum(map(len, lines)) / len(lines)
     return mean <= _MAX_MEAN_LINE and blank <= _MAX_BLANK_SHARE * len(lines)
 
 

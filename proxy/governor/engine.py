@@ -28,8 +28,10 @@ from frugal_proxy.state.spill import Artifact, MemorySpillStore, SpillStore
 
 log = logging.getLogger("frugal_proxy.governor")
 
-# Results larger than this are measured and cut in a worker thread, off the event loop.
-THREAD_THRESHOLD = 256 * 1024
+# Results larger than this are measured and cut in a worker thread, off the event loop. Below it
+# the work (about a millisecond a MiB) costs less than the hand-off to a worker and back, which
+# on a busy machine waits for the thread to be scheduled and the loop to wake.
+THREAD_THRESHOLD = 2 * 1024 * 1024
 
 
 def iso_time(timestamp: float) -> str:

@@ -6,6 +6,8 @@ memory (a string with one character beyond Latin-1 takes two or four bytes per c
 Sans-IO and pure.
 
     read_result     a result's top-level fields and content blocks, in one pass
+    read_split      the same for an SDK structured result, its arrays split in that pass
+    text_block      a `{"type":"text","text":…}` block's fields, without a second scan
     object_fields   an object's fields, its arrays split into raw items in the same pass
     first_value     the first byte of an object's first value, read from its start
     string_payload  the UTF-8 bytes and character count of a JSON string, decoded piecewise
@@ -31,6 +33,9 @@ _Field = list[msgspec.Raw] | dict[str, msgspec.Raw] | str | int | float | bool |
 _fields = msgspec.json.Decoder(dict[str, _Field])
 
 SNIFF_BYTES = 512
+_TEXT_BLOCK = b'{"type":"text","text":"'
+_TEXT = msgspec.Raw(b'"text"')
+_TEXT_BLOCK_QUOTES = 64
 _FIRST_VALUE = re.compile(rb'\s*\{\s*"(?:[^"\\]|\\.)*"\s*:\s*(\S)')
 FIRST_KEY = re.compile(rb'\s*\{\s*"((?:[^"\\]|\\.)*)"\s*:\s*')
 _BACKSLASH = re.compile(rb"\\")
@@ -40,6 +45,9 @@ _UNICODE_ESCAPE = re.compile(rb"\\[u/]")
 # A JSON string is decoded a piece at a time beyond this size, so that its `str` never exists
 # whole; a piece ends where no escape sequence (at most 12 bytes: a surrogate pair) spans it.
 PIECE_BYTES = 1 << 16
+# An ASCII string is decoded in pieces this many times larger (256 KiB with the default):
+# its `str` takes one byte a character, four at most where `\u` escapes widen it.
+ASCII_PIECES = 4
 _ESCAPE_SPAN = 12
 _SPLIT_SEARCH = 4096
 
@@ -57,6 +65,55 @@ class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
 
 _envelope = msgspec.json.Decoder(_Envelope)
 _ENVELOPE_NAMES = tuple(field.encode_name for field in msgspec.structs.fields(_Envelope))
+
+
+class _SplitEnvelope(msgspec.Struct, forbid_unknown_fields=True):
+    """An SDK result whose structuredContent ends in an array: its arrays come out as raw items
+    in the same pass as the content blocks."""
+
+    content: list[msgspec.Raw] | UnsetType = UNSET
+    structuredContent: dict[str, _Field] | UnsetType = UNSET
+    isError: msgspec.Raw | UnsetType = UNSET
+
+
+_split_envelope = msgspec.json.Decoder(_SplitEnvelope)
+_encoder = msgspec.json.Encoder()
+_SPLIT_HEAD = b'{"content":['
+_SPLIT_KEY = b',"structuredContent":'
+_SPLIT_ENDS = (b"]}}", b']},"isError":false}', b']},"isError":true}')
+
+
+def read_split(result: bytes | msgspec.Raw) -> tuple[dict[str, msgspec.Raw], list[msgspec.Raw], dict[str, Any]] | None:
+    """`read_result` of an SDK result `{"content":[…],"structuredContent":{…,"k":[…]}[,"isError":…]}`
+    in one pass, with structuredContent's fields (its arrays as raw items) beside: the third
+    value. structuredContent's own bytes are found from the end of the result and checked
+    byte for byte against the encoding of the fields read. None for any other result."""
+    view = memoryview(result)
+    tail = bytes(view[-len(_SPLIT_ENDS[1]) - 1 :])
+    if bytes(view[: len(_SPLIT_HEAD)]) != _SPLIT_HEAD or not tail.endswith(_SPLIT_ENDS):
+        return None
+    try:
+        envelope = _split_envelope.decode(result)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+    blocks, fields = envelope.content, envelope.structuredContent
+    if isinstance(blocks, UnsetType) or isinstance(fields, UnsetType):
+        return None
+    encoded = _encoder.encode(fields)
+    end = len(view) - (1 if tail.endswith(b"]}}") else len(tail) - tail.index(b',"isError"'))
+    start = end - len(encoded)
+    # The encoding matches the bytes before the end only where they are structuredContent's
+    # own: a JSON value cannot hold a copy of itself deeper inside.
+    if start <= len(_SPLIT_HEAD) or bytes(view[start - len(_SPLIT_KEY) : start]) != _SPLIT_KEY:
+        return None
+    structured = msgspec.Raw(view[start:end])
+    if structured != msgspec.Raw(encoded):
+        return None
+    body = {"structuredContent": structured}  # in read_result's order: content last
+    if not isinstance(envelope.isError, UnsetType):
+        body["isError"] = envelope.isError
+    body["content"] = msgspec.Raw(b"[]")
+    return body, blocks, fields
 
 
 def first(raw: msgspec.Raw | bytes) -> bytes:
@@ -82,6 +139,26 @@ def read_result(result: bytes | msgspec.Raw) -> tuple[dict[str, msgspec.Raw], li
     return body, blocks  # type: ignore[return-value]
 
 
+def text_block(raw: msgspec.Raw) -> dict[str, msgspec.Raw] | None:
+    """A content block that is exactly `{"type":"text","text":"…"}` as its two fields, read from
+    its ends rather than scanned again: the text's quotes are few, each escaped (a JSON text
+    inside it, full of quotes, is left to a full decode: None, as for any other block)."""
+    view = memoryview(raw)
+    if len(view) > SNIFF_BYTES and bytes(view[: len(_TEXT_BLOCK)]) == _TEXT_BLOCK and bytes(view[-2:]) == b'"}':
+        body = bytes(view[len(_TEXT_BLOCK) : -2])
+        quote = body.find(b'"')
+        for _ in range(_TEXT_BLOCK_QUOTES):
+            if quote < 0:
+                return {"type": _TEXT, "text": msgspec.Raw(view[len(_TEXT_BLOCK) - 1 : -1])}
+            start = quote
+            while start > 0 and body[start - 1] == 0x5C:  # the backslashes before it
+                start -= 1
+            if (quote - start) % 2 == 0:  # an unescaped quote: the text ends before the block does
+                return None
+            quote = body.find(b'"', quote + 1)
+    return None
+
+
 def first_value(raw: bytes | msgspec.Raw) -> bytes:
     """The first byte of a JSON object's first value (b"" when there is none)."""
     head = _FIRST_VALUE.match(memoryview(raw)[:SNIFF_BYTES])
@@ -103,16 +180,75 @@ def object_fields(raw: bytes | msgspec.Raw, as_raw: Callable[[], dict[str, msgsp
 
 def string_payload(raw: msgspec.Raw | bytes, piece_bytes: int = PIECE_BYTES) -> tuple[bytes, int]:
     """The UTF-8 bytes of a raw JSON string and its length in characters (raises
-    msgspec.DecodeError on invalid UTF-8). An ASCII string without escapes is copied once; any
-    other is decoded a piece at a time into one buffer, so that no `str` of it exists whole."""
+    msgspec.DecodeError on invalid UTF-8). An ASCII string without escapes is copied once; an
+    ASCII one with escapes is decoded by msgspec in pieces of `ASCII_PIECES` × `piece_bytes`
+    (one piece for most: a `str` of it takes one byte a character unless `\\u` escapes
+    widen it); any other is decoded a piece at a time into one buffer, so that no `str` of it
+    exists whole."""
     view = memoryview(raw)
     body = view[1:-1]
-    if _BACKSLASH.search(body) is None:
-        payload = bytes(body)
-        if payload.isascii():
-            return payload, len(payload)
-        del payload
+    if _is_ascii(body, piece_bytes * ASCII_PIECES):
+        if _BACKSLASH.search(body) is None:
+            return bytes(body), len(body)
+        if len(body) <= piece_bytes * ASCII_PIECES:
+            return _decoded(_strings.decode(raw))
+        return _pieces(view, piece_bytes * ASCII_PIECES, _decode_piece)
+    if _UNICODE_ESCAPE.search(body) is None:
+        # The escapes left (\" \\ \b \f \n \r \t: msgspec has checked there are no others)
+        # mean the same to escape_decode, which works byte for byte, into one buffer.
+        payload = codecs.escape_decode(body)[0] if _BACKSLASH.search(body) else bytes(body)
+        chars = _utf8_chars(payload, piece_bytes)
+        if chars is not None:
+            return payload, chars
+        del payload  # invalid UTF-8: msgspec says what is wrong with it, below
+    return _pieces(view, piece_bytes, _unescape)
+
+
+def _is_ascii(body: memoryview, piece: int) -> bool:
+    """Whether a buffer is ASCII, checked a piece at a time (no copy of it whole)."""
+    return all(bytes(body[start : start + piece]).isascii() for start in range(0, len(body), piece))
+
+
+def _decoded(text: str) -> tuple[bytes, int]:
+    return text.encode("utf-8", "surrogatepass"), len(text)
+
+
+def _decode_piece(body: memoryview) -> tuple[bytes, int]:
+    quoted = bytearray(b'"')
+    quoted += body
+    quoted += b'"'
+    return _decoded(_strings.decode(quoted))
+
+
+def _utf8_chars(payload: bytes, piece_bytes: int) -> int | None:
+    """Characters in UTF-8 bytes, counted a piece at a time; None when they are not UTF-8."""
+    view = memoryview(payload)
+    chars = 0
+    start = 0
+    piece = max(4, piece_bytes)
+    while start < len(view):
+        end = min(len(view), start + piece)
+        while end < len(view) and view[end] & 0xC0 == 0x80:  # not inside a character
+            end -= 1
+        try:
+            chars += len(str(view[start:end], "utf-8"))
+        except UnicodeDecodeError:
+            return None
+        start = end
+    return chars
+
+
+def _pieces(
+    view: memoryview, piece_bytes: int, unescape: Callable[[memoryview], tuple[bytes, int]]
+) -> tuple[bytes, int]:
+    """A raw JSON string decoded a piece at a time into one buffer of its size (unescaping never
+    lengthens it): each piece ends where no escape sequence and no UTF-8 character spans it (or,
+    with escapes everywhere, the whole is decoded at once)."""
     out = io.BytesIO()
+    if len(view) > 2:  # sized once: no copy as it grows, and getvalue() hands the buffer over
+        out.seek(len(view) - 3)
+        out.write(b"\0")
+        out.seek(0)
     chars = 0
     start, end_of_body = 1, len(view) - 1
     while start < end_of_body:
@@ -120,13 +256,13 @@ def string_payload(raw: msgspec.Raw | bytes, piece_bytes: int = PIECE_BYTES) -> 
         if end < end_of_body:
             split = _split_point(view, start, end)
             if split is None:  # escapes everywhere: decode the whole string at once
-                text = _strings.decode(raw)
-                return text.encode("utf-8", "surrogatepass"), len(text)
+                return _decoded(_strings.decode(view))
             end = split
-        piece, count = _unescape(view[start:end])
+        piece, count = unescape(view[start:end])
         chars += count
         out.write(piece)
         start = end
+    out.truncate(out.tell())
     return out.getvalue(), chars
 
 

@@ -57,9 +57,13 @@ class Parts:
     """The result as read: its top-level fields, content blocks (each decoded on first use) and
     structuredContent. Read once per plan and never changed; `Output` holds the edits."""
 
-    def __init__(self, body: dict[str, msgspec.Raw], raw_blocks: list[msgspec.Raw]) -> None:
+    def __init__(
+        self, body: dict[str, msgspec.Raw], raw_blocks: list[msgspec.Raw], split: dict[str, Any] | None = None
+    ) -> None:
         self.body = body
         self.raw_blocks = raw_blocks
+        # structuredContent's fields with its arrays as raw items, when the read gave them.
+        self.split = split
         self._structured_payload: bytes | None = None
         self._texts: dict[int, Text] | None = None
         self._blocks: dict[int, dict[str, msgspec.Raw] | None] = {}
@@ -69,8 +73,9 @@ class Parts:
     def block(self, i: int) -> dict[str, msgspec.Raw] | None:
         """Content block `i` as an object (None when it is not one)."""
         if i not in self._blocks:
+            raw = self.raw_blocks[i]
             try:
-                self._blocks[i] = _object.decode(self.raw_blocks[i])
+                self._blocks[i] = lazy_json.text_block(raw) or _object.decode(raw)
             except msgspec.ValidationError:
                 self._blocks[i] = None
         return self._blocks[i]

@@ -139,13 +139,17 @@ def plan(result: bytes | msgspec.Raw, budget: Budget, schema: Any = None) -> Pla
     text blocks are shaped then."""
     if fits_at_a_glance(result, budget):
         return None
-    try:
-        body, blocks = lazy_json.read_result(result)
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        return None
-    if "resultType" in body and _any.decode(body["resultType"]) not in ("complete", None):
-        return None
-    parts = Parts(body, blocks)
+    split = lazy_json.read_split(result)
+    if split is not None:
+        parts = Parts(*split)
+    else:
+        try:
+            body, blocks = lazy_json.read_result(result)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return None
+        if "resultType" in body and _any.decode(body["resultType"]) not in ("complete", None):
+            return None
+        parts = Parts(body, blocks)
     made = _plan(parts, budget, schema if isinstance(schema, dict) else None, structured_whole=False)
     if made is not None and isinstance(schema, dict) and made.touches_structured:
         broken = schema_check.violations(made.structured_after(), schema)
@@ -213,16 +217,19 @@ def _kind_of(name: str, mime: str | None, payload: bytes) -> Kind:
 
 
 def _carrying_array(
-    raw: bytes | msgspec.Raw, as_raw: Callable[[], dict[str, msgspec.Raw]] | None = None
+    raw: bytes | msgspec.Raw,
+    as_raw: Callable[[], dict[str, msgspec.Raw]] | None = None,
+    fields: dict[str, Any] | None = None,
 ) -> Found | None:
-    """The array that carries a JSON value: the value itself, or its largest array field."""
+    """The array that carries a JSON value: the value itself, or its largest array field.
+    `fields`, when given, are the object's fields already read (lazy_json.read_split)."""
     start = _first(raw)
     try:
         if start == b"[":
             return None, None, _raws.decode(raw)
         if start != b"{":
             return None
-        container = lazy_json.object_fields(raw, as_raw)
+        container = fields if fields is not None else lazy_json.object_fields(raw, as_raw)
         arrays = [(_array_size(value), key) for key, value in container.items() if _is_array(value)]
         if not arrays:
             return None
@@ -255,7 +262,7 @@ def _groups(
     texts: dict[int, Text] | None = None
     if structured is not None and lazy_json.first_value(structured) == b'"':
         texts = parts.texts()  # first: structuredContent may be a copy of one of them
-    array = _carrying_array(structured, parts.fields) if structured is not None else None
+    array = _carrying_array(structured, parts.fields, parts.split) if structured is not None else None
     if structured is not None and array is not None and len(parts.raw_blocks) == len(array[2]) > 1:
         # One content block per item: the SDK's rendering of a list result.
         group = RecordsGroup(None, parts.structured_payload(), array)

@@ -16,6 +16,7 @@ denial lives exactly as long as the artifacts it points at.
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from collections import OrderedDict
@@ -82,6 +83,9 @@ class _Operator:
     used: int = 0
     expired: dict[str, float] = field(default_factory=dict)
     calls: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # No artifact expires and no expired id is forgotten before this: until then a look-up
+    # walks nothing (the artifacts are kept in use order, not expiry order).
+    next_due: float = math.inf
 
 
 class MemorySpillStore:
@@ -101,13 +105,24 @@ class MemorySpillStore:
 
     def _expire(self, state: _Operator) -> None:
         now = self.clock()
-        for artifact_id, artifact in list(state.artifacts.items()):
-            if artifact.expires_at <= now:
-                self._drop(state, artifact_id)
-                state.expired[artifact_id] = artifact.expires_at + artifact.ttl
+        if now < state.next_due:
+            return
+        due = [artifact for artifact in state.artifacts.values() if artifact.expires_at <= now]
+        for artifact in due:
+            self._drop(state, artifact.artifact_id)
+            state.expired[artifact.artifact_id] = artifact.expires_at + artifact.ttl
+        if due:
+            self._forget_calls(state)
         for artifact_id, forget_at in list(state.expired.items()):
             if forget_at <= now:
                 del state.expired[artifact_id]
+        state.next_due = min(
+            min((artifact.expires_at for artifact in state.artifacts.values()), default=math.inf),
+            min(state.expired.values(), default=math.inf),
+        )
+
+    def _forget_calls(self, state: _Operator) -> None:
+        """Forget the calls whose spill is no longer whole (some artifact expired or evicted)."""
         for call_key, ids in list(state.calls.items()):
             if any(i not in state.artifacts for i in ids):
                 del state.calls[call_key]
@@ -120,8 +135,12 @@ class MemorySpillStore:
         if len(payload) > self.quota_bytes:
             return None
         state = self._operator(operator)
+        evicted = False
         while state.artifacts and state.used + len(payload) > self.quota_bytes:
             self._drop(state, next(iter(state.artifacts)))
+            evicted = True
+        if evicted:
+            self._forget_calls(state)
         artifact = Artifact(
             artifact_id="art_" + secrets.token_urlsafe(24),
             operator=operator,
@@ -132,6 +151,7 @@ class MemorySpillStore:
         )
         state.artifacts[artifact.artifact_id] = artifact
         state.used += artifact.size
+        state.next_due = min(state.next_due, artifact.expires_at)
         return artifact
 
     async def attach(self, artifact: Artifact, receipt: OmissionReceipt) -> None:

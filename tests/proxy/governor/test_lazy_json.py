@@ -66,3 +66,76 @@ def test_a_large_multibyte_string_never_exists_whole_as_str() -> None:
     assert payload == text.encode() and chars == len(text)
     # The payload (with its buffer's slack) and one piece, not a str of two or four bytes a character.
     assert peak <= 1.25 * len(payload) + 8 * lazy_json.PIECE_BYTES, peak / len(payload)
+
+
+def _raw_view(value: object) -> object:
+    """A value read by lazy_json with every raw part as its JSON text, for comparing reads."""
+    if isinstance(value, msgspec.Raw):
+        return ("raw", bytes(value))
+    if isinstance(value, dict):
+        return {key: _raw_view(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_raw_view(item) for item in value]
+    return value
+
+
+scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20)
+items = st.dictionaries(st.sampled_from(["id", "title", "a"]), scalars, max_size=3) | scalars
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    fields=st.dictionaries(st.sampled_from(["result", "count", "note"]), scalars | st.lists(items), max_size=3),
+    array=st.lists(items, max_size=6),
+    blocks=st.integers(0, 3),
+    is_error=st.sampled_from([None, True, False]),
+    spaced=st.booleans(),
+)
+def test_the_one_pass_structured_read_equals_the_general_one_or_declines(
+    fields: dict[str, object], array: list[object], blocks: int, is_error: bool | None, spaced: bool
+) -> None:
+    structured = {key: value for key, value in fields.items() if key != "result"}
+    structured["result"] = array  # an array last, as the SDK's list result has it
+    result: dict[str, object] = {"content": [{"type": "text", "text": json.dumps(i)} for i in array[:blocks]]}
+    result["structuredContent"] = structured
+    if is_error is not None:
+        result["isError"] = is_error
+    raw = json.dumps(result, separators=(", ", ": ") if spaced else (",", ":"), ensure_ascii=False).encode()
+    split = lazy_json.read_split(raw)
+    if spaced:
+        assert split is None  # not the compact bytes it checks against
+        return
+    body, raw_blocks = lazy_json.read_result(raw)
+    if split is None:  # only where re-encoding the fields would change their bytes (floats, escapes)
+        assert msgspec.json.encode(lazy_json.object_fields(body["structuredContent"], None)) != bytes(
+            body["structuredContent"]
+        )
+        return
+    split_body, split_blocks, split_fields = split
+    assert _raw_view(split_body) == _raw_view(body) and list(split_body) == list(body)
+    assert _raw_view(split_blocks) == _raw_view(raw_blocks)
+    general = lazy_json.object_fields(body["structuredContent"], None)  # raw values after a string
+    assert msgspec.json.encode(split_fields) == msgspec.json.encode(general)
+    for key, value in general.items():
+        if isinstance(value, msgspec.Raw) and lazy_json.first(value) == b"[":
+            value = lazy_json.raws.decode(value)
+        if isinstance(value, list):
+            assert _raw_view(split_fields[key]) == _raw_view(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.text(alphabet=st.sampled_from(list('ab "\\\n\té東')), min_size=600, max_size=900),
+    extra=st.sampled_from([None, {"x": 'y"z'}, {"annotations": None}]),
+)
+def test_a_text_block_read_from_its_ends_equals_the_block_decoded(text: str, extra: dict[str, object] | None) -> None:
+    block = msgspec.Raw(msgspec.json.encode({"type": "text", "text": text, **(extra or {})}))
+    fields = lazy_json.text_block(block)
+    if extra is not None:
+        assert fields is None  # the text does not end the block
+        return
+    decoded = lazy_json.objects.decode(block)
+    if fields is None:  # only a text with more quotes than it walks
+        assert bytes(decoded["text"])[1:-1].count(b'"') >= 64
+        return
+    assert _raw_view(fields) == _raw_view(decoded)
