@@ -181,7 +181,7 @@ def object_fields(raw: bytes | msgspec.Raw, as_raw: Callable[[], dict[str, msgsp
 def string_payload(raw: msgspec.Raw | bytes, piece_bytes: int = PIECE_BYTES) -> tuple[bytes, int]:
     """The UTF-8 bytes of a raw JSON string and its length in characters (raises
     msgspec.DecodeError on invalid UTF-8). An ASCII string without escapes is copied once; an
-    ASCII one with escapes is decoded by msgspec in pieces of `ASCII_PIECES` × `piece_bytes`
+    ASCII one with escapes is decoded by msgspec in pieces of `ASCII_PIECES` times `piece_bytes`
     (one piece for most: a `str` of it takes one byte a character unless `\\u` escapes
     widen it); any other is decoded a piece at a time into one buffer, so that no `str` of it
     exists whole."""

@@ -79,7 +79,8 @@ def _raw_view(value: object) -> object:
     return value
 
 
-scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20)
+numbers = st.integers(-(2**70), 2**70) | st.floats(allow_nan=False, allow_infinity=False)
+scalars = st.none() | st.booleans() | numbers | st.text(max_size=20)
 items = st.dictionaries(st.sampled_from(["id", "title", "a"]), scalars, max_size=3) | scalars
 
 
