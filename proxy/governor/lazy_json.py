@@ -7,6 +7,7 @@ Sans-IO and pure.
 
     read_result     a result's top-level fields and content blocks, in one pass
     read_split      the same for an SDK structured result, its arrays split in that pass
+    read_string_result  the same for an SDK string result, found from its length, unscanned
     text_block      a `{"type":"text","text":…}` block's fields, without a second scan
     object_fields   an object's fields, its arrays split into raw items in the same pass
     first_value     the first byte of an object's first value, read from its start
@@ -36,6 +37,10 @@ SNIFF_BYTES = 512
 _TEXT_BLOCK = b'{"type":"text","text":"'
 _TEXT = msgspec.Raw(b'"text"')
 _TEXT_BLOCK_QUOTES = 64
+_STRING_HEAD = b'{"content":[' + _TEXT_BLOCK
+_STRING_KEY = b'{"result":"'
+_STRING_MIDDLE = b'"}],"structuredContent":' + _STRING_KEY
+_STRING_ENDS = (b'"}}', b'"},"isError":false}', b'"},"isError":true}')
 _FIRST_VALUE = re.compile(rb'\s*\{\s*"(?:[^"\\]|\\.)*"\s*:\s*(\S)')
 FIRST_KEY = re.compile(rb'\s*\{\s*"((?:[^"\\]|\\.)*)"\s*:\s*')
 _BACKSLASH = re.compile(rb"\\")
@@ -109,7 +114,8 @@ def read_split(result: bytes | msgspec.Raw) -> tuple[dict[str, msgspec.Raw], lis
     structured = msgspec.Raw(view[start:end])
     if structured != msgspec.Raw(encoded):
         return None
-    body = {"structuredContent": structured}  # in read_result's order: content last
+    body = {"structuredContent": msgspec.Raw(encoded)}  # the same bytes, its own: the spill keeps them
+    del structured  # (and no view of the whole result is held)
     if not isinstance(envelope.isError, UnsetType):
         body["isError"] = envelope.isError
     body["content"] = msgspec.Raw(b"[]")
@@ -144,19 +150,53 @@ def text_block(raw: msgspec.Raw) -> dict[str, msgspec.Raw] | None:
     its ends rather than scanned again: the text's quotes are few, each escaped (a JSON text
     inside it, full of quotes, is left to a full decode: None, as for any other block)."""
     view = memoryview(raw)
-    if len(view) > SNIFF_BYTES and bytes(view[: len(_TEXT_BLOCK)]) == _TEXT_BLOCK and bytes(view[-2:]) == b'"}':
-        body = bytes(view[len(_TEXT_BLOCK) : -2])
-        quote = body.find(b'"')
-        for _ in range(_TEXT_BLOCK_QUOTES):
-            if quote < 0:
-                return {"type": _TEXT, "text": msgspec.Raw(view[len(_TEXT_BLOCK) - 1 : -1])}
-            start = quote
-            while start > 0 and body[start - 1] == 0x5C:  # the backslashes before it
-                start -= 1
-            if (quote - start) % 2 == 0:  # an unescaped quote: the text ends before the block does
-                return None
-            quote = body.find(b'"', quote + 1)
+    start = len(_TEXT_BLOCK)
+    if len(view) > SNIFF_BYTES and bytes(view[:start]) == _TEXT_BLOCK and bytes(view[-2:]) == b'"}':
+        if _one_string_body(bytes(view[start:-2])):
+            return {"type": _TEXT, "text": msgspec.Raw(view[start - 1 : -1])}
     return None
+
+
+def read_string_result(result: bytes | msgspec.Raw) -> tuple[dict[str, msgspec.Raw], list[msgspec.Raw]] | None:
+    """`read_result` of the SDK's string result, `{"content":[{"type":"text","text":"T"}],
+    "structuredContent":{"result":"T"}[,"isError":…]}`, without scanning it: the two copies of
+    T are found from the result's length, compared byte for byte, and walked for a quote that
+    would end T early. None for any other result (or a T with many quotes: JSON text)."""
+    view = memoryview(result)
+    tail = bytes(view[-len(_STRING_ENDS[1]) :])
+    end = next((len(view) - len(ending) for ending in _STRING_ENDS if tail.endswith(ending)), None)
+    if end is None or len(view) < 2 * SNIFF_BYTES or bytes(view[: len(_STRING_HEAD)]) != _STRING_HEAD:
+        return None
+    size, odd = divmod(end - len(_STRING_HEAD) - len(_STRING_MIDDLE), 2)
+    first = len(_STRING_HEAD)
+    second = first + size + len(_STRING_MIDDLE)
+    if odd or bytes(view[first + size : second]) != _STRING_MIDDLE:
+        return None
+    text, copy = msgspec.Raw(view[first - 1 : first + size + 1]), msgspec.Raw(view[second - 1 : end + 1])
+    if text != copy or not _one_string_body(bytes(view[first : first + size])):
+        return None
+    # the JSON of the other fields is read as ever; the texts are left for string_payload
+    body = {"structuredContent": msgspec.Raw(view[second - len(_STRING_KEY) : end + 2])}
+    if end + 2 < len(view) - 1:
+        body["isError"] = msgspec.Raw(view[end + 2 + len(b',"isError":') : -1])
+    body["content"] = msgspec.Raw(b"[]")
+    return body, [msgspec.Raw(view[1 + len(b'"content":[') : first + size + 2])]
+
+
+def _one_string_body(body: bytes) -> bool:
+    """Whether the bytes between two quotes hold no quote that is not escaped, found within
+    `_TEXT_BLOCK_QUOTES` looks (prose and logs have few quotes; a JSON text has many)."""
+    quote = body.find(b'"')
+    for _ in range(_TEXT_BLOCK_QUOTES):
+        if quote < 0:
+            return True
+        start = quote
+        while start > 0 and body[start - 1] == 0x5C:  # the backslashes before it
+            start -= 1
+        if (quote - start) % 2 == 0:  # an unescaped quote: the string ends before the block does
+            return False
+        quote = body.find(b'"', quote + 1)
+    return False
 
 
 def first_value(raw: bytes | msgspec.Raw) -> bytes:

@@ -140,8 +140,11 @@ def plan(result: bytes | msgspec.Raw, budget: Budget, schema: Any = None) -> Pla
     if fits_at_a_glance(result, budget):
         return None
     split = lazy_json.read_split(result)
+    string = lazy_json.read_string_result(result) if split is None else None
     if split is not None:
         parts = Parts(*split)
+    elif string is not None:
+        parts = Parts(*string)
     else:
         try:
             body, blocks = lazy_json.read_result(result)
