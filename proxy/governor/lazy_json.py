@@ -50,9 +50,9 @@ _UNICODE_ESCAPE = re.compile(rb"\\[u/]")
 # A JSON string is decoded a piece at a time beyond this size, so that its `str` never exists
 # whole; a piece ends where no escape sequence (at most 12 bytes: a surrogate pair) spans it.
 PIECE_BYTES = 1 << 16
-# An ASCII string is decoded in pieces this many times larger (256 KiB with the default):
+# An ASCII string is decoded in pieces this many times larger (128 KiB with the default):
 # its `str` takes one byte a character, four at most where `\u` escapes widen it.
-ASCII_PIECES = 4
+ASCII_PIECES = 2
 _ESCAPE_SPAN = 12
 _SPLIT_SEARCH = 4096
 
@@ -88,11 +88,13 @@ _SPLIT_KEY = b',"structuredContent":'
 _SPLIT_ENDS = (b"]}}", b']},"isError":false}', b']},"isError":true}')
 
 
-def read_split(result: bytes | msgspec.Raw) -> tuple[dict[str, msgspec.Raw], list[msgspec.Raw], dict[str, Any]] | None:
+def read_split(
+    result: bytes | msgspec.Raw,
+) -> tuple[dict[str, msgspec.Raw], list[msgspec.Raw], dict[str, Any], bytes] | None:
     """`read_result` of an SDK result `{"content":[…],"structuredContent":{…,"k":[…]}[,"isError":…]}`
-    in one pass, with structuredContent's fields (its arrays as raw items) beside: the third
-    value. structuredContent's own bytes are found from the end of the result and checked
-    byte for byte against the encoding of the fields read. None for any other result."""
+    in one pass, with structuredContent's fields (its arrays as raw items) and its bytes
+    beside. Those bytes are the fields encoded again, checked byte for byte against the end
+    of the result. None for any other result."""
     view = memoryview(result)
     tail = bytes(view[-len(_SPLIT_ENDS[1]) - 1 :])
     if bytes(view[: len(_SPLIT_HEAD)]) != _SPLIT_HEAD or not tail.endswith(_SPLIT_ENDS):
@@ -119,7 +121,7 @@ def read_split(result: bytes | msgspec.Raw) -> tuple[dict[str, msgspec.Raw], lis
     if not isinstance(envelope.isError, UnsetType):
         body["isError"] = envelope.isError
     body["content"] = msgspec.Raw(b"[]")
-    return body, blocks, fields
+    return body, blocks, fields, encoded
 
 
 def first(raw: msgspec.Raw | bytes) -> bytes:

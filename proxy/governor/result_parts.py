@@ -58,13 +58,18 @@ class Parts:
     structuredContent. Read once per plan and never changed; `Output` holds the edits."""
 
     def __init__(
-        self, body: dict[str, msgspec.Raw], raw_blocks: list[msgspec.Raw], split: dict[str, Any] | None = None
+        self,
+        body: dict[str, msgspec.Raw],
+        raw_blocks: list[msgspec.Raw],
+        split: dict[str, Any] | None = None,
+        structured_payload: bytes | None = None,
     ) -> None:
         self.body = body
         self.raw_blocks = raw_blocks
-        # structuredContent's fields with its arrays as raw items, when the read gave them.
+        # structuredContent's fields with its arrays as raw items, and its bytes, when the read
+        # gave them (lazy_json.read_split).
         self.split = split
-        self._structured_payload: bytes | None = None
+        self._structured_payload = structured_payload
         self._texts: dict[int, Text] | None = None
         self._blocks: dict[int, dict[str, msgspec.Raw] | None] = {}
         self.structured: msgspec.Raw | None = body.get("structuredContent")

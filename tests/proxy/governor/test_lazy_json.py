@@ -111,7 +111,8 @@ def test_the_one_pass_structured_read_equals_the_general_one_or_declines(
         structured_bytes = bytes(body["structuredContent"])
         assert msgspec.json.encode(msgspec.json.decode(structured_bytes)) != structured_bytes
         return
-    split_body, split_blocks, split_fields = split
+    split_body, split_blocks, split_fields, payload = split
+    assert payload == bytes(body["structuredContent"])
     assert _raw_view(split_body) == _raw_view(body) and list(split_body) == list(body)
     assert _raw_view(split_blocks) == _raw_view(raw_blocks)
     general = lazy_json.object_fields(body["structuredContent"], None)  # raw values after a string
