@@ -37,6 +37,7 @@ SNIFF_BYTES = 512
 _TEXT_BLOCK = b'{"type":"text","text":"'
 _TEXT = msgspec.Raw(b'"text"')
 _TEXT_BLOCK_QUOTES = 64
+_WALK_BYTES = 1 << 20
 _STRING_HEAD = b'{"content":[' + _TEXT_BLOCK
 _STRING_KEY = b'{"result":"'
 _STRING_MIDDLE = b'"}],"structuredContent":' + _STRING_KEY
@@ -154,7 +155,7 @@ def text_block(raw: msgspec.Raw) -> dict[str, msgspec.Raw] | None:
     view = memoryview(raw)
     start = len(_TEXT_BLOCK)
     if len(view) > SNIFF_BYTES and bytes(view[:start]) == _TEXT_BLOCK and bytes(view[-2:]) == b'"}':
-        if _one_string_body(bytes(view[start:-2])):
+        if _one_string_body(view[start:-2]):
             return {"type": _TEXT, "text": msgspec.Raw(view[start - 1 : -1])}
     return None
 
@@ -175,7 +176,7 @@ def read_string_result(result: bytes | msgspec.Raw) -> tuple[dict[str, msgspec.R
     if odd or bytes(view[first + size : second]) != _STRING_MIDDLE:
         return None
     text, copy = msgspec.Raw(view[first - 1 : first + size + 1]), msgspec.Raw(view[second - 1 : end + 1])
-    if text != copy or not _one_string_body(bytes(view[first : first + size])):
+    if text != copy or not _one_string_body(view[first : first + size]):
         return None
     # the JSON of the other fields is read as ever; the texts are left for string_payload
     body = {"structuredContent": msgspec.Raw(view[second - len(_STRING_KEY) : end + 2])}
@@ -185,20 +186,25 @@ def read_string_result(result: bytes | msgspec.Raw) -> tuple[dict[str, msgspec.R
     return body, [msgspec.Raw(view[1 + len(b'"content":[') : first + size + 2])]
 
 
-def _one_string_body(body: bytes) -> bool:
+def _one_string_body(view: memoryview) -> bool:
     """Whether the bytes between two quotes hold no quote that is not escaped, found within
-    `_TEXT_BLOCK_QUOTES` looks (prose and logs have few quotes; a JSON text has many)."""
-    quote = body.find(b'"')
-    for _ in range(_TEXT_BLOCK_QUOTES):
-        if quote < 0:
-            return True
-        start = quote
-        while start > 0 and body[start - 1] == 0x5C:  # the backslashes before it
-            start -= 1
-        if (quote - start) % 2 == 0:  # an unescaped quote: the string ends before the block does
-            return False
-        quote = body.find(b'"', quote + 1)
-    return False
+    `_TEXT_BLOCK_QUOTES` looks (prose and logs have few quotes; a JSON text has many). Read in
+    pieces, so that no copy of a large text is made."""
+    looks = 0
+    for low in range(0, len(view), _WALK_BYTES):
+        piece = bytes(view[low : low + _WALK_BYTES])
+        quote = piece.find(b'"')
+        while quote >= 0:
+            looks += 1
+            if looks > _TEXT_BLOCK_QUOTES:
+                return False
+            start = low + quote
+            while start > 0 and view[start - 1] == 0x5C:  # the backslashes before it
+                start -= 1
+            if (low + quote - start) % 2 == 0:  # not escaped: the string ends before the block does
+                return False
+            quote = piece.find(b'"', quote + 1)
+    return True
 
 
 def first_value(raw: bytes | msgspec.Raw) -> bytes:
