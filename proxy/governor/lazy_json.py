@@ -51,9 +51,11 @@ _UNICODE_ESCAPE = re.compile(rb"\\[u/]")
 # A JSON string is decoded a piece at a time beyond this size, so that its `str` never exists
 # whole; a piece ends where no escape sequence (at most 12 bytes: a surrogate pair) spans it.
 PIECE_BYTES = 1 << 16
-# An ASCII string is decoded in pieces this many times larger (128 KiB with the default):
-# its `str` takes one byte a character, four at most where `\u` escapes widen it.
-ASCII_PIECES = 2
+# An ASCII string is decoded whole up to ASCII_WHOLE times PIECE_BYTES (1 MiB), beyond that in
+# pieces ASCII_PIECES times larger (256 KiB): its `str` takes one byte a character, four at
+# most where `\u` escapes widen it.
+ASCII_WHOLE = 16
+ASCII_PIECES = 4
 _ESCAPE_SPAN = 12
 _SPLIT_SEARCH = 4096
 
@@ -229,16 +231,16 @@ def object_fields(raw: bytes | msgspec.Raw, as_raw: Callable[[], dict[str, msgsp
 def string_payload(raw: msgspec.Raw | bytes, piece_bytes: int = PIECE_BYTES) -> tuple[bytes, int]:
     """The UTF-8 bytes of a raw JSON string and its length in characters (raises
     msgspec.DecodeError on invalid UTF-8). An ASCII string without escapes is copied once; an
-    ASCII one with escapes is decoded by msgspec in pieces of `ASCII_PIECES` times `piece_bytes`
-    (one piece for most: a `str` of it takes one byte a character unless `\\u` escapes
-    widen it); any other is decoded a piece at a time into one buffer, so that no `str` of it
+    ASCII one with escapes is decoded by msgspec, whole up to `ASCII_WHOLE` times `piece_bytes`
+    and in pieces of `ASCII_PIECES` times that beyond (a `str` of it takes one byte a character
+    unless `\\u` escapes widen it); any other is decoded a piece at a time into one buffer, so that no `str` of it
     exists whole."""
     view = memoryview(raw)
     body = view[1:-1]
     if _is_ascii(body, piece_bytes * ASCII_PIECES):
         if _BACKSLASH.search(body) is None:
             return bytes(body), len(body)
-        if len(body) <= piece_bytes * ASCII_PIECES:
+        if len(body) <= piece_bytes * ASCII_WHOLE:
             return _decoded(_strings.decode(raw))
         return _pieces(view, piece_bytes * ASCII_PIECES, _decode_piece)
     if _UNICODE_ESCAPE.search(body) is None:
