@@ -89,3 +89,30 @@ async def test_a_remembered_call_lives_exactly_as_long_as_its_artifacts() -> Non
     await store.remember("local", "call", [again.artifact_id])
     clock.now += 60
     assert await store.recall("local", "call") == []
+
+
+async def test_artifacts_of_different_ttls_expire_each_at_its_own_time() -> None:
+    # The store skips its expiry walk until the earliest due time: each artifact (and each
+    # remembered expired id) must still go exactly when it is due, whatever the order of puts.
+    clock = Clock()
+    store = MemorySpillStore(clock=clock)
+    late = await store.put("local", b"late", "sha", 300)
+    early = await store.put("local", b"early", "sha", 30)
+    middle = await store.put("local", b"middle", "sha", 120)
+    assert late is not None and early is not None and middle is not None
+    await store.remember("local", "call", [late.artifact_id, middle.artifact_id])
+    clock.now += 31
+    with pytest.raises(ArtifactExpired):
+        await store.get("local", early.artifact_id)
+    assert await store.get("local", middle.artifact_id) is middle
+    assert await store.recall("local", "call") == [late, middle]
+    clock.now += 90  # 121 s: the middle one is due, and the early id is forgotten at 60 s
+    with pytest.raises(ArtifactExpired):
+        await store.get("local", middle.artifact_id)
+    with pytest.raises(UnknownArtifact):
+        await store.get("local", early.artifact_id)
+    assert await store.recall("local", "call") == []
+    assert await store.get("local", late.artifact_id) is late
+    clock.now += 180  # 301 s
+    with pytest.raises(ArtifactExpired):
+        await store.get("local", late.artifact_id)
