@@ -3,7 +3,10 @@
 Scanning a large tools/call result once with msgspec costs about two thirds of hashing it once
 with sha256, so every extra pass shows in the governor's latency, and every whole-payload `str` in its
 memory (a string with one character beyond Latin-1 takes two or four bytes per character).
-Sans-IO and pure.
+A result reaches the governor already read by msgspec once (the frame decode, or the encode of
+frugal__shape_result's envelope), which checked its syntax and escapes; so the readers that
+find a value by its bytes alone (read_string_result, text_block) need not scan it again, and a
+string without `\\u` escapes can be unescaped byte for byte. Sans-IO and pure.
 
     read_result     a result's top-level fields and content blocks, in one pass
     read_split      the same for an SDK structured result, its arrays split in that pass
