@@ -100,6 +100,7 @@ class UpstreamLink:
         self.hub = ListenHub(downstream.send, self._subscribe_upstream, self._unsubscribe_upstream)
         self._init_lock = anyio.Lock()
         self._declared: dict[str, Any] | None = None  # what the proxy's own initialize declared
+        self._covered_for: dict[str, Any] | None = None  # the last client declaration it covered
         self._legacy_uris: set[str] = set()
         self._legacy_listen: anyio.CancelScope | None = None
         self._legacy_heard = anyio.Event()  # the legacy client's listen stream was acknowledged or refused
@@ -238,9 +239,10 @@ class UpstreamLink:
         upstream = self.upstream
         if upstream.era != "legacy":
             return
-        wanted = bridged_capabilities(client.capabilities) if client is not None and client.modern else {}
-        if upstream.session_open and (self._declared is None or covers(self._declared, wanted)):
+        declared_by = client.capabilities if client is not None and client.modern else None
+        if upstream.session_open and self._covered(declared_by):
             return
+        wanted = bridged_capabilities(declared_by) if declared_by is not None else {}
         # Not `initialize_params`: they are set as soon as an initialize is under way, and a
         # request sent before it is answered would reach a server with no session.
         async with self._init_lock:
@@ -268,6 +270,20 @@ class UpstreamLink:
                     f"upstream {upstream.name!r} refused initialize: {problem[1]}", jsonrpc.INTERNAL_ERROR
                 )
             self._declared = declared
+            self._covered_for = None
+
+    def _covered(self, declared_by: dict[str, Any] | None) -> bool:
+        """Whether the upstream's session covers what a client declared (None: a session-era
+        client, whose own initialize it is). The last declaration found covered is kept, so that
+        the requests of a client that declares the same each time cost one comparison here."""
+        if declared_by is None or self._declared is None:
+            return True
+        if declared_by is self._covered_for or declared_by == self._covered_for:
+            return True
+        if not covers(self._declared, bridged_capabilities(declared_by)):
+            return False
+        self._covered_for = declared_by
+        return True
 
     async def describe_for_modern(self, client: Client | None = None) -> dict[str, Any]:
         """This upstream's part of a `server/discover` result (for `client`, the request's)."""

@@ -83,8 +83,26 @@ def decode_frames(line: bytes | bytearray) -> tuple[list[Frame], bool]:
     JSON-RPC message (or an empty batch) or that breaks a limit (`limits.check`), with the id
     when it can be read.
     """
+    frames, is_batch, _ = _decode(line)
+    return frames, is_batch
+
+
+def read_line(line: bytes | bytearray) -> tuple[list[Frame], bool]:
+    """`decode_frames` and `check_frame` of every frame in one: each envelope is read from the
+    limits check's own decode of the line, not decoded again. Raises MessageError as they do."""
+    frames, is_batch, value = _decode(line)
+    if value is limits.UNREAD:
+        for frame in frames:
+            check_frame(frame)
+    else:
+        for frame, message in zip(frames, value if is_batch else [value], strict=True):
+            _check_message(frame, message)
+    return frames, is_batch
+
+
+def _decode(line: bytes | bytearray) -> tuple[list[Frame], bool, Any]:
     try:
-        limits.check(line)
+        value = limits.checked(line)
     except limits.LineRefused as exc:
         raise _refusal(line, exc) from None
     is_batch = _first_byte(line) == ord("[")
@@ -96,7 +114,26 @@ def decode_frames(line: bytes | bytearray) -> tuple[list[Frame], bool]:
         raise MessageError(PARSE_ERROR, f"not valid JSON: {exc}") from None
     if is_batch and not frames:
         raise MessageError(INVALID_REQUEST, "empty batch")
-    return frames, is_batch
+    return frames, is_batch, value
+
+
+def _check_message(frame: Frame, message: dict[str, Any]) -> None:
+    """`check_frame` for a frame whose whole message is decoded already (every value in it is
+    one msgspec can hold, or the line would have been refused)."""
+    ident = message.get("id")
+    known_id = ident if _is_id(ident) else None
+    if message.get("jsonrpc") != "2.0":
+        raise MessageError(INVALID_REQUEST, 'missing "jsonrpc": "2.0"', known_id)
+    has_method = "method" in frame
+    if has_method == ("result" in frame or "error" in frame):
+        raise MessageError(INVALID_REQUEST, "a message needs either a method or a result/error", known_id)
+    if has_method and not isinstance(message["method"], str):
+        raise MessageError(INVALID_REQUEST, "method must be a string", known_id)
+    if "id" in frame:
+        if ident is not None and known_id is None:
+            raise MessageError(INVALID_REQUEST, "id must be a string or an integer")
+        if ident is None and has_method:
+            raise MessageError(INVALID_REQUEST, "a request id must not be null")
 
 
 _array_decoder = msgspec.json.Decoder(list[msgspec.Raw])

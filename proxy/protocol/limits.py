@@ -16,7 +16,8 @@ as bytes before msgspec builds anything from it:
 
 Each check is linear and runs at C speed: counting, `bytes.translate` and `bytes.replace` for the
 nesting (a Python loop over a large line would cost more than the decode it protects), and
-msgspec's own full decode for the values. Sans-IO.
+msgspec's own full decode for the values, which `checked` hands back so that the envelope
+(`jsonrpc`, `id`, `method`) is read from it instead of being decoded again. Sans-IO.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import array
 import codecs
 import re
 from itertools import accumulate
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -57,13 +58,24 @@ class LineRefused(ValueError):
 
 def check(line: bytes | bytearray) -> None:
     """Raise LineRefused unless the line keeps every limit above."""
+    checked(line)
+
+
+# What `checked` returns for a line too long to be decoded whole: its values were not read.
+UNREAD: Final = object()
+
+
+def checked(line: bytes | bytearray) -> Any:
+    """The line's JSON value, fully decoded by the check itself (so that a caller need not decode
+    what it reads of it again), or `UNREAD` for a line over `FULL_CHECK_BYTES`, which is checked
+    for nesting and UTF-8 only. Raises LineRefused unless the line keeps every limit above."""
     if too_deep(line):
         raise LineRefused(DEPTH_MESSAGE)
     if len(line) > FULL_CHECK_BYTES:
         _check_utf8(line)
-        return
+        return UNREAD
     try:
-        _validator.decode(line)
+        return _validator.decode(line)
     except msgspec.ValidationError as exc:
         raise LineRefused(value_message(exc)) from None
     except msgspec.DecodeError as exc:

@@ -180,8 +180,9 @@ class Router:
         await self._on_frame(frame)
 
     async def _bad_line(self, event: BadLine) -> None:
-        if event.elements is not None and self.client.protocol_version == eras.BATCH_VERSION:
-            self._tg.start_soon(self._serve_batch, event.elements)  # each bad element answered alone
+        elements = event.elements() if self.client.protocol_version == eras.BATCH_VERSION else None
+        if elements is not None:
+            self._tg.start_soon(self._serve_batch, elements)  # each bad element answered alone
             return
         log.warning(
             "client sent a bad message",

@@ -50,13 +50,20 @@ class Frames:
 @dataclass(frozen=True, slots=True)
 class BadLine:
     """A line that is not a usable message; `error` says which JSON-RPC error answers it.
-    For a batch that can be taken apart, `elements` holds it element by element (each a frame
+    For a batch that can be taken apart, `elements()` gives it element by element (each a frame
     or the error answering it alone), for a reader whose revision answers batches that way."""
 
     error: jsonrpc.MessageError
     size: int
     preview: str
-    elements: list[Frame | jsonrpc.MessageError] | None = None
+    line: bytes | bytearray = b""  # the line as read (empty for one over the cap, which is not kept)
+
+    def elements(self) -> list[Frame | jsonrpc.MessageError] | None:
+        """The line as a batch taken element by element, or None when it is not one that can
+        be split; worked out only when asked (only 2025-03-26 answers batch elements alone)."""
+        if self.error.code == jsonrpc.PARSE_ERROR or not self.line:
+            return None
+        return jsonrpc.split_batch(self.line)
 
 
 Event = Frames | BadLine
@@ -90,12 +97,9 @@ class FrameReader:
             error = jsonrpc.MessageError(jsonrpc.INVALID_REQUEST, message, ident, reply=reply)
             return BadLine(error, line.size, "")
         try:
-            frames, batch = jsonrpc.decode_frames(line)
-            for frame in frames:
-                jsonrpc.check_frame(frame)
+            frames, batch = jsonrpc.read_line(line)
         except jsonrpc.MessageError as exc:
-            elements = jsonrpc.split_batch(line) if exc.code != jsonrpc.PARSE_ERROR else None
-            return BadLine(exc, len(line), _preview(line), elements)
+            return BadLine(exc, len(line), _preview(line), line)
         return Frames(frames, batch, len(line))
 
 

@@ -97,6 +97,21 @@ async def test_modern_to_legacy_declares_what_the_client_declared_and_widens_for
     assert upstream.methods().count("tools/list") == 4
 
 
+async def test_a_declaration_found_covered_is_remembered_but_never_hides_a_wider_one() -> None:
+    """The link keeps the last declaration its session covered, so that a client declaring the
+    same each time costs a comparison; one that declares more still widens the session."""
+    upstream = FakeUpstream(era="legacy")
+    sent = params(_meta=MODERN_META)
+    async with link_to(upstream, Client("modern")) as link:
+        for _ in range(3):
+            await link.forward("tools/list", sent, Client("modern", {"sampling": {}}), None)
+        await link.forward("tools/list", sent, Client("modern", {"sampling": {}, "elicitation": {"url": {}}}), None)
+        await link.forward("tools/list", sent, Client("modern", {"sampling": {}}), None)
+    declared = [call.params["capabilities"] for call in upstream.calls if call.method == "initialize"]
+    assert declared == [{"sampling": {}}, {"sampling": {}, "elicitation": {"url": {}}}]
+    assert upstream.methods().count("tools/list") == 5
+
+
 async def test_modern_to_legacy_turns_a_server_request_into_input_required() -> None:
     upstream = FakeUpstream(era="legacy")
 

@@ -69,6 +69,43 @@ def test_malformed_messages_are_invalid_requests(line: bytes, ident: object) -> 
     assert caught.value.code == jsonrpc.INVALID_REQUEST and caught.value.request_id == ident
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"id":1,"method":"ping"}',
+        b'{"jsonrpc":"2.0","id":1}',
+        b'{"jsonrpc":"2.0","id":1,"method":"ping","result":{}}',
+        b'{"jsonrpc":"2.0","id":true,"method":"ping"}',
+        b'{"jsonrpc":"2.0","id":null,"method":"ping"}',
+        b'{"jsonrpc":"2.0","id":1,"method":5}',
+        b'{"jsonrpc":"2.0","id":1.5,"method":"ping"}',
+        b'{"jsonrpc":"2.0","id":[1],"method":"ping"}',
+        b'{"jsonrpc":2.0,"id":1,"method":"ping"}',
+        b'{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}',
+        b'{"jsonrpc":"2.0","id":"a","method":"m","params":{"x":[1,{"y":null}]}}',
+        b'[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","method":"n"}]',
+        b'[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":{},"method":"n"}]',
+    ],
+)
+def test_read_line_judges_envelopes_as_check_frame_does(line: bytes) -> None:
+    """read_line reads the envelope from the limits check's own decode instead of decoding it
+    again: the same frames, and the same refusal (code, message, id) as check_frame's."""
+
+    def slow() -> tuple[list[jsonrpc.Frame], bool]:
+        frames, batch = jsonrpc.decode_frames(line)
+        for frame in frames:
+            jsonrpc.check_frame(frame)
+        return frames, batch
+
+    def outcome(read: object) -> object:
+        try:
+            return read()  # type: ignore[operator]
+        except jsonrpc.MessageError as exc:
+            return (exc.code, str(exc), exc.request_id)
+
+    assert outcome(lambda: jsonrpc.read_line(line)) == outcome(slow)
+
+
 def test_error_reply_with_null_id_is_valid() -> None:
     (frame,), _ = jsonrpc.decode_frames(b'{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}')
     jsonrpc.check_frame(frame)

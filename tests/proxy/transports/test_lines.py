@@ -70,6 +70,20 @@ async def test_bad_lines_are_events_with_the_error_to_answer() -> None:
     assert isinstance(read[0], BadLine) and read[0].preview == "not json"
 
 
+async def test_a_bad_batch_is_split_only_when_asked() -> None:
+    """The reader keeps a refused line as it came; taking it apart element by element (what
+    only a 2025-03-26 reader does) waits until a reader asks."""
+    batch = b'[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2}]\n'
+    (bad, garbage) = await events(batch, b"not json\n")
+    assert isinstance(bad, BadLine) and isinstance(garbage, BadLine)
+    assert bytes(bad.line) == batch.strip()
+    elements = bad.elements()
+    assert elements is not None and len(elements) == 2
+    assert isinstance(elements[0], dict) and isinstance(elements[1], jsonrpc.MessageError)
+    assert elements[1].request_id == 2
+    assert garbage.elements() is None  # not JSON: nothing to split
+
+
 async def test_writes_from_several_tasks_never_interleave() -> None:
     sink = Sink()
     writer = FrameWriter(sink)
