@@ -64,7 +64,11 @@ class McpToolProvider:
                 "the call was cancelled upstream",
             )
         except UpstreamError as exc:
-            return Outcome(fault_kind(exc), message=str(exc), retry_after=exc.retry_after)
+            return fault_outcome(exc)
+        return self.outcome_of(reply)
+
+    def outcome_of(self, reply: Frame) -> Outcome:
+        """What the upstream's reply to the call means for the route."""
         # A JSON-RPC error and an isError result both reach the client as the upstream sent
         # them: they are the upstream's own answer, not a fault of the route. A candidate's
         # JSON-RPC error (an unknown tool, bad params for this server) fails over instead.
@@ -73,6 +77,11 @@ class McpToolProvider:
             if error is not None:
                 return Outcome("permanent", message=f"{self.spec.name} refused the call ({error[1][:200]})")
         return Outcome("ok", reply=reply)
+
+
+def fault_outcome(exc: UpstreamError) -> Outcome:
+    """The outcome of a call the upstream did not answer (down, timed out, unreachable)."""
+    return Outcome(fault_kind(exc), message=str(exc), retry_after=exc.retry_after)
 
 
 def fault_kind(exc: UpstreamError) -> OutcomeKind:

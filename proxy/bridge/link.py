@@ -24,7 +24,7 @@ params). Four cases follow:
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -41,7 +41,7 @@ from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame, RequestId
 from frugal_proxy.protocol.subscriptions import filter_for_legacy, tag
 from frugal_proxy.records import ProgressSink
-from frugal_proxy.upstream.base import PROXY_CLIENT_INFO, UpstreamBase
+from frugal_proxy.upstream.base import PROXY_CLIENT_INFO, Pending, UpstreamBase
 
 log = logging.getLogger("frugal_proxy.link")
 
@@ -128,12 +128,40 @@ class UpstreamLink:
             with anyio.fail_after(self.deadline):
                 return await self._forward(method, params, client, on_progress, headers)
         except TimeoutError:
-            log.warning("upstream request timed out", extra={"upstream": self.name, "method": method})
-            raise UpstreamTimeout(
-                f"upstream {self.name!r} did not answer within {self.deadline:g} s (the deadline of its "
-                f"{method}: upstreams.{self.name}.timeout, else limits.call_timeout); "
-                "the call was cancelled upstream"
-            ) from None
+            raise self.timed_out(method) from None
+
+    def timed_out(self, method: str) -> UpstreamTimeout:
+        """The error of a request that ran past the link's deadline (and was cancelled upstream)."""
+        log.warning("upstream request timed out", extra={"upstream": self.name, "method": method})
+        return UpstreamTimeout(
+            f"upstream {self.name!r} did not answer within {self.deadline:g} s (the deadline of its "
+            f"{method}: upstreams.{self.name}.timeout, else limits.call_timeout); "
+            "the call was cancelled upstream"
+        )
+
+    def passes_through(self, client: Client) -> bool:
+        """Whether `forward` would send a request of `client` on as it is, with nothing to start,
+        negotiate, initialize or translate first: the upstream settled, and in the session era
+        with its session open behind a session-era client, or in 2026-07-28 behind a client that
+        speaks it. Such a request may be started without a task (`start`)."""
+        upstream = self.upstream
+        if not upstream.settled:
+            return False
+        if client.modern:
+            return upstream.era == "modern"
+        return upstream.era == "legacy" and upstream.session_open
+
+    def start(
+        self,
+        method: str,
+        params: dict[str, msgspec.Raw],
+        on_settled: Callable[[Pending], Coroutine[Any, Any, None]],
+        on_progress: ProgressSink | None,
+    ) -> Pending | None:
+        """Send a request that `passes_through` at once, without a task waiting for its reply
+        (UpstreamBase.start_request); None, with nothing sent, when it cannot go out at once.
+        The link's deadline is the caller's to keep."""
+        return self.upstream.start_request(method, params, on_settled, on_progress=on_progress)
 
     async def _forward(
         self,

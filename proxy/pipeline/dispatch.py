@@ -149,6 +149,12 @@ class Dispatch:
             )
             await self.settings.sleep(delay)
             retries += 1
+        self._record(exchange, spec, outcome, started, retries)
+        return outcome, cut
+
+    @staticmethod
+    def _record(exchange: Exchange, spec: ProviderSpec, outcome: Outcome, started: float, retries: int) -> None:
+        """The attempt in the exchange's list, with what it billed."""
         answered = outcome.kind in ("ok", "empty")
         free = answered and spec.name in exchange.free_quota  # a unit of its free quota is held
         billed = spec.price_micros if answered and not free else 0
@@ -164,7 +170,29 @@ class Dispatch:
                 capability=spec.capability,
             )
         )
-        return outcome, cut
+
+    def alone(self, exchange: Exchange) -> ProviderSpec | None:
+        """The one candidate that `run` would call just once, as it is: no deadline, no retry and
+        no policy taking part in its calls (a plain tool's one upstream, as a rule). Its caller
+        may then call it itself and hand the outcome to `conclude`; None otherwise."""
+        if exchange.deadline is not None or exchange.route.capability is not None or len(exchange.candidates) != 1:
+            return None
+        spec = exchange.candidates[0]
+        before, after = self._hooks_of(spec)
+        return None if before or after else spec
+
+    def conclude(self, exchange: Exchange, spec: ProviderSpec, outcome: Outcome, started: float) -> None:
+        """What `run` makes of the outcome of the one candidate `alone` named, called at
+        `started` (time.monotonic): the attempt, and the answer or the error naming it."""
+        self._record(exchange, spec, outcome, started, 0)
+        exchange.outcome = outcome
+        if outcome.kind == "ok":
+            if outcome.reply is not None:
+                exchange.answer = outcome.reply
+            return
+        if outcome.kind == "empty" and not spec.free:
+            return  # a paid provider answered, with nothing: it billed, so the chain ends
+        exchange.answer = jsonrpc.result(exchange.call.request_id, jsonrpc.tool_error_result(failure(exchange)))
 
     def _retry_delay(self, exchange: Exchange, spec: ProviderSpec, outcome: Outcome, retries: int) -> float | None:
         """How long to wait before trying the provider again, or None not to (see the module

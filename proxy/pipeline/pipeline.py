@@ -21,7 +21,7 @@ from frugal_proxy.policies import Policy
 from frugal_proxy.policies.call_log import CallLog
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.providers import Provider
-from frugal_proxy.records import Decision, Exchange, Receipt, Route, reason
+from frugal_proxy.records import Decision, Exchange, Outcome, ProviderSpec, Receipt, Route, reason
 
 
 class Pipeline:
@@ -33,26 +33,54 @@ class Pipeline:
         # The same providers by what their spec says (a candidate is a spec).
         self._by_spec = {(provider.spec.capability, provider.spec.name): provider for provider in providers.values()}
         self.dispatch = Dispatch(self._by_spec, self.policies, settings or DispatchSettings())
+        # Each phase asks only the policies that take part in it (a hook left as Policy's no-op
+        # costs nothing then), in the order assembled.
+        self.admitting = _taking_part(self.policies, "admit")
+        self.routing = [p for p in self.policies if type(p).route is not Policy.route]
+        self.governing = _taking_part(self.policies, "govern")
+        self.sealing = _taking_part(self.policies, "seal")
 
     async def run(self, exchange: Exchange) -> Frame:
         """Take one call through every phase; the frame returned is what the client gets."""
+        await self.open(exchange)
+        return await self.proceed(exchange)
+
+    async def open(self, exchange: Exchange) -> ProviderSpec | None:
+        """The phases before dispatch: admit, then (unless a policy answered) route. Returns the
+        provider that dispatch would call just once, as it is (`Dispatch.alone`): its caller may
+        call it itself and go on with `finish`; else (None) `proceed` goes on."""
         self.dispatch.start(exchange)
-        for policy in self.policies:
+        for policy in self.admitting:
             await policy.admit(exchange)
             if exchange.answer is not None:
                 last = exchange.trace[-1] if exchange.trace else None
                 if last is None or (last.policy, last.verdict) != (policy.name, "refused"):  # a refusal says why
                     exchange.trace.append(Decision("admit", policy.name, "answered", f"answered by {policy.name}"))
-                break
+                return None
+        if exchange.cached is not None:
+            return None
+        exchange.candidates = [self.providers[name].spec for name in exchange.route.providers]
+        for policy in self.routing:
+            policy.route(exchange)
+        return self.dispatch.alone(exchange)
+
+    async def proceed(self, exchange: Exchange) -> Frame:
+        """After `open`: dispatch (unless a policy answered), then govern and seal."""
         if exchange.answer is None and exchange.cached is None:
-            exchange.candidates = [self.providers[name].spec for name in exchange.route.providers]
-            for policy in self.policies:
-                policy.route(exchange)
             await self.dispatch.run(exchange)
             then = exchange.route.then
             # A nearly empty page is still an answer: with no time left it is not rendered again.
             if then is not None and self._needs_a_browser(exchange) and not self.dispatch.expired(exchange):
                 await self._fall_forward(exchange, then)
+        return await self._close(exchange)
+
+    async def finish(self, exchange: Exchange, spec: ProviderSpec, outcome: Outcome, started: float) -> Frame:
+        """After `open` named `spec` and its caller called it at `started` (time.monotonic):
+        what dispatch makes of the outcome, then govern and seal."""
+        self.dispatch.conclude(exchange, spec, outcome, started)
+        return await self._close(exchange)
+
+    async def _close(self, exchange: Exchange) -> Frame:
         exchange.receipt = self._receipt(exchange)
         if exchange.route.capability is not None and exchange.answer is None:
             await self._govern_routed(exchange, exchange.receipt)
@@ -61,9 +89,9 @@ class Pipeline:
             if (exchange.receipt.total_micros or served_by_several) and exchange.answer is not None:
                 # A priced plain tool keeps its content; its receipt rides in _meta["frugal/route"].
                 exchange.answer = routed.with_route_meta(exchange.answer, exchange, exchange.receipt)
-            for policy in self.policies:
+            for policy in self.governing:
                 await policy.govern(exchange)
-        for policy in self.policies:
+        for policy in self.sealing:
             await policy.seal(exchange)
         assert exchange.answer is not None
         return exchange.answer
@@ -128,6 +156,10 @@ class Pipeline:
             total_micros=sum(a.cost_micros for a in exchange.attempts),
             reason=reason(exchange.trace, used is not None),
         )
+
+
+def _taking_part(policies: Sequence[Policy], hook: str) -> list[Policy]:
+    return [p for p in policies if getattr(type(p), hook) is not getattr(Policy, hook)]
 
 
 def build_pipeline(

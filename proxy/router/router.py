@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,22 +24,22 @@ from frugal_proxy.bridge.downstream import ClientGone, ClientUnreachable, Downst
 from frugal_proxy.bridge.link import Client, UpstreamLink, complete_for_legacy
 from frugal_proxy.capabilities import EXECUTE_TOOL, TOOLS, request_of
 from frugal_proxy.config import ToolFilter
-from frugal_proxy.errors import BridgeError, ProxyError, UpstreamDown
+from frugal_proxy.errors import BridgeError, ProxyError, UpstreamDown, UpstreamError
 from frugal_proxy.pipeline.assembly import Assembly, assemble, provider_key
 from frugal_proxy.pipeline.pipeline import Pipeline, build_pipeline
 from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame, RequestId
 from frugal_proxy.protocol.subscriptions import acknowledgement, listen_result, merge_filters
 from frugal_proxy.providers import Provider
-from frugal_proxy.providers.mcp_tool import McpToolProvider
+from frugal_proxy.providers.mcp_tool import McpToolProvider, fault_outcome
 from frugal_proxy.providers.own_tools import LISTING_TTL_MS, OwnToolProvider
 from frugal_proxy.providers.upstream_tool import UpstreamToolProvider
-from frugal_proxy.records import Call, Decision, Exchange, ProgressSink
+from frugal_proxy.records import Call, Decision, Exchange, Outcome, ProgressSink
 from frugal_proxy.router.catalog import KINDS, Catalog, CatalogError
 from frugal_proxy.router.handshakes import Handshakes
 from frugal_proxy.router.routes import RouteTable, RouteUnavailable
-from frugal_proxy.transports.lines import BadLine, FrameReader
-from frugal_proxy.upstream.base import UpstreamBase
+from frugal_proxy.transports.lines import SMALL_MESSAGE, BadLine, FrameReader
+from frugal_proxy.upstream.base import Pending, UpstreamBase
 
 log = logging.getLogger("frugal_proxy.session")
 
@@ -89,8 +90,10 @@ class Router:
         self._link_by_name = {link.name: link for link in self.links}
         self.catalog = Catalog(self.links, prefixes, filters, page_size)
         self.single = len(self.links) == 1
-        self._inflight: dict[RequestId, anyio.CancelScope] = {}
+        self._inflight: dict[RequestId, anyio.CancelScope | _PlainCall] = {}
         self._answerers = _Answerers(task_group, self._answer)
+        self._handed_off = 0  # stdio requests handed to a task and not answered yet
+        self._batches = 0  # stdio batches being served
         self._streams: set[RequestId] = set()
         self._idle = anyio.Event()
         assembly = assembly or assemble()
@@ -112,6 +115,9 @@ class Router:
             link = self._link_by_name[upstream]
             providers[key] = McpToolProvider(upstream, link.forward, (prices or {}).get(upstream, 0), tool=tool)
         self.pipeline: Pipeline = build_pipeline(providers, assembly.policies, assembly.dispatch)
+        # A single upstream's own tools/call may go by `_plain_call`: its provider is the link's.
+        self._plain_link = self.links[0] if self.single else None
+        self._plain_spec = providers[self.links[0].name].spec if self.single else None
         self.routes = RouteTable(self.links, self.catalog, self.own_tools)
         for route in assembly.routes:
             self.routes.add(route)
@@ -133,8 +139,8 @@ class Router:
                 if isinstance(event, BadLine):
                     await self._bad_line(event)
                 elif event.batch:
-                    self._tg.start_soon(self._serve_batch, event.frames)
-                else:
+                    self._start_batch(event.frames)
+                elif not await self._plain_call(event.frames[0]):
                     await self._on_frame(event.frames[0])
         finally:
             self._answerers.close()
@@ -182,7 +188,7 @@ class Router:
     async def _bad_line(self, event: BadLine) -> None:
         elements = event.elements() if self.client.protocol_version == eras.BATCH_VERSION else None
         if elements is not None:
-            self._tg.start_soon(self._serve_batch, elements)  # each bad element answered alone
+            self._start_batch(elements)  # each bad element answered alone
             return
         log.warning(
             "client sent a bad message",
@@ -206,9 +212,25 @@ class Router:
         elif jsonrpc.is_notification(frame):
             await self._on_notification(frame)
         else:
-            self._answerers.submit(frame)
+            self._hand_off(frame)
+
+    def _hand_off(self, frame: Frame, resume: Exchange | None = None) -> None:
+        """A request for a task to answer; until it is answered no later tools/call overtakes it
+        by `_plain_call` (which writes upstream at once, where a task takes a loop turn or more)."""
+        self._handed_off += 1
+        self._answerers.submit(frame, resume)
+
+    def _start_batch(self, elements: Sequence[Frame | jsonrpc.MessageError]) -> None:
+        self._batches += 1
+        self._tg.start_soon(self._serve_batch, elements)
 
     async def _serve_batch(self, elements: Sequence[Frame | jsonrpc.MessageError]) -> None:
+        try:
+            await self._serve_elements(elements)
+        finally:
+            self._batches -= 1
+
+    async def _serve_elements(self, elements: Sequence[Frame | jsonrpc.MessageError]) -> None:
         """A batch's requests served together and answered as one array; an element that is
         not a usable message gets its own error in it (JSON-RPC 2.0's batch rules)."""
         replies = jsonrpc.element_errors(elements)
@@ -233,41 +255,91 @@ class Router:
         if replies:
             await self.downstream.send(replies)
 
-    async def _answer(self, frame: Frame) -> None:
-        reply = await self._reply_to(frame, STDIO)
-        if reply is not None:
-            await self.downstream.send(reply)
+    async def _answer(self, frame: Frame, resume: Exchange | None = None) -> None:
+        try:
+            reply = await self._reply_to(frame, STDIO, resume)
+            if reply is not None:
+                await self.downstream.send(reply)
+        finally:
+            self._handed_off -= 1
 
-    async def _reply_to(self, frame: Frame, origin: Origin) -> Frame | None:
-        """The reply to one client request, or None if the client cancelled it."""
+    async def _plain_call(self, frame: Frame) -> bool:
+        """Serve a plain tools/call of the stdio client without a task of its own: the request
+        goes upstream from this reader, and the reply comes back from the upstream's reader
+        (`_PlainCall`). Plain: one upstream, both in the session era, the tool the upstream's
+        own, and the pipeline calling it once as it is (`Pipeline.open`). Whatever else, or
+        anything unusual about the request, is left to the tasks that serve the rest (False)."""
+        link = self._plain_link
+        if link is None or self._handed_off or self._batches or frame.get("method") != _TOOLS_CALL:
+            return False
+        if "id" not in frame:
+            return False
+        client = self.client
+        if client.era != "legacy" or not link.passes_through(client):
+            return False
+        try:
+            params = jsonrpc.params_of(frame)
+            if "_meta" in params and eras.modern_meta(params) is not None:
+                return False
+            client_id = jsonrpc.id_of(frame)
+            name = jsonrpc.decode_any(params["name"]) if "name" in params else None
+            progress = self._progress_sink(params, None)
+        except jsonrpc.MessageError:
+            return False  # the task that serves it says what is wrong
+        if client_id is None or client_id in self._inflight or not isinstance(name, str):
+            return False
+        if name == EXECUTE_TOOL["name"] and self.listed_execute:
+            return False
+        route, upstream_params = await self.routes.resolve(name, params, client)
+        if route.providers != (link.name,):
+            return False
+        exchange = Exchange(
+            call=Call(request_id=client_id, tool=name, params=upstream_params),
+            route=route,
+            client=client,
+            on_progress=progress,
+            operator=self.operator,
+        )
+        call = _PlainCall(self, link, frame, exchange)
+        self._inflight[client_id] = call
+        try:
+            spec = await self.pipeline.open(exchange)
+        except Exception as exc:
+            call.release()
+            await self.downstream.send(jsonrpc.with_id(_error_reply(client_id, frame, exc), client_id))
+            return True
+        except BaseException:
+            call.release()
+            raise
+        if spec is not None and spec is self._plain_spec:
+            call.started = time.monotonic()
+            call.pending = link.start("tools/call", upstream_params, call.settled, progress)
+            if call.pending is not None:
+                if link.deadline is not None:
+                    call.timer = asyncio.get_running_loop().call_later(link.deadline, call.expire)
+                return True
+        call.release()  # answered at admit, or more to do than one plain call: a task goes on
+        self._hand_off(frame, exchange)
+        return True
+
+    async def _reply_to(self, frame: Frame, origin: Origin, resume: Exchange | None = None) -> Frame | None:
+        """The reply to one client request, or None if the client cancelled it; with `resume`,
+        a tools/call whose exchange `_plain_call` opened goes on through the pipeline from there."""
         client_id = jsonrpc.id_of(frame)
         assert client_id is not None
         with anyio.CancelScope() as scope:
             self._inflight[client_id] = scope
             try:
-                reply = await self._serve_request(client_id, frame, origin)
-            except jsonrpc.MessageError as exc:
-                log.warning(
-                    "client request refused",
-                    extra={"method": jsonrpc.method_of(frame), "code": exc.code, "reason": str(exc)[:200]},
-                )
-                reply = jsonrpc.error(client_id, exc.code, str(exc), _error_data(exc))
-            except BridgeError as exc:
-                log.warning("bridging failed", extra={"reason": str(exc)[:200]})
-                reply = jsonrpc.error(client_id, exc.code, str(exc))
-            except CatalogError as exc:
-                reply = jsonrpc.error(client_id, jsonrpc.INVALID_PARAMS, str(exc))
-            except ClientUnreachable as exc:
-                reply = jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR, str(exc))
-            except ClientGone:
-                return None
-            except (UpstreamDown, ProxyError) as exc:
+                if resume is None:
+                    reply = await self._serve_request(client_id, frame, origin)
+                else:
+                    reply = await self.pipeline.proceed(resume)
+            except ClientGone as exc:
+                if not isinstance(exc, ClientUnreachable):
+                    return None
                 reply = jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR, str(exc))
             except Exception as exc:
-                log.exception("internal error while serving a request")
-                reply = jsonrpc.error(
-                    client_id, jsonrpc.INTERNAL_ERROR, f"internal error in frugal-proxy: {type(exc).__name__}"
-                )
+                reply = _error_reply(client_id, frame, exc)
             finally:
                 self._inflight.pop(client_id, None)
                 if not self._inflight:
@@ -532,6 +604,100 @@ class Router:
                 log.warning("client notification dropped: upstream is down", extra={"method": method})
 
 
+_Work = tuple[Frame, Exchange | None]
+_TOOLS_CALL = jsonrpc.raw("tools/call")
+
+
+class _PlainCall:
+    """A plain tools/call on its way (Router._plain_call), in the router's in-flight table until
+    it is answered or cancelled. The upstream's reader settles it and writes the reply; a result
+    too large to govern at once is governed on a task, so that the reader goes on. The client's
+    cancellation withdraws it upstream (it went out whole before it was taken here); the link's
+    deadline ends it as `forward` would (cancelled upstream, the timeout in the reply)."""
+
+    __slots__ = ("done", "exchange", "frame", "link", "pending", "router", "started", "timer")
+
+    def __init__(self, router: Router, link: UpstreamLink, frame: Frame, exchange: Exchange) -> None:
+        self.router = router
+        self.link = link
+        self.frame = frame
+        self.exchange = exchange
+        self.pending: Pending | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.started = 0.0
+        self.done = False
+
+    def release(self) -> None:
+        """Out of the in-flight table, which tells `drain` when it has emptied."""
+        self.done = True
+        if self.timer is not None:
+            self.timer.cancel()
+        inflight = self.router._inflight
+        if inflight.get(self.exchange.call.request_id) is self:
+            del inflight[self.exchange.call.request_id]
+            if not inflight:
+                self.router._idle.set()
+
+    def cancel(self) -> None:
+        """The client cancelled it, or the router is shutting down: no reply, and withdrawn
+        upstream before it leaves the in-flight table (so `drain` waits for that)."""
+        if self.done:
+            return
+        self.done = True
+        if self.timer is not None:
+            self.timer.cancel()
+        self.router._tg.start_soon(self._withdraw)
+
+    async def _withdraw(self) -> None:
+        try:
+            with anyio.CancelScope(shield=True):
+                if self.pending is not None:
+                    await self.link.upstream.withdraw(self.pending, "cancelled by the client")
+        finally:
+            self.release()
+
+    def expire(self) -> None:
+        if not self.done:
+            self.done = True
+            self.router._tg.start_soon(self._expired)
+
+    async def _expired(self) -> None:
+        assert self.pending is not None
+        with anyio.CancelScope(shield=True):
+            await self.link.upstream.withdraw(self.pending, "cancelled by the client")
+        await self._answer(fault_outcome(self.link.timed_out("tools/call")))
+
+    async def settled(self, pending: Pending) -> None:
+        """The reply (or the failure) is in; called by the upstream's reader."""
+        if self.done:
+            return
+        self.done = True
+        if self.timer is not None:
+            self.timer.cancel()
+        if isinstance(pending.failure, UpstreamError):
+            outcome = fault_outcome(pending.failure)
+        else:
+            assert pending.reply is not None
+            outcome = Outcome("ok", reply=pending.reply)
+            result = pending.reply.get("result")
+            if result is not None and len(result) > SMALL_MESSAGE:
+                self.router._tg.start_soon(self._answer, outcome)  # the governor may take a while
+                return
+        await self._answer(outcome)
+
+    async def _answer(self, outcome: Outcome) -> None:
+        router, exchange = self.router, self.exchange
+        client_id = exchange.call.request_id
+        assert router._plain_spec is not None
+        try:
+            reply = await router.pipeline.finish(exchange, router._plain_spec, outcome, self.started)
+        except Exception as exc:
+            reply = _error_reply(client_id, self.frame, exc)
+        finally:
+            self.release()
+        await router.downstream.send(jsonrpc.with_id(reply, client_id))
+
+
 class _Answerers:
     """The tasks that answer stdio requests, each request on a task of its own while it runs.
 
@@ -545,10 +711,12 @@ class _Answerers:
 
     MAX_IDLE = 64
 
-    def __init__(self, task_group: anyio.abc.TaskGroup, answer: Callable[[Frame], Awaitable[None]]) -> None:
+    def __init__(
+        self, task_group: anyio.abc.TaskGroup, answer: Callable[[Frame, Exchange | None], Awaitable[None]]
+    ) -> None:
         self._tg = task_group
         self._answer = answer
-        self._idle: list[asyncio.Future[Frame | None]] = []
+        self._idle: list[asyncio.Future[_Work | None]] = []
 
     def close(self) -> None:
         """No more requests come: the waiting tasks end (those still answering end after)."""
@@ -557,24 +725,26 @@ class _Answerers:
             if not waiter.done():
                 waiter.set_result(None)
 
-    def submit(self, frame: Frame) -> None:
+    def submit(self, frame: Frame, resume: Exchange | None = None) -> None:
+        """Answer the request on a task; with `resume`, its exchange goes on from `Pipeline.open`."""
+        work = (frame, resume)
         while self._idle:
             waiter = self._idle.pop()
             if not waiter.done():  # a cancelled waiter is a task that has ended
-                waiter.set_result(frame)
+                waiter.set_result(work)
                 return
-        self._tg.start_soon(self._work, frame)
+        self._tg.start_soon(self._work, work)
 
-    async def _work(self, frame: Frame) -> None:
+    async def _work(self, work: _Work) -> None:
         loop = asyncio.get_running_loop()
-        next_frame: Frame | None = frame
-        while next_frame is not None:
-            await self._answer(next_frame)
+        next_work: _Work | None = work
+        while next_work is not None:
+            await self._answer(*next_work)
             if len(self._idle) >= self.MAX_IDLE:
                 return
-            waiter: asyncio.Future[Frame | None] = loop.create_future()
+            waiter: asyncio.Future[_Work | None] = loop.create_future()
             self._idle.append(waiter)
-            next_frame = await waiter
+            next_work = await waiter
 
 
 def _in_era(client: Client, reply: Frame) -> Frame:
@@ -600,6 +770,25 @@ def _string(params: dict[str, msgspec.Raw], key: str, method: str) -> str:
 
 def _arguments(params: dict[str, msgspec.Raw]) -> Any:
     return jsonrpc.decode_any(params["arguments"]) if "arguments" in params else {}
+
+
+def _error_reply(client_id: RequestId, frame: Frame, exc: Exception) -> Frame:
+    """The JSON-RPC error answering a request whose serving raised `exc`."""
+    if isinstance(exc, jsonrpc.MessageError):
+        log.warning(
+            "client request refused",
+            extra={"method": jsonrpc.method_of(frame), "code": exc.code, "reason": str(exc)[:200]},
+        )
+        return jsonrpc.error(client_id, exc.code, str(exc), _error_data(exc))
+    if isinstance(exc, BridgeError):
+        log.warning("bridging failed", extra={"reason": str(exc)[:200]})
+        return jsonrpc.error(client_id, exc.code, str(exc))
+    if isinstance(exc, CatalogError):
+        return jsonrpc.error(client_id, jsonrpc.INVALID_PARAMS, str(exc))
+    if isinstance(exc, UpstreamDown | ProxyError):
+        return jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR, str(exc))
+    log.exception("internal error while serving a request", exc_info=exc)
+    return jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR, f"internal error in frugal-proxy: {type(exc).__name__}")
 
 
 def _error_data(exc: jsonrpc.MessageError) -> Any:

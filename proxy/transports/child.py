@@ -41,6 +41,8 @@ class ChildStartError(OSError):
 class ChildProcess:
     """One running upstream process."""
 
+    takes_whole = True  # `offer` hands a line to the pipe's transport whole, or takes none of it
+
     def __init__(self, process: asyncio.subprocess.Process, name: str) -> None:
         self._process = process
         self.name = name

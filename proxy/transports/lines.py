@@ -110,6 +110,7 @@ class FrameWriter:
         self._sink = sink
         # A sink that takes a small message at once is written to without the lock or an await.
         self._offer = sink.offer if isinstance(sink, OfferingSink) else None
+        self._whole = getattr(sink, "takes_whole", False)  # its offer takes a line whole or not at all
         # fast_acquire: an uncontended send must not yield to the loop (one loop turn per message)
         self._lock = anyio.Lock(fast_acquire=True)
         self.closed = False
@@ -141,6 +142,22 @@ class FrameWriter:
             await self._sink.write(data)
             if not small:
                 await self._sink.write(b"\n")
+
+    def offer(self, frame: Frame, *, on_writing: Callable[[], None] | None = None) -> bool:
+        """Write one small line now, without waiting, when the sink takes it whole at once (a
+        sink whose `offer` takes a line whole or not at all: `takes_whole`); `on_writing` is told
+        as it goes. False, with nothing written, otherwise: `send` then waits its turn."""
+        if self._offer is None or not self._whole or self._lock.locked() or self.closed:
+            return False
+        data = jsonrpc.encode(frame)
+        if len(data) > SMALL_MESSAGE:
+            return False
+        data += b"\n"
+        if self._offer(data) != len(data):
+            return False
+        if on_writing is not None:
+            on_writing()
+        return True
 
     async def close(self) -> None:
         async with self._lock:

@@ -29,7 +29,7 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -68,6 +68,10 @@ class Pending:
     failure: Exception | None = None
     progress_token: int | None = None
     sent: bool = False  # whether the request went out: only then is a cancellation sent after it
+    # A request started without a waiting task (`start_request`): awaited by the reader once the
+    # reply or the failure is in, in place of a task woken to take it.
+    on_settled: Callable[[Pending], Coroutine[Any, Any, None]] | None = None
+    upstream_id: int | None = None  # set for such a request, which `withdraw` takes back by it
 
     def mark_sent(self) -> None:
         self.sent = True
@@ -144,6 +148,29 @@ class UpstreamBase(abc.ABC):
         """Send a request and wait for its reply frame (a result or an error). `headers` are the
         client's own request headers that go on with it where the transport has headers (the
         `Mcp-Param-*` of an HTTP client's tools/call); stdio has none."""
+
+    def start_request(
+        self,
+        method: str,
+        params: Any,
+        on_settled: Callable[[Pending], Coroutine[Any, Any, None]],
+        *,
+        on_progress: ProgressHandler | None = None,
+    ) -> Pending | None:
+        """Send a request at once without a task waiting for it: `on_settled` gets its Pending
+        (with `reply` or `failure`) from the reader, and `withdraw` takes it back. None, with
+        nothing sent, when it cannot go out at once; the caller then uses `request`. A transport
+        that has no such path (this default) always says None."""
+        return None
+
+    async def withdraw(self, pending: Pending, reason: str) -> None:  # noqa: B027 - a no-op default
+        """Give up on a request from `start_request`: it is not settled, and the server is told
+        (`notifications/cancelled`) when it went out."""
+
+    @property
+    def settled(self) -> bool:
+        """Running with its era chosen, no start under way: `ensure_ready` would return at once."""
+        return self.running and not self._start_lock.locked() and not self._era_due()
 
     @abc.abstractmethod
     async def notify(self, method: str, params: Any = None) -> None:
@@ -438,7 +465,14 @@ class UpstreamBase(abc.ABC):
         waiting = pending.pop(ident, None) if error.reply and isinstance(ident, int) else None
         if waiting is not None:
             waiting.failure = unusable_reply(self.name, str(error))
-            waiting.done.set()
+            self._settle_soon(waiting)
+
+    def _settle_soon(self, waiting: Pending) -> None:
+        """Wake what waits for a request settled outside the reader's own await."""
+        waiting.done.set()
+        if waiting.on_settled is not None:
+            assert self._tg is not None
+            self._tg.start_soon(waiting.on_settled, waiting)
 
     async def _route(self, frame: Frame, pending: dict[int, Pending]) -> None:
         if jsonrpc.is_reply(frame):
@@ -455,6 +489,8 @@ class UpstreamBase(abc.ABC):
                 return
             waiting.reply = frame
             waiting.done.set()
+            if waiting.on_settled is not None:
+                await waiting.on_settled(waiting)  # the reply goes on from here: no task to wake
             return
         method = jsonrpc.method_of(frame)
         if jsonrpc.is_request(frame):

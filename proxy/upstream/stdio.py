@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -224,6 +224,49 @@ class UpstreamConnection(UpstreamBase):
         assert pending.reply is not None
         return pending.reply
 
+    def start_request(
+        self,
+        method: str,
+        params: Any,
+        on_settled: Callable[[Pending], Coroutine[Any, Any, None]],
+        *,
+        on_progress: ProgressHandler | None = None,
+    ) -> Pending | None:
+        """Send a request now, when the pipe takes it whole at once, with no task waiting for
+        its reply: the read loop awaits `on_settled` once the reply is in (the process dying
+        settles it with UpstreamDown). None, with nothing sent, when it cannot go out at once."""
+        gen = self._gen
+        if gen is None or gen.dead:
+            return None
+        upstream_id, params, pending = self._open(params, on_progress, None, method)
+        if not gen.writer.offer(jsonrpc.request(upstream_id, method, params), on_writing=pending.mark_sent):
+            self._close(upstream_id, pending)
+            return None
+        pending.upstream_id = upstream_id
+
+        async def settled(done: Pending) -> None:
+            self._close(upstream_id, done)
+            await on_settled(done)
+
+        pending.on_settled = settled
+        gen.pending[upstream_id] = pending
+        return pending
+
+    async def withdraw(self, pending: Pending, reason: str) -> None:
+        gen = self._gen
+        upstream_id = pending.upstream_id
+        if gen is None or upstream_id is None or gen.pending.get(upstream_id) is not pending:
+            return  # settled already, or of a process that is gone
+        del gen.pending[upstream_id]
+        self._close(upstream_id, pending)
+        if pending.sent:
+            self._abandoned.add(upstream_id)
+            params = {"requestId": upstream_id, "reason": reason}
+            try:
+                await gen.writer.send(jsonrpc.notification("notifications/cancelled", params))
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                pass
+
     async def _send_cancel(self, gen: _Generation, upstream_id: int) -> None:
         if gen.dead:
             return
@@ -307,7 +350,11 @@ class UpstreamConnection(UpstreamBase):
             )
         elif gen.child.returncode not in (0, None, -15):
             log.warning("upstream died", extra={"upstream": self.name, "reason": down.reason})
-        for pending in gen.pending.values():
+        settled = list(gen.pending.values())
+        gen.pending.clear()
+        for pending in settled:
             pending.failure = down
             pending.done.set()
-        gen.pending.clear()
+        for pending in settled:
+            if pending.on_settled is not None:
+                await pending.on_settled(pending)

@@ -342,6 +342,47 @@ async def test_a_router_never_blocks_the_loop() -> None:
             await upstream.shutdown()
 
 
+async def test_a_plain_call_without_a_task_of_its_own_keeps_every_rule_of_a_call() -> None:
+    """A plain tools/call of a session-era client through one stdio upstream is sent from the
+    reader and answered from the upstream's reader (Router._plain_call), and keeps the rules of
+    any call: a cancelled call is cancelled upstream and gets no reply, one past the upstream's
+    deadline is cancelled upstream and answered with the knob that set it, a large result is
+    governed, and one whose upstream dies is answered with why."""
+    session_era = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+
+    async def call(ident: int, name: str, **arguments: Any) -> Any:
+        return result(await wire.request(ident, "tools/call", {"name": name, "arguments": arguments}, modern=False))
+
+    async def cancelled_upstream(count: int) -> None:
+        for _ in range(100):
+            if (await call(99, "cancellations"))["structuredContent"] == {"result": count}:
+                return
+            await anyio.sleep(0.05)
+        raise AssertionError(f"not {count} cancellations upstream")
+
+    upstream = UpstreamConnection(notes_command(), name="notes")
+    upstream.follow_client()
+    async with upstream, served(upstream, seconds=40, timeouts={"notes": 2.0}) as (_, wire):
+        assert "result" in await wire.request(0, "initialize", session_era, modern=False)
+        await wire.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        assert (await call(1, "add", a=2, b=3))["structuredContent"] == {"result": 5}
+        sleep = {"name": "sleep", "arguments": {"seconds": 30}}
+        await wire.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": sleep})
+        await anyio.sleep(0.3)
+        await wire.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}})
+        await cancelled_upstream(1)
+        late = await call(3, "sleep", seconds=30)
+        assert late["isError"] is True and "did not answer within 2 s" in late["content"][0]["text"]
+        assert "upstreams.notes.timeout" in late["content"][0]["text"]
+        await cancelled_upstream(2)
+        blob = await call(4, "blob", size=1_000_000)
+        assert "frugal__fetch_slice" in blob["content"][0]["text"]
+        crashed = await call(5, "crash")
+        assert crashed["isError"] is True and "exited with status 3" in crashed["content"][0]["text"]
+        await upstream.shutdown()
+    assert 2 not in [message.get("id") for message in wire.seen]
+
+
 async def test_own_tools_are_listed_after_a_real_upstreams_tools() -> None:
     async with (
         UpstreamConnection(notes_command(), name="notes") as upstream,
