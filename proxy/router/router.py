@@ -93,6 +93,7 @@ class Router:
         self._inflight: dict[RequestId, anyio.CancelScope | _PlainCall] = {}
         self._answerers = _Answerers(task_group, self._answer)
         self._handed_off = 0  # stdio requests handed to a task and not answered yet
+        self._deadlines = _Deadlines()
         self._batches = 0  # stdio batches being served
         self._streams: set[RequestId] = set()
         self._idle = anyio.Event()
@@ -316,7 +317,7 @@ class Router:
             call.pending = link.start("tools/call", upstream_params, call.settled, progress)
             if call.pending is not None:
                 if link.deadline is not None:
-                    call.timer = asyncio.get_running_loop().call_later(link.deadline, call.expire)
+                    self._deadlines.watch(call, link.deadline)
                 return True
         call.release()  # answered at admit, or more to do than one plain call: a task goes on
         self._hand_off(frame, exchange)
@@ -615,7 +616,7 @@ class _PlainCall:
     cancellation withdraws it upstream (it went out whole before it was taken here); the link's
     deadline ends it as `forward` would (cancelled upstream, the timeout in the reply)."""
 
-    __slots__ = ("done", "exchange", "frame", "link", "pending", "router", "started", "timer")
+    __slots__ = ("done", "due", "exchange", "frame", "link", "pending", "router", "started")
 
     def __init__(self, router: Router, link: UpstreamLink, frame: Frame, exchange: Exchange) -> None:
         self.router = router
@@ -623,15 +624,14 @@ class _PlainCall:
         self.frame = frame
         self.exchange = exchange
         self.pending: Pending | None = None
-        self.timer: asyncio.TimerHandle | None = None
+        self.due = 0.0  # the loop time its link's deadline runs out at, when it has one
         self.started = 0.0
         self.done = False
 
     def release(self) -> None:
         """Out of the in-flight table, which tells `drain` when it has emptied."""
         self.done = True
-        if self.timer is not None:
-            self.timer.cancel()
+        self.router._deadlines.unwatch(self)
         inflight = self.router._inflight
         if inflight.get(self.exchange.call.request_id) is self:
             del inflight[self.exchange.call.request_id]
@@ -644,8 +644,7 @@ class _PlainCall:
         if self.done:
             return
         self.done = True
-        if self.timer is not None:
-            self.timer.cancel()
+        self.router._deadlines.unwatch(self)
         self.router._tg.start_soon(self._withdraw)
 
     async def _withdraw(self) -> None:
@@ -672,8 +671,7 @@ class _PlainCall:
         if self.done:
             return
         self.done = True
-        if self.timer is not None:
-            self.timer.cancel()
+        self.router._deadlines.unwatch(self)
         if isinstance(pending.failure, UpstreamError):
             outcome = fault_outcome(pending.failure)
         else:
@@ -696,6 +694,38 @@ class _PlainCall:
         finally:
             self.release()
         await router.downstream.send(jsonrpc.with_id(reply, client_id))
+
+
+class _Deadlines:
+    """The deadlines of the plain calls in flight, kept by one timer: a link's deadline is the
+    same for each of its calls, so they run out in the order they started, and watching one
+    costs a dict entry instead of a timer of its own."""
+
+    def __init__(self) -> None:
+        self._calls: dict[_PlainCall, None] = {}  # in the order their deadlines run out
+        self._timer: asyncio.TimerHandle | None = None
+
+    def watch(self, call: _PlainCall, seconds: float) -> None:
+        loop = asyncio.get_running_loop()
+        call.due = loop.time() + seconds
+        self._calls[call] = None
+        if self._timer is None:
+            self._timer = loop.call_at(call.due, self._run_out)
+
+    def unwatch(self, call: _PlainCall) -> None:
+        self._calls.pop(call, None)
+
+    def _run_out(self) -> None:
+        self._timer = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        while self._calls:
+            call = next(iter(self._calls))
+            if call.due > now:
+                self._timer = loop.call_at(call.due, self._run_out)
+                return
+            del self._calls[call]
+            call.expire()
 
 
 class _Answerers:
