@@ -101,13 +101,8 @@ class Dispatch:
             if before and await self._kept_back(exchange, spec, before):
                 continue
             outcome, cut = await self._attempt(exchange, spec, after)
-            exchange.outcome = outcome
-            if outcome.kind == "ok":
-                if outcome.reply is not None:
-                    exchange.answer = outcome.reply
+            if self._ends(exchange, spec, outcome):
                 return
-            if outcome.kind == "empty" and not spec.free:
-                return  # a paid provider answered, with nothing: it billed, so the chain ends
             if outcome.kind == "empty":
                 empty = outcome
             if cut or self.expired(exchange):
@@ -185,14 +180,19 @@ class Dispatch:
         """What `run` makes of the outcome of the one candidate `alone` named, called at
         `started` (time.monotonic): the attempt, and the answer or the error naming it."""
         self._record(exchange, spec, outcome, started, 0)
+        if not self._ends(exchange, spec, outcome):
+            exchange.answer = jsonrpc.result(exchange.call.request_id, jsonrpc.tool_error_result(failure(exchange)))
+
+    @staticmethod
+    def _ends(exchange: Exchange, spec: ProviderSpec, outcome: Outcome) -> bool:
+        """Take in one candidate's outcome: whether it ends the chain (an answer, or a paid
+        provider's empty one: it billed for it)."""
         exchange.outcome = outcome
         if outcome.kind == "ok":
             if outcome.reply is not None:
                 exchange.answer = outcome.reply
-            return
-        if outcome.kind == "empty" and not spec.free:
-            return  # a paid provider answered, with nothing: it billed, so the chain ends
-        exchange.answer = jsonrpc.result(exchange.call.request_id, jsonrpc.tool_error_result(failure(exchange)))
+            return True
+        return outcome.kind == "empty" and not spec.free
 
     def _retry_delay(self, exchange: Exchange, spec: ProviderSpec, outcome: Outcome, retries: int) -> float | None:
         """How long to wait before trying the provider again, or None not to (see the module
