@@ -334,7 +334,7 @@ class Router:
                 if resume is None:
                     reply = await self._serve_request(client_id, frame, origin)
                 else:
-                    reply = await self.pipeline.proceed(resume)
+                    reply = self._in_clients_era(resume, await self.pipeline.proceed(resume))
             except ClientGone as exc:
                 if not isinstance(exc, ClientUnreachable):
                     return None
@@ -484,12 +484,17 @@ class Router:
             on_progress=progress,
             operator=origin.operator or self.operator,
         )
-        reply = await self.pipeline.run(exchange)
-        outcome = exchange.outcome
+        return self._in_clients_era(exchange, await self.pipeline.run(exchange))
+
+    def _in_clients_era(self, exchange: Exchange, reply: Frame) -> Frame:
+        """A tools/call reply in the client's era: an upstream tool's reply as it came (its link
+        put it in the client's era); the proxy's own (a tool error, a routed answer, a refusal,
+        the governor's cut) without what only 2026-07-28 defines, for a session-era client."""
+        outcome, route = exchange.outcome, exchange.route
         if outcome is not None and reply is outcome.reply and route.capability is None:
             if self.own_tools.name not in route.providers:
-                return reply  # an upstream tool's reply as it came (its link put it in the client's era)
-        return _in_era(client, reply)  # the proxy's own: a tool error, a routed answer, a refusal
+                return reply
+        return _in_era(exchange.client, reply)
 
     def _with_own_tools(self, reply: Frame, listed: list[dict[str, Any]]) -> Frame:
         """The one upstream's tools/list with the proxy's own tools added to its last page (the
@@ -688,7 +693,9 @@ class _PlainCall:
         client_id = exchange.call.request_id
         assert router._plain_spec is not None
         try:
-            reply = await router.pipeline.finish(exchange, router._plain_spec, outcome, self.started)
+            reply = router._in_clients_era(
+                exchange, await router.pipeline.finish(exchange, router._plain_spec, outcome, self.started)
+            )
         except Exception as exc:
             reply = _error_reply(client_id, self.frame, exc)
         finally:
