@@ -12,6 +12,15 @@ every client out. `LimitedH11Protocol` adds, per connection:
   request's complete headers, and a body deadline from the headers to the body's end: a late
   connection gets 408 while a response is still possible, and is closed.
 
+and, for the speed of every small call:
+
+- the writes of one event-loop turn (a response's head, its body, a chunked body's end) leave
+  in one send (`_Coalescer`), not two or three;
+- a request's scope carries `DISCONNECT_HOOK` under `extensions`: a callable that takes a
+  callback to run if the client disconnects before the response is complete (at once when it
+  already has) and returns the callable that takes it back. A handler can then be cancelled by
+  the disconnect without a task of its own waiting on `receive()` for it.
+
 `limited_protocol` binds a set of limits to the class uvicorn is handed as `http=`.
 """
 
@@ -21,6 +30,7 @@ import asyncio
 import json
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -41,6 +51,7 @@ DEFAULT_MAX_CONNECTIONS_PER_IP = 256
 REFUSAL_WAIT = 0.5
 MAX_WAITING_REFUSALS = 100
 WARN_EVERY = 10.0  # seconds between two warnings of one kind: a flood must not become a log flood
+DISCONNECT_HOOK = "frugal.on_disconnect"  # the scope["extensions"] key of the disconnect hook
 
 
 @dataclass
@@ -113,6 +124,40 @@ class _ExplainedConnection(h11.Connection):
             raise
 
 
+class _Coalescer:
+    """A connection's transport as its responses see it: what they write in one event-loop turn
+    is sent together at the end of that turn (uvicorn writes a response's head and its body
+    apart: two sends, two TCP segments, two wake-ups of the client, for each small answer)."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self.transport = transport
+        self.loop = loop
+        self.pending: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        if not self.pending:
+            self.loop.call_soon(self.flush)
+        self.pending.append(data)
+
+    def flush(self) -> None:
+        pending, self.pending = self.pending, []
+        if pending and not self.transport.is_closing():
+            self.transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+
+    def close(self) -> None:
+        self.flush()
+        self.transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
+
+
+def _nothing() -> None:
+    return None
+
+
 class LimitedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with connection caps and header and body read deadlines."""
 
@@ -126,9 +171,13 @@ class LimitedH11Protocol(H11Protocol):
         self._refusal: bytes | None = None
         self._deadline: asyncio.TimerHandle | None = None
         self._waiting_for = ""  # "headers", "body" or "" (no deadline running)
+        self._out: _Coalescer | None = None
+        self._fitted: object = None  # the request cycle last given the coalescer and the hook
+        self._on_lost: list[Callable[[], object]] = []
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._out = _Coalescer(transport, self.loop)
         ip = self.client[0] if self.client else "?"
         refusal = self.limits.admit(ip)
         if refusal is None:
@@ -146,6 +195,12 @@ class LimitedH11Protocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._out is not None:
+            self._out.pending.clear()  # nobody to send it to
+        if self._on_lost and self.cycle is not None and not self.cycle.response_complete:
+            lost, self._on_lost = self._on_lost, []
+            for callback in lost:
+                callback()
         if self._refusal is not None:
             self._refusal = None
             self.limits.waiting_refusals -= 1
@@ -161,14 +216,43 @@ class LimitedH11Protocol(H11Protocol):
         if self._waiting_for == "" and self.conn.their_state is h11.IDLE:
             self._arm("headers")  # the next request on a kept-alive connection
         super().data_received(data)
+        self._fit_cycle()
         self._follow()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
         # The keep-alive timer now runs; pipelined requests already parsed start their own clock.
+        self._fit_cycle()
         self._follow()
 
+    def _fit_cycle(self) -> None:
+        """Give a request cycle just made (its task has not run yet) the coalescing transport
+        and, in its scope, the disconnect hook."""
+        cycle = self.cycle
+        if cycle is None or cycle is self._fitted or self._out is None:
+            return
+        self._fitted = cycle
+        cycle.transport = self._out  # type: ignore[assignment]
+        scope: dict[str, Any] = cycle.scope  # type: ignore[assignment]
+        scope.setdefault("extensions", {})[DISCONNECT_HOOK] = self._when_lost
+
+    def _when_lost(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Run `callback` if the client disconnects before the current response is complete (at
+        once when it has already); the callable returned takes it back."""
+        if self.cycle is not None and self.cycle.disconnected:
+            callback()
+            return _nothing
+        self._on_lost.append(callback)
+
+        def take_back() -> None:
+            if callback in self._on_lost:
+                self._on_lost.remove(callback)
+
+        return take_back
+
     def send_400_response(self, msg: str) -> None:
+        if self._out is not None:
+            self._out.flush()  # what an earlier response wrote goes first
         reason = getattr(self.conn, "refusal", "")  # e.g. "Found multiple Host: headers"
         self.limits.warn("malformed HTTP request refused", self.loop.time(), status=400, reason=reason)
         super().send_400_response(f"{msg} {reason}".strip())
@@ -204,6 +288,8 @@ class LimitedH11Protocol(H11Protocol):
         flag = "--header-timeout" if what == "headers" else "--body-timeout"
         message = f"the request's {what} did not arrive within {seconds:g} s ({flag}); the connection is closed"
         self.limits.warn("slow client's connection closed", self.loop.time(), status=408, waiting_for=what)
+        if self._out is not None:
+            self._out.flush()
         if self.cycle is None or not self.cycle.response_started:
             # Written past h11, which would not answer a request it has not seen whole.
             self.transport.write(plain_response(408, "Request Timeout", "request_timeout", message))

@@ -18,6 +18,7 @@ from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.headers import accept_weights
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.records import ProgressSink
+from frugal_proxy.server.connections import DISCONNECT_HOOK
 from frugal_proxy.server.events import EventLog
 from frugal_proxy.server.sessions import HttpSession
 
@@ -108,14 +109,39 @@ async def until_disconnect(receive: Receive) -> None:
 class CancellableReply(Response):
     """A 2026-07-28 request's plain JSON reply, worked out while the response is served, so that
     a client that disconnects first (that revision's way of cancelling over HTTP: it has no
-    client notifications) has the call cancelled, upstream too, at once."""
+    client notifications) has the call cancelled, upstream too, at once. Under the proxy's own
+    server the disconnect hook (connections) cancels it; elsewhere a task waits for the
+    disconnect."""
 
     def __init__(self, answer: Callable[[], Awaitable[Frame | None]]) -> None:
         super().__init__(media_type="application/json")
         self.answer = answer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        replies: list[Response] = []
+        hook = scope.get("extensions", {}).get(DISCONNECT_HOOK)
+        if hook is None:
+            await self._watched(scope, receive, send)
+            return
+        with anyio.CancelScope() as cancelled:
+            take_back = hook(cancelled.cancel)
+            try:
+                reply = await self._reply()
+            finally:
+                take_back()
+        if cancelled.cancelled_caught:
+            log.info("client disconnected before its reply; the call is cancelled")
+        elif reply is not None:
+            await reply(scope, receive, send)
+
+    async def _reply(self) -> Response | None:
+        try:
+            reply = await self.answer()
+        except jsonrpc.MessageError as exc:  # a value too long to have been checked whole
+            return rpc_error(400, exc.code, str(exc), exc.request_id)
+        return None if reply is None else reply_response(reply, modern=True)
+
+    async def _watched(self, scope: Scope, receive: Receive, send: Send) -> None:
+        replies: list[Response | None] = []
         async with anyio.create_task_group() as tg:
 
             async def watch() -> None:
@@ -124,15 +150,9 @@ class CancellableReply(Response):
                 tg.cancel_scope.cancel()
 
             tg.start_soon(watch)
-            try:
-                reply = await self.answer()
-            except jsonrpc.MessageError as exc:  # a value too long to have been checked whole
-                replies.append(rpc_error(400, exc.code, str(exc), exc.request_id))
-            else:
-                if reply is not None:
-                    replies.append(reply_response(reply, modern=True))
+            replies.append(await self._reply())
             tg.cancel_scope.cancel()
-        if replies:
+        if replies and replies[0] is not None:
             await replies[0](scope, receive, send)
 
 
