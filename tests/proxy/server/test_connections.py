@@ -29,10 +29,7 @@ async def serving(app: Callable[..., Any]) -> AsyncIterator[int]:
     config = uvicorn.Config(app, log_level="warning", lifespan="off", ws="none", http=protocol)
     server = uvicorn.Server(config)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(server.serve, [sock])
-        with anyio.fail_after(10):
-            while not server.started:  # noqa: ASYNC110 - uvicorn says it has started by this flag only
-                await anyio.sleep(0.01)
+        tg.start_soon(server.serve, [sock])  # the socket listens already: a client's connection waits for it
         try:
             yield sock.getsockname()[1]
         finally:
