@@ -250,9 +250,20 @@ class LimitedH11Protocol(H11Protocol):
 
         return take_back
 
-    def send_400_response(self, msg: str) -> None:
+    def shutdown(self) -> None:
+        self._flush()  # a response completed in this loop turn leaves before the connection closes
+        super().shutdown()
+
+    def timeout_keep_alive_handler(self) -> None:
+        self._flush()
+        super().timeout_keep_alive_handler()
+
+    def _flush(self) -> None:
         if self._out is not None:
-            self._out.flush()  # what an earlier response wrote goes first
+            self._out.flush()
+
+    def send_400_response(self, msg: str) -> None:
+        self._flush()  # what an earlier response wrote goes first
         reason = getattr(self.conn, "refusal", "")  # e.g. "Found multiple Host: headers"
         self.limits.warn("malformed HTTP request refused", self.loop.time(), status=400, reason=reason)
         super().send_400_response(f"{msg} {reason}".strip())
@@ -288,8 +299,7 @@ class LimitedH11Protocol(H11Protocol):
         flag = "--header-timeout" if what == "headers" else "--body-timeout"
         message = f"the request's {what} did not arrive within {seconds:g} s ({flag}); the connection is closed"
         self.limits.warn("slow client's connection closed", self.loop.time(), status=408, waiting_for=what)
-        if self._out is not None:
-            self._out.flush()
+        self._flush()
         if self.cycle is None or not self.cycle.response_started:
             # Written past h11, which would not answer a request it has not seen whole.
             self.transport.write(plain_response(408, "Request Timeout", "request_timeout", message))
