@@ -15,6 +15,9 @@ of its own unless that is its whole job (a cache, the ledger).
 
 from __future__ import annotations
 
+from typing import Any
+
+from frugal_proxy.capabilities import normalized
 from frugal_proxy.records import Exchange, Outcome, ProviderSpec
 
 
@@ -23,7 +26,9 @@ class Policy:
 
     name = "policy"
     # Whether its after_call gives back something its before_call reserved (a budget, a free
-    # quota unit): dispatch then settles it shielded from cancellation.
+    # quota unit) when the provider did not answer (no outcome, or one that is not "ok" or
+    # "empty"; an answer billed what was reserved, so there is nothing to give back): dispatch
+    # then settles it shielded from cancellation.
     reserves = False
 
     async def admit(self, exchange: Exchange) -> None:
@@ -53,3 +58,16 @@ class Policy:
 
     async def seal(self, exchange: Exchange) -> None:
         """Sees the finished exchange and its receipt."""
+
+
+def normalized_request(exchange: Exchange) -> Any:
+    """The call's typed request as fingerprints see it: `capabilities.normalized` without its
+    ceiling, worked out once per request (the loop guard and the result cache share it; a
+    fall-forward's browse request is a new one)."""
+    request = exchange.request
+    known = exchange.derived.get("normalized")
+    if known is not None and known[0] is request:
+        return known[1]
+    value = normalized(request, ceiling=False)
+    exchange.derived["normalized"] = (request, value)
+    return value

@@ -66,6 +66,9 @@ class DomainPolicy(Policy):
                 return value, f" (argument {name})"
         return None, ""
 
+    def takes_part(self, spec: ProviderSpec) -> bool:
+        return spec.capability == "search"  # only search results are filtered after the call
+
     async def after_call(self, exchange: Exchange, spec: ProviderSpec, outcome: Outcome | None) -> Outcome | None:
         if outcome is None or outcome.kind != "ok" or not isinstance(outcome.data, list):
             return None

@@ -20,9 +20,8 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any
 
-from frugal_proxy.capabilities import normalized
 from frugal_proxy.config import format_duration
-from frugal_proxy.policies import Policy
+from frugal_proxy.policies import Policy, normalized_request
 from frugal_proxy.protocol import canonical, jsonrpc
 from frugal_proxy.records import Decision, Exchange
 from frugal_proxy.state.call_windows import CallWindows
@@ -70,8 +69,9 @@ class LoopGuard(Policy):
         """The call's digest, or None for a call the guard does not watch."""
         route = exchange.route
         if exchange.request is not None:
-            request = normalized(exchange.request)
-            return canonical.digest([exchange.operator, exchange.call.tool, route.strategy, request])
+            # The normalized request and its ceiling apart: the same calls as one with its ceiling.
+            request, ceiling = normalized_request(exchange), getattr(exchange.request, "max_cost_usd", None)
+            return canonical.digest([exchange.operator, exchange.call.tool, route.strategy, request, ceiling])
         if route.capability is None and route.providers and route.providers[0] in self.upstreams:
             raw = exchange.call.params.get("arguments")
             arguments = _normalized(jsonrpc.decode_any(raw)) if raw is not None else None

@@ -18,10 +18,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from frugal_proxy.capabilities import Page, normalized
+from frugal_proxy.capabilities import Page
 from frugal_proxy.config import CacheSettings, format_duration
 from frugal_proxy.intents import MIN_EXTRACT_CHARS
-from frugal_proxy.policies import Policy
+from frugal_proxy.policies import Policy, normalized_request
 from frugal_proxy.protocol import canonical
 from frugal_proxy.records import CachedAnswer, Decision, Exchange, Outcome
 from frugal_proxy.state.result_cache import ResultCache
@@ -36,13 +36,24 @@ class ResultCachePolicy(Policy):
         self.clock = clock
 
     def key(self, exchange: Exchange) -> str | None:
-        """The call's cache key, or None for a call the cache does not serve."""
+        """The call's cache key, or None for a call the cache does not serve; worked out once
+        per route and request (admit's serves seal, unless a fall-forward changed them)."""
+        route, request = exchange.route, exchange.request
+        known = exchange.derived.get(self.name)
+        if known is not None and known[0][0] is route and known[0][1] is request:
+            key: str | None = known[1]
+            return key
+        key = self._key(exchange)
+        exchange.derived[self.name] = ((route, request), key)
+        return key
+
+    def _key(self, exchange: Exchange) -> str | None:
         capability = exchange.route.capability
         if capability is None or exchange.request is None or exchange.route.strategy is not None:
             return None
         if self.ttls.get(capability) is None:
             return None
-        return canonical.digest([exchange.operator, capability, normalized(exchange.request, ceiling=False)])
+        return canonical.digest([exchange.operator, capability, normalized_request(exchange)])
 
     async def admit(self, exchange: Exchange) -> None:
         key = self.key(exchange)

@@ -42,6 +42,10 @@ PRIVATE_SUFFIXES = (".localhost", ".local", ".internal", ".home.arpa")
 _C0_AND_SPACE = "".join(map(chr, range(0x21)))
 _TABS = re.compile(r"[\t\n\r]")
 _PATH = re.compile(r"[/?#]")
+# The usual spelling, `http(s)://host[:port]` then a path, query, fragment or the end, with no
+# character that the browser's reading would change or look past (whitespace, controls, a
+# backslash, userinfo, percent-encoding): its host and port are what `_hostport_of` finds.
+_PLAIN_HOSTPORT = re.compile(r"https?://([^/?#\\@%\x00-\x20]+)(?=[/?#]|\Z)")
 _FORBIDDEN = re.compile(r"[\x00-\x20#%/:<>?@\[\\\]^|\x7f]")
 _LABEL = re.compile(r"(?!-)[a-z0-9_-]{1,63}(?<!-)|xn--[a-z0-9-]{1,59}")
 _DOTS = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})
@@ -142,6 +146,9 @@ class _Refused:
 
 def _hostport_of(url: str) -> str | _Refused:
     """The URL's host and port as written, found the way a browser finds them."""
+    plain = _PLAIN_HOSTPORT.match(url)
+    if plain is not None:
+        return plain.group(1)
     text = (_TABS.sub("", url) if "\t" in url or "\n" in url or "\r" in url else url).strip(_C0_AND_SPACE)
     scheme, sep, rest = text.partition(":")
     if not sep or scheme.lower() not in ("http", "https"):

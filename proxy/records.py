@@ -184,3 +184,6 @@ class Exchange(msgspec.Struct):
     # (budget: the price, routing: a quota unit): (policy, provider) -> the day or month it
     # counts in. On the exchange, so that a call that never settles holds nothing elsewhere.
     reservations: dict[tuple[str, str], str] = msgspec.field(default_factory=dict)
+    # What several phases derive from the call, worked out once (policies.derived): name ->
+    # (the request, or the route and the request, it was derived from; the value).
+    derived: dict[str, tuple[Any, Any]] = msgspec.field(default_factory=dict)

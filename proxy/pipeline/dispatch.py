@@ -39,6 +39,7 @@ from frugal_proxy.providers import Provider
 from frugal_proxy.records import Attempt, Decision, Exchange, Outcome, ProviderSpec
 
 RETRIED = frozenset({"transient", "rate_limited"})  # 429, 408, 5xx, timeouts, resets
+ANSWERED = frozenset({"ok", "empty"})  # a provider answered: it billed what was reserved
 BACKOFF = 0.2  # seconds before the first retry, then 0.8, 3.2 … (each ±25% of jitter)
 BACKOFF_FACTOR = 4.0
 BACKOFF_MAX = 5.0
@@ -249,19 +250,27 @@ class Dispatch:
         exchange: Exchange, spec: ProviderSpec, outcome: Outcome | None, policies: Sequence[Policy]
     ) -> Outcome | None:
         """Each policy's after_call, in order, each seeing what the one before made of the answer;
-        shielded when one of them gives back a reservation (`Policy.reserves`), so that a
-        cancelled call still releases what it reserved (the others need no cancel scope)."""
-        if not any(policy.reserves for policy in policies):
-            return await Dispatch._settled(exchange, spec, outcome, policies)
+        shielded when one of them gives back a reservation (`Policy.reserves`: the provider did
+        not answer), so that a cancelled call still releases what it reserved (an answer, or
+        policies that reserve nothing, need no cancel scope)."""
+        if (outcome is not None and outcome.kind in ANSWERED) or not any(policy.reserves for policy in policies):
+            outcome = await Dispatch._settled(exchange, spec, outcome, policies, shielded=False)
+            return outcome
         with anyio.CancelScope(shield=True):
             outcome = await Dispatch._settled(exchange, spec, outcome, policies)
         return outcome
 
     @staticmethod
     async def _settled(
-        exchange: Exchange, spec: ProviderSpec, outcome: Outcome | None, policies: Sequence[Policy]
+        exchange: Exchange,
+        spec: ProviderSpec,
+        outcome: Outcome | None,
+        policies: Sequence[Policy],
+        shielded: bool = True,
     ) -> Outcome | None:
-        for policy in policies:
+        for number, policy in enumerate(policies):
+            if not shielded and policy.reserves and outcome is not None and outcome.kind not in ANSWERED:
+                return await Dispatch._settle(exchange, spec, outcome, policies[number:])  # no longer an answer
             replaced = await policy.after_call(exchange, spec, outcome)
             if replaced is not None and outcome is not None:
                 outcome = replaced

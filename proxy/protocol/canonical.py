@@ -23,4 +23,4 @@ def encode(value: Any) -> bytes:
 
 def digest(value: Any) -> str:
     """A fingerprint of a value: the blake3 hex digest of its canonical encoding."""
-    return blake3.blake3(_ENCODER.encode(value)).hexdigest()
+    return blake3.blake3(_ENCODER.encode(value)).digest().hex()  # the same text; hexdigest is slower
