@@ -56,17 +56,25 @@ def usage_line(exchange: Exchange, rack: RackRates, now: float) -> UsageLine:
     capability = exchange.route.capability
     rate = rack.get(capability) if capability is not None else None
     returned = _size(exchange)
-    total = next(
-        (d.bytes_in for d in exchange.trace if d.verdict == "shaped" and d.bytes_in is not None),
-        returned,
-    )
+    total = returned
+    for decision in exchange.trace:
+        if decision.verdict == "shaped" and decision.bytes_in is not None:
+            total = decision.bytes_in
+            break
     billed: dict[str, int] = {}
     under: dict[str, str] = {}
-    for attempt in exchange.attempts:
+    served: dict[str, float] = {}
+    free: list[str] = []
+    table = capability or "tool"
+    for attempt in exchange.attempts:  # one pass: a line is made for every call
         if attempt.cost_micros:
             billed[attempt.provider] = billed.get(attempt.provider, 0) + attempt.cost_micros
-            if attempt.capability != (capability or "tool"):
+            if attempt.capability != table:
                 under[attempt.provider] = attempt.capability
+        if attempt.outcome == "ok":
+            served[attempt.provider] = attempt.latency_ms
+        if attempt.free_quota:
+            free.append(attempt.provider)
     return UsageLine(
         ts=timestamp(now),
         tool=exchange.call.tool,
@@ -86,8 +94,8 @@ def usage_line(exchange: Exchange, rack: RackRates, now: float) -> UsageLine:
         attempts=len(exchange.attempts),
         operator=exchange.operator,
         billed={name: usd(micros) for name, micros in billed.items()},
-        served_ms={a.provider: a.latency_ms for a in exchange.attempts if a.outcome == "ok"},
-        free_quota=[a.provider for a in exchange.attempts if a.free_quota],
+        served_ms=served,
+        free_quota=free,
         billed_under=under,
     )
 

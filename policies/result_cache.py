@@ -39,6 +39,8 @@ class ResultCachePolicy(Policy):
         """The call's cache key, or None for a call the cache does not serve; worked out once
         per route and request (admit's serves seal, unless a fall-forward changed them)."""
         route, request = exchange.route, exchange.request
+        if route.capability is None:
+            return None  # a plain tool
         known = exchange.derived.get(self.name)
         if known is not None and known[0][0] is route and known[0][1] is request:
             key: str | None = known[1]

@@ -91,17 +91,22 @@ def rule_error(rule: str) -> str | None:
 
 def url_allowed(url: str, rules: DomainRules) -> str | None:
     """Why the URL may not be fetched under `rules`, naming the rule; None when it may."""
-    hostport = _hostport_of(url)
+    plain = _PLAIN_HOSTPORT.match(url)  # the usual spelling, read at once (a page of results is many)
+    hostport = plain.group(1) if plain is not None else _hostport_of(url)
     if isinstance(hostport, _Refused):
         return hostport.why
     verdicts = rules._verdicts
-    if hostport in verdicts:
-        return verdicts[hostport]
+    why = verdicts.get(hostport, _UNJUDGED)
+    if why is not _UNJUDGED:
+        return why
     why = _judge(_host(hostport), rules)
     if len(verdicts) >= MAX_VERDICTS:
         verdicts.clear()
     verdicts[hostport] = why
     return why
+
+
+_UNJUDGED = "a host not judged yet"  # told apart by identity: a verdict is never this object
 
 
 def _judge(host: tuple[str, str, IP | None] | _Refused, rules: DomainRules) -> str | None:

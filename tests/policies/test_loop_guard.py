@@ -6,6 +6,7 @@ are kept. Wall time is a fake clock."""
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 import anyio
 import pytest
@@ -91,6 +92,16 @@ async def test_arguments_are_normalized_and_each_tool_and_operator_counts_alone(
     assert await refused(policy, search(SearchRequest("mcp", max_results=6, provider="wikipedia"))) is None
     assert await refused(policy, search(SearchRequest("mcp", provider="wikipedia"), tool="frugal__execute")) is None
     assert await refused(policy, search(SearchRequest("mcp", provider="wikipedia"), operator="alice")) is None
+
+
+async def test_the_ceiling_tells_calls_apart_as_it_is_written() -> None:
+    clock = Clock()
+    policy = guard(clock, limit=1)
+    assert await refused(policy, search(SearchRequest("mcp", max_cost_usd=Decimal("0.01")))) is None
+    assert await refused(policy, search(SearchRequest(" mcp", max_cost_usd=Decimal("0.01")))) is not None
+    assert await refused(policy, search(SearchRequest("mcp", max_cost_usd=Decimal("0.02")))) is None
+    assert await refused(policy, search(SearchRequest("mcp", max_cost_usd=Decimal("0.010")))) is None
+    assert await refused(policy, search(SearchRequest("mcp"))) is None
 
 
 async def test_plain_tools_are_watched_only_where_their_upstream_opts_in() -> None:

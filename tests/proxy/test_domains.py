@@ -119,6 +119,23 @@ def test_public_hosts_pass(url: str) -> None:
     assert url_allowed(url, PRIVATE) is None
 
 
+@pytest.mark.parametrize(
+    ("usual", "odd"),
+    [
+        ("https://127.0.0.1/x", " HTTPS://127.0.0.1/x"),
+        ("http://localhost:8080/", "http:\\\\localhost:8080/"),
+        ("https://10.0.0.1/", "https://public.example@10.0.0.1/"),
+        ("https://example.com/a", "https://exa\tmple.com/a"),
+        ("https://example.com", "https://example.com\n"),
+        ("https://example.com/", "https:///example.com/"),
+        ("https://169.254.169.254/", "https://user:pw@169.254.169.254/"),
+    ],
+)
+def test_the_usual_spelling_and_its_odd_twin_read_the_same_host(usual: str, odd: str) -> None:
+    # The usual spelling is read at once, an odd one the browser's way: the verdict is the same.
+    assert url_allowed(usual, PRIVATE) == url_allowed(odd, PRIVATE)
+
+
 def test_deny_wins_over_allow_and_subdomains_follow_the_rule() -> None:
     rules = DomainRules.of(allow=["example.com", "*.wiki.org"], deny=["ads.example.com", "10.1.2.3"])
     assert url_allowed("https://example.com/", rules) is None
