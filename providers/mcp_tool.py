@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import anyio
 import msgspec
 
 from frugal_proxy.errors import UpstreamError
@@ -33,35 +32,21 @@ class McpToolProvider:
         name: str,
         forward: Forwarder,
         price_micros: int = 0,
-        timeout: float | None = None,
         *,
         tool: str | None = None,
     ) -> None:
         self.name = name  # the upstream's name
         self.tool = tool
         self.spec = ProviderSpec(name if tool is None else f"{name}.{tool}", "tool", price_micros)
-        self.timeout = timeout
         self._forward = forward
         self._tool_name = jsonrpc.raw(tool) if tool is not None else None
 
     async def call(self, exchange: Exchange) -> Outcome:
         call = exchange.call
         params = call.params if self._tool_name is None else {**call.params, "name": self._tool_name}
-        try:
-            if self.timeout is None:  # no deadline: spare the hot path a cancel scope
-                reply = await self._forward(
-                    "tools/call", params, exchange.client, exchange.on_progress, call.forwarded_headers
-                )
-            else:
-                with anyio.fail_after(self.timeout):
-                    reply = await self._forward(
-                        "tools/call", params, exchange.client, exchange.on_progress, call.forwarded_headers
-                    )
-        except TimeoutError:
-            return Outcome(
-                "transient",
-                message=f"upstream {self.name!r} did not answer within {self.timeout:g} s; "
-                "the call was cancelled upstream",
+        try:  # the link's deadline bounds it (upstreams.NAME.timeout): an UpstreamTimeout then
+            reply = await self._forward(
+                "tools/call", params, exchange.client, exchange.on_progress, call.forwarded_headers
             )
         except UpstreamError as exc:
             return fault_outcome(exc)

@@ -47,11 +47,10 @@ def raising(exc: Exception) -> Callable[[], Awaitable[Frame]]:
 
 async def call(
     handler: Callable[[], Awaitable[Frame]],
-    provider_timeout: float | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> Outcome:
     forward = FakeForwarder(handler)
-    provider = McpToolProvider("remote", forward, timeout=provider_timeout)
+    provider = McpToolProvider("remote", forward)
     params = {"name": jsonrpc.raw("search"), "arguments": jsonrpc.raw({"q": "x"})}
     ident = Call(request_id=1, tool="search", params=params, forwarded_headers=headers)
     exchange = Exchange(call=ident, route=Route("search", ("remote",)))
@@ -93,15 +92,6 @@ async def test_a_server_that_says_when_to_come_back_is_rate_limiting() -> None:
 async def test_any_other_fault_is_transient(fault: UpstreamError) -> None:
     outcome = await call(raising(fault))
     assert (outcome.kind, outcome.message, outcome.retry_after) == ("transient", str(fault), None)
-
-
-async def test_no_answer_within_the_timeout_is_transient() -> None:
-    async def never() -> Frame:
-        await anyio.sleep_forever()
-        raise AssertionError("unreachable")
-
-    outcome = await call(never, provider_timeout=0.05)
-    assert outcome.kind == "transient" and "did not answer within 0.05 s" in outcome.message
 
 
 async def test_a_route_candidate_calls_its_own_tool_and_fails_over_on_a_json_rpc_error() -> None:
