@@ -29,6 +29,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -155,11 +156,13 @@ def suite(run: Run, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def listed(run: Run, *args: str) -> set[str]:
-    """The server scenarios `list` names (the section before the client scenarios)."""
+@cache
+def listed(run: Run, *args: str) -> frozenset[str]:
+    """The server scenarios `list` names (the section before the client scenarios); asked once
+    per suite version and arguments in a test process: the listing is fixed by the installed suite."""
     listing = suite(run, "list", "--server", *args).stdout
     section = listing.split("Server scenarios", 1)[1].split("\n\n", 1)[0]
-    return set(re.findall(r"^\s+- (\S+)", section, re.MULTILINE))
+    return frozenset(re.findall(r"^\s+- (\S+)", section, re.MULTILINE))
 
 
 def run_suite(run: Run, url: str, out: Path) -> Results:
@@ -177,9 +180,9 @@ def run_suite(run: Run, url: str, out: Path) -> Results:
     assert results.checks, f"the suite wrote no results:\n{completed.stdout[-2000:]}\n{completed.stderr[-2000:]}"
     for spec in run.specs:
         if run.requirements:
-            results.scored[spec] = listed(run, "--requirements", spec)
+            results.scored[spec] = set(listed(run, "--requirements", spec))
         else:  # the active suite: what `list` names for the revision, but for the pending ones
-            results.scored[spec] = listed(run, "--spec-version", spec) & set(results.checks)
+            results.scored[spec] = set(listed(run, "--spec-version", spec)) & set(results.checks)
     return results
 
 

@@ -115,12 +115,15 @@ def app(kind: str) -> Any:
 
 def main() -> None:
     kind = sys.argv[1]
+    # The app first: the notes server imports the SDK (seconds on a busy machine), and a request
+    # queued meanwhile would wait out a client's short probe (the proxy's discover gives up at 3 s).
+    served = app(kind)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)  # connections queue from now on, so the port can be announced before uvicorn runs
     print(f"PORT {sock.getsockname()[1]}", flush=True)
-    config = uvicorn.Config(app(kind), log_level="warning", lifespan="on")
+    config = uvicorn.Config(served, log_level="warning", lifespan="on")
     uvicorn.Server(config).run(sockets=[sock])
 
 
