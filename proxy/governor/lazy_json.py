@@ -274,20 +274,17 @@ def _decode_piece(body: memoryview) -> tuple[bytes, int]:
 
 
 def _utf8_chars(payload: bytes, piece_bytes: int) -> int | None:
-    """Characters in UTF-8 bytes, counted a piece at a time; None when they are not UTF-8."""
+    """Characters in UTF-8 bytes, counted a piece at a time; None when they are not UTF-8 (a
+    hostile upstream's bytes: msgspec does not check them inside a value it skips as Raw)."""
     view = memoryview(payload)
-    chars = 0
-    start = 0
+    decoder = codecs.getincrementaldecoder("utf-8")()  # holds a character split between pieces
     piece = max(4, piece_bytes)
-    while start < len(view):
-        end = min(len(view), start + piece)
-        while end < len(view) and view[end] & 0xC0 == 0x80:  # not inside a character
-            end -= 1
-        try:
-            chars += len(str(view[start:end], "utf-8"))
-        except UnicodeDecodeError:
-            return None
-        start = end
+    chars = 0
+    try:
+        for start in range(0, len(view), piece):
+            chars += len(decoder.decode(view[start : start + piece], final=start + piece >= len(view)))
+    except UnicodeDecodeError:
+        return None
     return chars
 
 

@@ -7,6 +7,7 @@ import json
 import tracemalloc
 
 import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -52,6 +53,25 @@ def test_a_string_decoded_in_pieces_equals_the_whole(
         raw = raw.replace(b"/", b"\\/")  # legal JSON that json.dumps never writes
     payload, chars = lazy_json.string_payload(msgspec.Raw(raw), piece_bytes=piece)
     assert payload == text.encode() and chars == len(text)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\xc3" + b"\x80" * 70_000,  # a lead byte, then continuation bytes across many pieces
+        b"\x80" * 70_000,  # continuation bytes alone
+        b"ok \xff\xfe bytes",
+        b"\xe6\x9d",  # a character cut short at the end
+        b"\xed\xa0\x80",  # a surrogate written as UTF-8
+    ],
+)
+def test_invalid_utf8_from_an_upstream_is_a_decode_error_never_a_hang(body: bytes) -> None:
+    """msgspec does not check the UTF-8 inside a value it skips as Raw: the governor's reader
+    must refuse such bytes with a DecodeError (the call then fails with a clear error), in
+    bounded time, at any piece size."""
+    for piece in (4, 64, lazy_json.PIECE_BYTES):
+        with pytest.raises(msgspec.DecodeError):
+            lazy_json.string_payload(msgspec.Raw(b'"' + body + b'"'), piece_bytes=piece)
 
 
 def test_a_large_multibyte_string_never_exists_whole_as_str() -> None:
