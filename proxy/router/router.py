@@ -312,6 +312,8 @@ class Router:
         except BaseException:
             call.release()
             raise
+        if call.done:
+            return True  # cancelled (or drained) while the pipeline opened it: nothing goes upstream
         if spec is not None and spec is self._plain_spec:
             call.started = time.monotonic()
             call.pending = link.start("tools/call", upstream_params, call.settled, progress)
@@ -668,7 +670,7 @@ class _PlainCall:
     async def _expired(self) -> None:
         assert self.pending is not None
         with anyio.CancelScope(shield=True):
-            await self.link.upstream.withdraw(self.pending, "cancelled by the client")
+            await self.link.upstream.withdraw(self.pending, "the proxy's deadline for the call ran out")
         await self._answer(fault_outcome(self.link.timed_out("tools/call")))
 
     async def settled(self, pending: Pending) -> None:
