@@ -220,6 +220,7 @@ class LimitedH11Protocol(H11Protocol):
         self._follow()
 
     def on_response_complete(self) -> None:
+        self._on_lost.clear()  # they were the finished request's: a later one's loss is not theirs
         super().on_response_complete()
         # The keep-alive timer now runs; pipelined requests already parsed start their own clock.
         self._fit_cycle()
