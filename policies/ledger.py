@@ -62,15 +62,15 @@ def usage_line(exchange: Exchange, rack: RackRates, now: float) -> UsageLine:
             total = decision.bytes_in
             break
     billed: dict[str, int] = {}
-    under: dict[str, str] = {}
+    tables: dict[str, dict[str, int]] = {}  # provider -> capability table -> what it billed there
     served: dict[str, float] = {}
     free: list[str] = []
     table = capability or "tool"
     for attempt in exchange.attempts:  # one pass: a line is made for every call
         if attempt.cost_micros:
             billed[attempt.provider] = billed.get(attempt.provider, 0) + attempt.cost_micros
-            if attempt.capability != table:
-                under[attempt.provider] = attempt.capability
+            split = tables.setdefault(attempt.provider, {})
+            split[attempt.capability] = split.get(attempt.capability, 0) + attempt.cost_micros
         if attempt.outcome == "ok":
             served[attempt.provider] = attempt.latency_ms
         if attempt.free_quota:
@@ -96,7 +96,11 @@ def usage_line(exchange: Exchange, rack: RackRates, now: float) -> UsageLine:
         billed={name: usd(micros) for name, micros in billed.items()},
         served_ms=served,
         free_quota=free,
-        billed_under=under,
+        billed_under={
+            name: {where: usd(micros) for where, micros in split.items()}
+            for name, split in tables.items()
+            if split.keys() != {table}
+        },
     )
 
 

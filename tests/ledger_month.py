@@ -53,7 +53,7 @@ def month_lines() -> list[UsageLine]:
             rack_provider="browserless",
             attempts=2,
             billed={"firecrawl": 0.001, "browserless": 0.002},
-            billed_under={"firecrawl": "extract"},
+            billed_under={"firecrawl": {"extract": 0.001}},
             served_ms={"firecrawl": 300.0, "browserless": 2100.0},
         ),
         usage_line(

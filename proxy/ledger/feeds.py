@@ -43,7 +43,7 @@ class _Billed(msgspec.Struct, frozen=True):
     ts: str
     capability: str | None = None
     billed: dict[str, float] = {}
-    billed_under: dict[str, str] = {}
+    billed_under: dict[str, dict[str, float]] = {}
     free_quota: list[str] = []
 
 
@@ -67,8 +67,10 @@ def spend_on(day: str, directory: Path | None = None, before: str | None = None)
             break
         if line.ts.startswith(day) and (before is None or line.ts < before):
             for provider, amount in line.billed.items():
-                key = spend_key(line.billed_under.get(provider, line.capability or "tool"), provider)
-                spent[key] = spent.get(key, 0) + micros(amount)
+                split = line.billed_under.get(provider) or {line.capability or "tool": amount}
+                for table, part in split.items():
+                    key = spend_key(table, provider)
+                    spent[key] = spent.get(key, 0) + micros(part)
     return spent
 
 
@@ -79,8 +81,8 @@ def billed_calls(month: str, directory: Path | None = None, before: str | None =
     for line in reader.lines(reader.month_path(month, directory), _Billed):
         if before is not None and line.ts >= before:
             continue
-        for provider in line.billed:
-            calls[provider] = calls.get(provider, 0) + 1
+        for provider in line.billed:  # once per table it billed under: one call each
+            calls[provider] = calls.get(provider, 0) + len(line.billed_under.get(provider) or (None,))
         for provider in line.free_quota:
             calls[provider] = calls.get(provider, 0) + 1
     return calls

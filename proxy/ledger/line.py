@@ -49,9 +49,10 @@ class UsageLine(msgspec.Struct, frozen=True, kw_only=True):
     billed: dict[str, float] = {}  # provider -> what it billed in this call, where not $0
     served_ms: dict[str, float] = {}  # provider -> latency of its successful attempt
     free_quota: list[str] = []  # providers that answered on a unit of their free monthly quota ($0)
-    # provider -> the capability it billed under, where that is not the line's `capability` (an
-    # extract that fell forward to a paid render bills its extract provider under extract)
-    billed_under: dict[str, str] = {}
+    # provider -> capability table -> what it billed there, for a provider that billed under a
+    # table other than the line's `capability` (an extraction that fell forward to a paid render
+    # bills its extract provider under extract); the daily budgets are per table
+    billed_under: dict[str, dict[str, float]] = {}
     v: int = 1
 
 

@@ -25,7 +25,7 @@ from frugal_proxy.policies.governor import GovernorPolicy
 from frugal_proxy.policies.ledger import Ledger, usage_line
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers import FakeProvider
-from frugal_proxy.records import CachedAnswer, Call, Exchange, Outcome, Route
+from frugal_proxy.records import Attempt, CachedAnswer, Call, Exchange, Outcome, Route
 from frugal_proxy.state.usage import utc_month
 
 pytestmark = pytest.mark.anyio
@@ -132,7 +132,7 @@ async def test_a_month_of_calls_is_recorded_and_adds_up(tmp_path: Path) -> None:
     assert whiff.billed == {"serper": 0.001} and whiff.served_ms == {}
     assert (forward.capability, forward.cost_usd, forward.total_cost_usd) == ("browse", 0.002, 0.003)
     assert forward.billed == {"jina": 0.001, "browserless": 0.002} and forward.rack_usd == 0.002
-    assert forward.billed_under == {"jina": "extract"}  # its daily budget is the extract table's
+    assert forward.billed_under == {"jina": {"extract": 0.001}}  # its daily budget is the extract table's
     assert all(line.billed_under == {} for line in lines if line is not forward)
     assert cut.bytes_total > 26_000 and cut.bytes_returned <= 1024 + 512
     assert cut.tokens_total == -(-cut.bytes_total // 4) and cut.tokens_returned == -(-cut.bytes_returned // 4)
@@ -176,6 +176,20 @@ def test_usage_line_of_an_exchange_that_never_ran() -> None:
     ex = Exchange(Call(1, "add", {}), Route("add", ("notes",)))
     line = usage_line(ex, {}, JULY_14)
     assert (line.provider, line.outcome, line.bytes_total, line.cost_usd) == (None, "no_provider", 0, 0.0)
+
+
+def test_one_name_in_two_tables_bills_each_table_its_part() -> None:
+    """`mine` is an extract provider and a browse provider (two upstream tools' tables): an
+    extraction by it that fell forward to its render bills $0.002 under extract and $0.003
+    under browse, and the line keeps both parts for the two daily budgets."""
+    ex = Exchange(Call(1, "frugal__execute", {}), Route("frugal__execute", ("browse/mine",), capability="browse"))
+    ex.attempts = [
+        Attempt("mine", "empty", 10.0, 2_000, capability="extract"),
+        Attempt("mine", "ok", 900.0, 3_000, capability="browse"),
+    ]
+    line = usage_line(ex, {}, JULY_14)
+    assert line.billed == {"mine": 0.005}
+    assert line.billed_under == {"mine": {"extract": 0.002, "browse": 0.003}}
 
 
 async def test_assemble_adds_the_ledger_with_the_configs_rack_rates(frugal_home: Path) -> None:

@@ -47,6 +47,22 @@ def test_one_name_in_two_capability_tables_keeps_two_counters(tmp_path: Path) ->
     assert feeds.spend_on("2026-07-02", tmp_path) == {"search/mine": 2_000, "extract/mine": 3_000}
 
 
+def test_one_name_billed_in_two_tables_by_one_call_counts_in_each(tmp_path: Path) -> None:
+    """An extraction by `mine` that fell forward to a render by `mine` (configured in both the
+    extract and browse tables) bills both tables in one line: each budget gets its part, and the
+    free quota two calls."""
+    both = usage_line(
+        ts="2026-07-02T10:00:00.000Z",
+        tool="frugal__execute",
+        capability="browse",
+        billed={"mine": 0.005},
+        billed_under={"mine": {"extract": 0.002, "browse": 0.003}},
+    )
+    (tmp_path / "2026-07.jsonl").write_bytes(encode(both))
+    assert feeds.spend_on("2026-07-02", tmp_path) == {"extract/mine": 2_000, "browse/mine": 3_000}
+    assert feeds.billed_calls("2026-07", tmp_path) == {"mine": 2}
+
+
 def test_before_leaves_out_the_lines_written_since(tmp_path: Path) -> None:
     """A process that started at 10:00:00.500 counts what it served itself live: the rebuild reads
     only the lines written before it, in every feed."""
