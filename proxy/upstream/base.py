@@ -163,6 +163,18 @@ class UpstreamBase(abc.ABC):
         that has no such path (this default) always says None."""
         return None
 
+    async def settle(self, pending: Pending) -> None:
+        """Run a started request's `on_settled` from this connection's reader: whatever goes
+        wrong answering it is that call's (logged), never the reader's, which serves the rest."""
+        assert pending.on_settled is not None
+        try:
+            await pending.on_settled(pending)
+        except Exception as exc:
+            log.warning(
+                "answering a call from the upstream's reader failed",
+                extra={"upstream": self.name, "error": f"{type(exc).__name__}: {str(exc)[:200]}"},
+            )
+
     async def withdraw(self, pending: Pending, reason: str) -> None:  # noqa: B027 - a no-op default
         """Give up on a request from `start_request`: it is not settled, and the server is told
         (`notifications/cancelled`) when it went out."""
@@ -490,7 +502,7 @@ class UpstreamBase(abc.ABC):
             waiting.reply = frame
             waiting.done.set()
             if waiting.on_settled is not None:
-                await waiting.on_settled(waiting)  # the reply goes on from here: no task to wake
+                await self.settle(waiting)  # the reply goes on from here: no task to wake
             return
         method = jsonrpc.method_of(frame)
         if jsonrpc.is_request(frame):

@@ -357,4 +357,4 @@ class UpstreamConnection(UpstreamBase):
             pending.done.set()
         for pending in settled:
             if pending.on_settled is not None:
-                await pending.on_settled(pending)
+                await self.settle(pending)

@@ -6,6 +6,7 @@ event loop (blockbuster raises on any blocking call made from frugal_proxy's cod
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -340,6 +341,35 @@ async def test_a_router_never_blocks_the_loop() -> None:
             crashed = result(await wire.request(3, "tools/call", {"name": "crash", "arguments": {}}))
             assert crashed["isError"] is True
             await upstream.shutdown()
+
+
+async def test_a_failing_answer_on_the_upstreams_reader_is_that_calls_alone(caplog: pytest.LogCaptureFixture) -> None:
+    """A plain call is answered from the upstream's reader (`on_settled`): when answering one
+    fails, that is logged for that call, and the reader goes on to answer the next."""
+    answered: list[Any] = []
+    second_answered = anyio.Event()
+
+    async def failing(pending: Any) -> None:
+        raise OSError("the client's pipe broke")
+
+    async def fine(pending: Any) -> None:
+        answered.append(pending.reply)
+        second_answered.set()
+
+    params = {"name": jsonrpc.raw("add"), "arguments": jsonrpc.raw({"a": 2, "b": 3})}
+    with anyio.fail_after(30), caplog.at_level(logging.WARNING, "frugal_proxy.upstream"):
+        async with UpstreamConnection(notes_command(), name="notes") as upstream:
+            await upstream.ensure_ready()
+            first = upstream.start_request("tools/call", params, failing)
+            assert first is not None
+            await first.done.wait()
+            second = upstream.start_request("tools/call", params, fine)
+            assert second is not None
+            await second_answered.wait()
+            await upstream.shutdown()
+    assert "result" in answered[0] or "error" in answered[0]  # the second call got its answer
+    assert "answering a call from the upstream's reader failed" in caplog.text
+    assert any(getattr(r, "error", "") == "OSError: the client's pipe broke" for r in caplog.records)
 
 
 async def test_a_plain_call_without_a_task_of_its_own_keeps_every_rule_of_a_call() -> None:
