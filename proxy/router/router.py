@@ -9,10 +9,9 @@ upstream nothing is renamed or re-paged: the proxy is transparent.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +34,7 @@ from frugal_proxy.providers.mcp_tool import McpToolProvider, fault_outcome
 from frugal_proxy.providers.own_tools import LISTING_TTL_MS, OwnToolProvider
 from frugal_proxy.providers.upstream_tool import UpstreamToolProvider
 from frugal_proxy.records import Call, Decision, Exchange, Outcome, ProgressSink
+from frugal_proxy.router.answerers import Answerers, Deadlines
 from frugal_proxy.router.catalog import KINDS, Catalog, CatalogError
 from frugal_proxy.router.handshakes import Handshakes
 from frugal_proxy.router.routes import RouteTable, RouteUnavailable
@@ -91,9 +91,9 @@ class Router:
         self.catalog = Catalog(self.links, prefixes, filters, page_size)
         self.single = len(self.links) == 1
         self._inflight: dict[RequestId, anyio.CancelScope | _PlainCall] = {}
-        self._answerers = _Answerers(task_group, self._answer)
+        self._answerers = Answerers(task_group, self._answer)
         self._handed_off = 0  # stdio requests handed to a task and not answered yet
-        self._deadlines = _Deadlines()
+        self._deadlines = Deadlines()
         self._batches = 0  # stdio batches being served
         self._streams: set[RequestId] = set()
         self._idle = anyio.Event()
@@ -612,7 +612,6 @@ class Router:
                 log.warning("client notification dropped: upstream is down", extra={"method": method})
 
 
-_Work = tuple[Frame, Exchange | None]
 _TOOLS_CALL = jsonrpc.raw("tools/call")
 
 
@@ -703,87 +702,6 @@ class _PlainCall:
         finally:
             self.release()
         await router.downstream.send(jsonrpc.with_id(reply, client_id))
-
-
-class _Deadlines:
-    """The deadlines of the plain calls in flight, kept by one timer: a link's deadline is the
-    same for each of its calls, so they run out in the order they started, and watching one
-    costs a dict entry instead of a timer of its own."""
-
-    def __init__(self) -> None:
-        self._calls: dict[_PlainCall, None] = {}  # in the order their deadlines run out
-        self._timer: asyncio.TimerHandle | None = None
-
-    def watch(self, call: _PlainCall, seconds: float) -> None:
-        loop = asyncio.get_running_loop()
-        call.due = loop.time() + seconds
-        self._calls[call] = None
-        if self._timer is None:
-            self._timer = loop.call_at(call.due, self._run_out)
-
-    def unwatch(self, call: _PlainCall) -> None:
-        self._calls.pop(call, None)
-
-    def _run_out(self) -> None:
-        self._timer = None
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        while self._calls:
-            call = next(iter(self._calls))
-            if call.due > now:
-                self._timer = loop.call_at(call.due, self._run_out)
-                return
-            del self._calls[call]
-            call.expire()
-
-
-class _Answerers:
-    """The tasks that answer stdio requests, each request on a task of its own while it runs.
-
-    A task spawned per request costs about 25 µs of CPU on the asyncio backend (its handle, cancel
-    scope and event), a tenth of the proxy's whole work on a small call; so a task that has
-    answered waits for the next request instead of ending, and a request is handed to a waiting
-    one (a future's result: one loop turn, as a new task's first step would be). A new task is
-    spawned only when none waits, and at most `MAX_IDLE` wait, so a burst leaves none behind.
-    They are the task group's, as spawned tasks were: cancelled with it, their errors its own.
-    """
-
-    MAX_IDLE = 64
-
-    def __init__(
-        self, task_group: anyio.abc.TaskGroup, answer: Callable[[Frame, Exchange | None], Awaitable[None]]
-    ) -> None:
-        self._tg = task_group
-        self._answer = answer
-        self._idle: list[asyncio.Future[_Work | None]] = []
-
-    def close(self) -> None:
-        """No more requests come: the waiting tasks end (those still answering end after)."""
-        idle, self._idle = self._idle, []
-        for waiter in idle:
-            if not waiter.done():
-                waiter.set_result(None)
-
-    def submit(self, frame: Frame, resume: Exchange | None = None) -> None:
-        """Answer the request on a task; with `resume`, its exchange goes on from `Pipeline.open`."""
-        work = (frame, resume)
-        while self._idle:
-            waiter = self._idle.pop()
-            if not waiter.done():  # a cancelled waiter is a task that has ended
-                waiter.set_result(work)
-                return
-        self._tg.start_soon(self._work, work)
-
-    async def _work(self, work: _Work) -> None:
-        loop = asyncio.get_running_loop()
-        next_work: _Work | None = work
-        while next_work is not None:
-            await self._answer(*next_work)
-            if len(self._idle) >= self.MAX_IDLE:
-                return
-            waiter: asyncio.Future[_Work | None] = loop.create_future()
-            self._idle.append(waiter)
-            next_work = await waiter
 
 
 def _in_era(client: Client, reply: Frame) -> Frame:
