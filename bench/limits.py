@@ -35,7 +35,6 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
-from pathlib import Path
 
 import anyio
 import anyio.abc
@@ -45,6 +44,7 @@ from load import ACCEPT, FAULTY, INITIALIZE, PYTHON, ROOT, call_loop, percentile
 
 from http_client import http_client
 from http_columns import HttpColumn, serve
+from measure import process_parents
 from rpc_client import ClientError
 
 SLOW_REQUEST = b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
@@ -69,15 +69,7 @@ def column(
 
 def children(pid: int) -> int:
     """How many processes have `pid` as their parent (the proxy's upstreams)."""
-    count = 0
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            count += int(stat.rsplit(")", 1)[1].split()[1]) == pid
-    return count
+    return sum(1 for parent in process_parents().values() if parent == pid)
 
 
 async def mixed(before: str | None, clients: int, seconds: float) -> None:

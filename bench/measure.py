@@ -424,6 +424,19 @@ def status_kib(pid: int, field: str) -> int | None:
     return None
 
 
+def process_parents() -> dict[int, int]:
+    """Each live process's parent pid, from /proc/<pid>/stat (the field after the command's `)`)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue  # it ended meanwhile
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    return parents
+
+
 def reset_peak_rss(pid: int) -> bool:
     """Reset the process's VmHWM to its current RSS (Linux `clear_refs` value 5)."""
     try:

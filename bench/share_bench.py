@@ -28,7 +28,7 @@ from pathlib import Path
 import anyio
 
 from http_client import HttpClient
-from measure import status_kib
+from measure import process_parents, status_kib
 from rpc_client import ClientError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,14 +50,7 @@ def config_text(share: str) -> str:
 
 def descendants(pid: int) -> list[int]:
     """Every process below `pid` (children, their children, ...)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    parents = process_parents()
     found: list[int] = []
     frontier = [pid]
     while frontier:

@@ -35,9 +35,9 @@ class GovernorPolicy(Policy):
         self.governor = governor
 
     async def admit(self, exchange: Exchange) -> None:
-        if not self.governor.settings.enabled or _is_own(exchange):
-            return
         route = exchange.route.name
+        if not self.governor.settings.enabled or not self.governor.may_deny(route) or _is_own(exchange):
+            return  # no call of this route was shaped: nothing to decode or look up
         body = await self.governor.denial(exchange.operator, route, _arguments(exchange))
         if body is None:
             return

@@ -52,9 +52,9 @@ class Governor:
         self.store = store
         self.signer = signer
         self.budgets = OperatorBudgets(settings)
-        # Whether any call was remembered for the repeat denial: until one is, no call needs its
-        # fingerprint taken to be let through.
-        self._remembered = False
+        # The routes a call of which was remembered for the repeat denial: a call of any other
+        # route needs no fingerprint (its arguments decoded and hashed) to be let through.
+        self._remembered: set[str] = set()
 
     @classmethod
     def embedded(cls, settings: GovernorSettings) -> Governor:
@@ -67,10 +67,14 @@ class Governor:
 
     # -- the repeat denial ---------------------------------------------------------------------------
 
+    def may_deny(self, route: str) -> bool:
+        """Whether a call of `route` could be a repeat to refuse (one of its calls was shaped)."""
+        return route in self._remembered
+
     async def denial(self, operator: str, route: str, arguments: Any) -> dict[str, Any] | None:
         """The tool error result that refuses a repeat of a call whose result was shaped while its
         spill lives, or None when the call may run."""
-        if not self._remembered:
+        if route not in self._remembered:
             return None
         spilled = await self.store.recall(operator, call_key(route, arguments))
         if not spilled:
@@ -90,7 +94,7 @@ class Governor:
 
     async def remember(self, operator: str, route: str, arguments: Any, artifact_ids: list[str]) -> None:
         """Note that this call's result was shaped into these artifacts (for the repeat denial)."""
-        self._remembered = True
+        self._remembered.add(route)
         await self.store.remember(operator, call_key(route, arguments), artifact_ids)
 
     # -- shaping, shared with frugal__shape_result ---------------------------------------------------

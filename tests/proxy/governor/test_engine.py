@@ -65,6 +65,10 @@ async def test_a_remembered_call_is_denied_to_its_operator_only() -> None:
         denied = await governor.denial("alice", "read", {"path": "/a"})
         assert await governor.denial("bob", "read", {"path": "/a"}) is None
         assert await governor.denial("alice", "read", {"path": "/b"}) is None
+        assert await governor.denial("alice", "write", {"path": "/a"}) is None  # another route
+    # Only a route with a shaped call is looked up: the governor policy decodes nobody else's
+    # arguments at admit.
+    assert governor.may_deny("read") and not governor.may_deny("write")
     assert denied is not None and denied["isError"] is True and "frugal__fetch_slice" in denied["content"][0]["text"]
     (receipt,) = denied["_meta"][shaping.META_KEY]["receipts"]
     assert receipt["kind"] == "denial" and receipt["artifact_id"] == shaped[1][0]
