@@ -20,6 +20,7 @@ from frugal_proxy import money
 from frugal_proxy.config import format_duration
 from frugal_proxy.policies import Policy
 from frugal_proxy.records import Decision, Exchange, Outcome, ProviderSpec
+from frugal_proxy.state.seeding import StillSeeding
 from frugal_proxy.state.spend import SpendBook, seconds_to_midnight, spend_key
 
 
@@ -76,7 +77,12 @@ class Budget(Policy):
         cap = self._cap(spec)
         if cap is None or spec.name in exchange.free_quota:
             return None  # no cap, or billed $0 on a unit of its free quota: nothing to reserve
-        day = await self.book.reserve(spend_key(spec.capability, spec.name), spec.price_micros, cap)
+        try:
+            day = await self.book.reserve(
+                spend_key(spec.capability, spec.name), spec.price_micros, cap, exchange.deadline
+            )
+        except StillSeeding as waited:
+            return str(waited)
         if day is None:
             return f"other calls reached its {money.format_usd(cap)} daily budget meanwhile; {self._resets()}"
         exchange.reservations[(self.name, spec.name)] = day

@@ -30,6 +30,7 @@ from frugal_proxy.config import CapabilityRouting
 from frugal_proxy.policies import Policy
 from frugal_proxy.records import Decision, Exchange, Outcome, ProviderSpec
 from frugal_proxy.state.latency import LatencyBook
+from frugal_proxy.state.seeding import StillSeeding
 from frugal_proxy.state.usage import UsageCounter
 
 MIN_SAMPLES = 3
@@ -74,7 +75,10 @@ class Routing(Policy):
 
     async def before_call(self, exchange: Exchange, spec: ProviderSpec) -> str | None:
         """Reserve a unit of the provider's free quota if one is left: the call is then billed $0."""
-        month = await self.usage.reserve(spec.name, spec.free_quota_monthly)
+        try:
+            month = await self.usage.reserve(spec.name, spec.free_quota_monthly, exchange.deadline)
+        except StillSeeding as waited:
+            return str(waited)
         if month is not None:
             exchange.reservations[(self.name, spec.name)] = month
             exchange.free_quota.add(spec.name)

@@ -100,6 +100,9 @@ class Dispatch:
                 break
             before, after = self._hooks_of(spec)
             if before and await self._kept_back(exchange, spec, before):
+                if self.expired(exchange):  # a reservation waited out the deadline
+                    stopped = True
+                    break
                 continue
             outcome, cut = await self._attempt(exchange, spec, after)
             if self._ends(exchange, spec, outcome):
@@ -284,18 +287,22 @@ def failure(exchange: Exchange) -> str:
     if any(d.policy == "deadline" and d.verdict == "stopped" for d in exchange.trace):
         capability = exchange.route.capability or "tool"
         attempts = f"{capability} failover stopped after {len(failures)} attempt(s)"
-        return f"frugal: call deadline exceeded; {attempts}" + (f": {tried(failures)}" if failures else "")
+        return f"frugal: call deadline exceeded; {attempts}" + (f": {tried(failures)}" if failures else skips(exchange))
     if not failures:
         # A guard that refused the call says why and what to do; otherwise list the skips.
         refusal = next((d for d in exchange.trace if d.verdict == "refused"), None)
         if refusal is not None:
             return f"{tool}: {refusal.policy}: {refusal.detail}"
-        skipped = [f"{d.policy}: {d.detail}" for d in exchange.trace if d.verdict == "skipped" and d.provider]
-        why = f" ({'; '.join(skipped)})" if skipped else ""
-        return f"{tool} failed: no provider is available for this tool{why}"
+        return f"{tool} failed: no provider is available for this tool{skips(exchange)}"
     if len(failures) == 1 and exchange.route.capability is None:
         return f"{tool} failed: {failures[0][1]}"
     return f"{tool} failed on every provider ({len(failures)} attempt(s)): {tried(failures)}"
+
+
+def skips(exchange: Exchange) -> str:
+    """The providers the guards skipped and why, in parentheses; "" when none was."""
+    skipped = [f"{d.policy}: {d.detail}" for d in exchange.trace if d.verdict == "skipped" and d.provider]
+    return f" ({'; '.join(skipped)})" if skipped else ""
 
 
 def tried(failures: list[tuple[str, str]]) -> str:

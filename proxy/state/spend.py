@@ -42,9 +42,10 @@ class SpendBook(Protocol):
         """Today's spend of the provider, reservations included."""
         ...
 
-    async def reserve(self, key: str, micros: int, cap: int) -> str | None:
+    async def reserve(self, key: str, micros: int, cap: int, deadline: float | None = None) -> str | None:
         """Add `micros` to today's spend if it is still below `cap`: the day it counts in, or
-        None when the cap is reached."""
+        None when the cap is reached. While spend is rebuilt after a restart it waits, until
+        `deadline` at most (then StillSeeding)."""
         ...
 
     async def release(self, key: str, micros: int, day: str) -> None:
@@ -78,8 +79,8 @@ class MemorySpend:
                 self._spent[key] = self._spent.get(key, 0) + micros
         self.seeding.done()
 
-    async def reserve(self, key: str, micros: int, cap: int) -> str | None:
-        await self.seeding.wait()
+    async def reserve(self, key: str, micros: int, cap: int, deadline: float | None = None) -> str | None:
+        await self.seeding.wait(deadline)
         # No await between the check and the add: one step on the event loop.
         day = self._today()
         spent = self._spent.get(key, 0)

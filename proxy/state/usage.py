@@ -33,9 +33,11 @@ class UsageCounter(Protocol):
         ledger's rebuild); nothing if that month is over by now."""
         ...
 
-    async def reserve(self, provider: str, quota: int) -> str | None:
+    async def reserve(self, provider: str, quota: int, deadline: float | None = None) -> str | None:
         """Take one unit of the provider's monthly `quota` if any is left: the month it counts
-        in, or None when the quota is used up. Async so that a shared store can make it atomic."""
+        in, or None when the quota is used up. Async so that a shared store can make it atomic.
+        While the counts are rebuilt after a restart it waits, until `deadline` at most (then
+        StillSeeding)."""
         ...
 
     async def release(self, provider: str, month: str) -> None:
@@ -66,8 +68,8 @@ class MemoryUsage:
                 self._calls[provider] = self._calls.get(provider, 0) + count
         self.seeding.done()
 
-    async def reserve(self, provider: str, quota: int) -> str | None:
-        await self.seeding.wait()
+    async def reserve(self, provider: str, quota: int, deadline: float | None = None) -> str | None:
+        await self.seeding.wait(deadline)
         # No await between the check and the add: one step on the event loop.
         month = self._roll()
         used = self._calls.get(provider, 0)

@@ -297,3 +297,51 @@ async def test_an_unreadable_ledger_is_a_warning_and_the_counters_start_from_zer
     assert "the usage ledger could not be read" in caplog.text
     assert assembly.feeds.usage.calls_this_month("wikipedia") == 0
     await assembly.aclose()
+
+
+async def test_a_routed_call_waits_for_the_ledger_rebuild_no_longer_than_its_deadline() -> None:
+    """While serve still reads the usage ledger after a restart, a capped provider's reservation
+    waits for it, but a routed call gives up at its deadline with an error that says why, having
+    reserved and billed nothing; once the read is done the next call is served."""
+    from frugal_proxy.capabilities import SearchHit, SearchRequest
+
+    config = config_module.loads(
+        '[limits]\ncall_timeout = "300ms"\n'
+        "[search_providers.wikipedia]\ncost_per_call = 0.003\ndaily_budget_usd = 0.006\n"
+        + "".join(f"[search_providers.{name}]\nenabled = false\n" for name in ("youcom-free", "marginalia", "searxng")),
+        environ={},
+    )
+    assembly = assemble(config=config, environ={})
+    assert assembly.feeds is not None
+    calls: list[str] = []
+
+    async def found(ex: Exchange) -> Outcome:
+        calls.append(ex.call.tool)
+        return Outcome("ok", data=[SearchHit("MCP", "https://modelcontextprotocol.io/", "s", "wikipedia")])
+
+    providers = {"wikipedia": FakeProvider("wikipedia", found, 3_000, capability="search")}
+    pipeline = build_pipeline(providers, assembly.policies, assembly.dispatch)
+
+    def call() -> Exchange:
+        params = {"name": jsonrpc.raw("frugal__search"), "arguments": jsonrpc.raw({"query": "mcp"})}
+        ex = Exchange(Call(1, "frugal__search", params), Route("frugal__search", ["wikipedia"], capability="search"))
+        ex.request = SearchRequest("mcp")
+        return ex
+
+    assembly.feeds.hold()  # the rebuild has begun and does not end by itself here
+    started = time.monotonic()
+    with anyio.fail_after(5):
+        answer = await pipeline.run(call())
+    assert 0.3 <= time.monotonic() - started < 3
+    result = jsonrpc.decode_any(answer["result"])
+    assert result["isError"] is True
+    text = result["content"][0]["text"]
+    assert "call deadline exceeded" in text and "usage ledger from before the restart was still being read" in text
+    assert calls == [] and assembly.feeds.spend.spent("search/wikipedia") == 0
+    assembly.feeds.spend.seed({}, "")
+    assembly.feeds.usage.seed({}, "")
+    with anyio.fail_after(5):
+        served = await pipeline.run(call())
+    assert not jsonrpc.decode_any(served["result"]).get("isError")
+    assert calls == ["frugal__search"] and assembly.feeds.spend.spent("search/wikipedia") == 3_000
+    await assembly.aclose()

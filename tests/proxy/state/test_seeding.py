@@ -1,11 +1,14 @@
-"""Reservations wait from `hold` until `done`, and never when nothing is being rebuilt."""
+"""Reservations wait from `hold` until `done` (no longer than a deadline), and never when nothing
+is being rebuilt."""
 
 from __future__ import annotations
+
+import time
 
 import anyio
 import pytest
 
-from frugal_proxy.state.seeding import Seeding
+from frugal_proxy.state.seeding import Seeding, StillSeeding
 
 pytestmark = pytest.mark.anyio
 
@@ -31,3 +34,23 @@ async def test_wait_blocks_between_hold_and_done_only() -> None:
     seeding.done()  # a second done is harmless
     with anyio.fail_after(1):
         await seeding.wait()
+
+
+async def test_a_wait_with_a_deadline_gives_up_then_and_a_done_before_it_lets_it_through() -> None:
+    seeding = Seeding()
+    seeding.hold()
+    started = time.monotonic()
+    with anyio.fail_after(5), pytest.raises(StillSeeding, match="still being read"):
+        await seeding.wait(started + 0.05)
+    assert time.monotonic() - started >= 0.05
+
+    async def finish() -> None:
+        await anyio.sleep(0.02)
+        seeding.done()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(finish)
+        with anyio.fail_after(5):
+            await seeding.wait(time.monotonic() + 30)  # done well before the deadline: no error
+    with anyio.fail_after(1):
+        await seeding.wait(time.monotonic() - 1)  # nothing held: a deadline already passed does not matter
