@@ -69,8 +69,8 @@ class LegacySse:
     async def open_stream(self, request: Request) -> Response:
         if len(self.sessions) >= self.max_sessions:
             return _error(503, f"too many sessions ({self.max_sessions}); close one or try later")
-        entry = await self.sessions.open()
-        entry.session.operator = operator_of(request)
+        # The session belongs to the token that opened it, and shares upstreams only within it.
+        entry = await self.sessions.open(operator=operator_of(request))
         log.info("HTTP+SSE session started", extra={"sessions": len(self.sessions)})
         return _SessionStream(self, entry, f"{MESSAGES_PATH}?session_id={quote(entry.id)}")
 

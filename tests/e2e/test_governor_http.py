@@ -181,6 +181,24 @@ async def test_a_session_belongs_to_the_token_that_started_it(proxy: Proxy) -> N
         assert (await http.delete(proxy.url, headers={**session, **bearer(ALICE)})).status_code == 200
 
 
+async def test_an_http_sse_session_belongs_to_the_token_that_opened_it(proxy: Proxy) -> None:
+    """The 2024-11-05 HTTP+SSE transport: the session a GET /sse opened takes messages only with
+    the same token (its Router acts for that operator)."""
+    async with httpx2.AsyncClient(timeout=30) as http:
+        async with http.stream("GET", proxy.base + "/sse", headers=bearer(ALICE)) as stream:
+            assert stream.status_code == 200
+            lines = stream.aiter_lines()  # kept: leaving an `async for` over it would close the stream
+            endpoint = ""
+            while not endpoint.startswith("/"):
+                endpoint = (await anext(lines)).removeprefix("data: ").strip()
+            assert endpoint.startswith("/messages?session_id=")
+            ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+            refused = await http.post(proxy.base + endpoint, json=ping, headers=bearer(BOB))
+            assert refused.status_code == 403 and "another operator" in refused.text, refused.text
+            accepted = await http.post(proxy.base + endpoint, json=ping, headers=bearer(ALICE))
+            assert accepted.status_code == 202, accepted.text
+
+
 # -- the endpoints ---------------------------------------------------------------------------------------
 
 
