@@ -14,12 +14,10 @@ The proxy's own tools are left alone: their answers are already the governor's.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from frugal_proxy.config import Budget
-from frugal_proxy.governor.engine import Governor
+from frugal_proxy.governor.engine import Governor, raw_call_key
 from frugal_proxy.governor.shaping import MARKER_RESERVE
 from frugal_proxy.policies import Policy
 from frugal_proxy.protocol import jsonrpc
@@ -38,7 +36,7 @@ class GovernorPolicy(Policy):
         route = exchange.route.name
         if not self.governor.settings.enabled or not self.governor.may_deny(route) or _is_own(exchange):
             return  # no call of this route was shaped: nothing to decode or look up
-        body = await self.governor.denial(exchange.operator, route, _arguments(exchange))
+        body = await self.governor.denial(exchange.operator, route, _call_key(exchange))
         if body is None:
             return
         exchange.answer = jsonrpc.result(exchange.call.request_id, body)
@@ -65,7 +63,7 @@ class GovernorPolicy(Policy):
             Decision("govern", self.name, "shaped", f"shaped {len(raw)} bytes to {len(result)}", len(raw), len(result))
         )
         if artifact_ids:
-            await self.governor.remember(exchange.operator, route.name, _arguments(exchange), artifact_ids)
+            await self.governor.remember(exchange.operator, route.name, _call_key(exchange), artifact_ids)
 
 
 def page_budget(budget: Budget, max_chars: int) -> Budget:
@@ -82,9 +80,14 @@ def _is_own(exchange: Exchange) -> bool:
     return exchange.route.providers == (OWN_PROVIDER,)
 
 
-def _arguments(exchange: Exchange) -> Any:
-    raw = exchange.call.params.get("arguments")
-    try:
-        return jsonrpc.decode_any(raw) if raw is not None else {}
-    except jsonrpc.MessageError:
-        return None
+def _call_key(exchange: Exchange) -> str:
+    """The call's fingerprint for the repeat denial, worked out once per call (admit's serves
+    govern): its arguments may be as large as a result."""
+    route, arguments = exchange.route.name, exchange.call.params.get("arguments")
+    known = exchange.derived.get(GovernorPolicy.name)
+    if known is not None and known[0][0] == route and known[0][1] is arguments:
+        key: str = known[1]
+        return key
+    key = raw_call_key(route, arguments)
+    exchange.derived[GovernorPolicy.name] = ((route, arguments), key)
+    return key

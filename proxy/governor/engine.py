@@ -18,7 +18,7 @@ import anyio.to_thread
 import msgspec
 
 from frugal_proxy.config import Budget, GovernorSettings
-from frugal_proxy.governor import shaping
+from frugal_proxy.governor import lazy_json, shaping
 from frugal_proxy.governor.operator_budgets import OperatorBudgets
 from frugal_proxy.governor.receipts import Signer
 from frugal_proxy.governor.shaping import Cut
@@ -33,6 +33,11 @@ log = logging.getLogger("frugal_proxy.governor")
 # on a busy machine waits for the thread to be scheduled and the loop to wake.
 THREAD_THRESHOLD = 2 * 1024 * 1024
 
+_raw_fields = msgspec.json.Decoder(dict[str, msgspec.Raw])
+# A string argument shorter than this is decoded like any other value: checking it costs as much.
+_RAW_STRING_BYTES = 4096
+_PIECE = 1 << 20
+
 
 def iso_time(timestamp: float) -> str:
     moment = datetime.datetime.fromtimestamp(timestamp, datetime.UTC)
@@ -42,6 +47,35 @@ def iso_time(timestamp: float) -> str:
 def call_key(route: str, arguments: Any) -> str:
     """The fingerprint of one call (route and arguments, key order ignored)."""
     return canonical.digest([route, arguments])
+
+
+def raw_call_key(route: str, arguments: msgspec.Raw | None) -> str:
+    """`call_key` of the arguments as they came (raw JSON; None for none), the same digest,
+    without decoding a long string among them: a top-level string with no escape is its own
+    canonical encoding (msgspec checked it has no raw control character), so it is hashed as it
+    came, not decoded into a `str` and encoded again. Arguments that the proxy cannot decode
+    have the fingerprint of None."""
+    if arguments is None:
+        return call_key(route, {})
+    try:
+        fields = _raw_fields.decode(arguments) if lazy_json.first(arguments) == b"{" else None
+        if fields is None:
+            return call_key(route, jsonrpc.decode_any(arguments))
+        values = {
+            key: value if _canonical_string(value) else jsonrpc.decode_any(value) for key, value in fields.items()
+        }
+    except (jsonrpc.MessageError, msgspec.DecodeError, msgspec.ValidationError):
+        return call_key(route, None)
+    return call_key(route, values)
+
+
+def _canonical_string(value: msgspec.Raw) -> bool:
+    """Whether a raw JSON value is a long string with no escape: its bytes are its canonical
+    encoding (checked a piece at a time, so that no copy of it is made whole)."""
+    if len(value) < _RAW_STRING_BYTES or lazy_json.first(value) != b'"':
+        return False
+    view = memoryview(value)
+    return not any(b"\\" in bytes(view[at : at + _PIECE]) for at in range(0, len(view), _PIECE))
 
 
 class Governor:
@@ -71,12 +105,12 @@ class Governor:
         """Whether a call of `route` could be a repeat to refuse (one of its calls was shaped)."""
         return route in self._remembered
 
-    async def denial(self, operator: str, route: str, arguments: Any) -> dict[str, Any] | None:
-        """The tool error result that refuses a repeat of a call whose result was shaped while its
-        spill lives, or None when the call may run."""
+    async def denial(self, operator: str, route: str, key: str) -> dict[str, Any] | None:
+        """The tool error result that refuses a repeat of a call (`key`: its `call_key`) whose
+        result was shaped while its spill lives, or None when the call may run."""
         if route not in self._remembered:
             return None
-        spilled = await self.store.recall(operator, call_key(route, arguments))
+        spilled = await self.store.recall(operator, key)
         if not spilled:
             return None
         receipts = [await self._denial_receipt(artifact) for artifact in spilled]
@@ -92,10 +126,11 @@ class Governor:
         body["_meta"] = {shaping.META_KEY: {"denied": True, "receipts": receipts}}
         return body
 
-    async def remember(self, operator: str, route: str, arguments: Any, artifact_ids: list[str]) -> None:
-        """Note that this call's result was shaped into these artifacts (for the repeat denial)."""
+    async def remember(self, operator: str, route: str, key: str, artifact_ids: list[str]) -> None:
+        """Note that this call (`key`: its `call_key`) had its result shaped into these artifacts
+        (for the repeat denial)."""
         self._remembered.add(route)
-        await self.store.remember(operator, call_key(route, arguments), artifact_ids)
+        await self.store.remember(operator, key, artifact_ids)
 
     # -- shaping, shared with frugal__shape_result ---------------------------------------------------
 

@@ -12,6 +12,7 @@ string without `\\u` escapes can be unescaped byte for byte. Sans-IO and pure.
     read_split      the same for an SDK structured result, its arrays split in that pass
     read_string_result  the same for an SDK string result, found from its length, unscanned
     text_block      a `{"type":"text","text":…}` block's fields, without a second scan
+    string_result_block  the same for the block read_string_result gave, without a second walk
     object_fields   an object's fields, its arrays split into raw items in the same pass
     first_value     the first byte of an object's first value, read from its start
     string_payload  the UTF-8 bytes and character count of a JSON string, decoded piecewise
@@ -189,6 +190,12 @@ def read_string_result(result: bytes | msgspec.Raw) -> tuple[dict[str, msgspec.R
         body["isError"] = msgspec.Raw(view[end + 2 + len(b',"isError":') : -1])
     body["content"] = msgspec.Raw(b"[]")
     return body, [msgspec.Raw(view[1 + len(b'"content":[') : first + size + 2])]
+
+
+def string_result_block(block: msgspec.Raw) -> dict[str, msgspec.Raw]:
+    """The fields of the text block `read_string_result` gave, read from its ends: that read
+    checked the block is exactly `{"type":"text","text":…}` and walked its text already."""
+    return {"type": _TEXT, "text": msgspec.Raw(memoryview(block)[len(_TEXT_BLOCK) - 1 : -1])}
 
 
 def _one_string_body(view: memoryview) -> bool:

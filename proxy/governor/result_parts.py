@@ -63,6 +63,7 @@ class Parts:
         raw_blocks: list[msgspec.Raw],
         split: dict[str, Any] | None = None,
         structured_payload: bytes | None = None,
+        blocks: dict[int, dict[str, msgspec.Raw] | None] | None = None,
     ) -> None:
         self.body = body
         self.raw_blocks = raw_blocks
@@ -71,7 +72,8 @@ class Parts:
         self.split = split
         self._structured_payload = structured_payload
         self._texts: dict[int, Text] | None = None
-        self._blocks: dict[int, dict[str, msgspec.Raw] | None] = {}
+        # Content blocks as objects, decoded on first use (or given, when the read found them).
+        self._blocks: dict[int, dict[str, msgspec.Raw] | None] = dict(blocks) if blocks else {}
         self.structured: msgspec.Raw | None = body.get("structuredContent")
         self._fields: dict[str, msgspec.Raw] | None = None
 

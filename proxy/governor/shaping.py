@@ -144,7 +144,8 @@ def plan(result: bytes | msgspec.Raw, budget: Budget, schema: Any = None) -> Pla
     if split is not None:
         parts = Parts(*split)
     elif string is not None:
-        parts = Parts(*string)
+        body, blocks = string
+        parts = Parts(body, blocks, blocks={0: lazy_json.string_result_block(blocks[0])})
     else:
         try:
             body, blocks = lazy_json.read_result(result)
@@ -233,10 +234,11 @@ def _carrying_array(
         if start != b"{":
             return None
         container = fields if fields is not None else lazy_json.object_fields(raw, as_raw)
-        arrays = [(_array_size(value), key) for key, value in container.items() if _is_array(value)]
-        if not arrays:
+        keys = [key for key, value in container.items() if _is_array(value)]
+        if not keys:
             return None
-        key = max(arrays)[1]
+        # the largest array (its size summed only when there is a choice: a list result has one)
+        key = keys[0] if len(keys) == 1 else max((_array_size(container[key]), key) for key in keys)[1]
         items = container[key]
         if not isinstance(items, list):
             items = _raws.decode(items)
