@@ -53,7 +53,8 @@ def raw_call_key(route: str, arguments: msgspec.Raw | None) -> str:
     """`call_key` of the arguments as they came (raw JSON; None for none), the same digest,
     without decoding a long string among them: a top-level string with no escape is its own
     canonical encoding (msgspec checked it has no raw control character), so it is hashed as it
-    came, not decoded into a `str` and encoded again. Arguments that the proxy cannot decode
+    came, in place: not decoded into a `str`, nor copied into an encoding of all the arguments.
+    Arguments that the proxy cannot decode
     have the fingerprint of None."""
     if arguments is None:
         return call_key(route, {})
@@ -66,7 +67,7 @@ def raw_call_key(route: str, arguments: msgspec.Raw | None) -> str:
         }
     except (jsonrpc.MessageError, msgspec.DecodeError, msgspec.ValidationError):
         return call_key(route, None)
-    return call_key(route, values)
+    return canonical.digest_pair(route, values)
 
 
 def _canonical_string(value: msgspec.Raw) -> bool:

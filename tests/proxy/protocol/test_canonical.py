@@ -35,3 +35,10 @@ def test_receipts_sign_the_canonical_bytes() -> None:
     fields = msgspec.structs.asdict(receipt)
     fields.pop("signature")
     assert receipts.signed_bytes(receipt) == canonical.encode(fields)
+
+
+def test_a_pair_with_raw_parts_has_the_digest_of_its_whole_encoding() -> None:
+    fields = {"z": [1, {"b": 2, "a": 1}], "é": None, "Z": "x" * 100_000, "a": 1.5}
+    raw = {**fields, "Z": msgspec.Raw(canonical.encode(fields["Z"]))}
+    assert canonical.digest_pair("route", raw) == canonical.digest(["route", fields])
+    assert canonical.digest_pair("route", {}) == canonical.digest(["route", {}])
