@@ -55,6 +55,13 @@ def add_http_options(parser: argparse.ArgumentParser) -> None:
         help="per-client-IP token bucket (default: 100/1000; none on a loopback bind, where every client is 127.0.0.1)",
     )
     group.add_argument(
+        "--forwarded-allow-ips",
+        metavar="IPS",
+        help="trust X-Forwarded-For and X-Forwarded-Proto from these proxy addresses or networks "
+        "(comma-separated, * for any); without it they are ignored and a request's client IP is "
+        "the connection's own (default: none)",
+    )
+    group.add_argument(
         "--max-body-bytes", type=int, default=4 * 1024 * 1024, metavar="N", help="request body cap (default: 4 MiB)"
     )
     group.add_argument(
@@ -123,6 +130,29 @@ def add_http_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _forwarded_allow_ips(text: str | None) -> list[str] | ValueError | None:
+    """`--forwarded-allow-ips` as a list of addresses and networks (None when not given), or
+    the error naming the entry that is neither."""
+    if text is None:
+        return None
+    import ipaddress
+
+    entries = [entry.strip() for entry in text.split(",") if entry.strip()]
+    if not entries:
+        return ValueError("--forwarded-allow-ips wants addresses or networks, e.g. 10.0.0.5,10.1.0.0/16 (or *)")
+    for entry in entries:
+        if entry == "*":
+            continue
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            return ValueError(
+                f"--forwarded-allow-ips: {entry!r} is not an IP address or network; "
+                "name the reverse proxies' addresses, e.g. 10.0.0.5,10.1.0.0/16 (or *)"
+            )
+    return entries
+
+
 def run_http(
     options: argparse.Namespace,
     upstreams: UpstreamSet,
@@ -171,6 +201,10 @@ def run_http(
         if getattr(options, flag) < 1:
             print(f"frugal-proxy: error: --{flag.replace('_', '-')} must be at least 1", file=sys.stderr)
             return 2
+    forwarded = _forwarded_allow_ips(options.forwarded_allow_ips)
+    if isinstance(forwarded, ValueError):
+        print(f"frugal-proxy: error: {forwarded}", file=sys.stderr)
+        return 2
     if not options.http_path.startswith("/"):
         print("frugal-proxy: error: --http-path must start with /", file=sys.stderr)
         return 2
@@ -191,6 +225,7 @@ def run_http(
         ),
         keep_alive_timeout=options.keep_alive_timeout,
         handshake_timeout=options.handshake_timeout,
+        forwarded_allow_ips=forwarded,
     )
     try:
         sock = listen_socket(host, port)

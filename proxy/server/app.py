@@ -145,6 +145,9 @@ async def serve_http(
             server_header=False,
             timeout_graceful_shutdown=int(DRAIN_SECONDS),
             http=limited_protocol(fit_connections(settings, len(connections))),
+            # uvicorn would believe X-Forwarded-For from 127.0.0.1 (any local process) by default
+            proxy_headers=settings.forwarded_allow_ips is not None,
+            forwarded_allow_ips=settings.forwarded_allow_ips or [],
             timeout_keep_alive=settings.keep_alive_timeout,  # type: ignore[arg-type]
         )
         server = _Server(config)

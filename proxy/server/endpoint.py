@@ -78,6 +78,9 @@ class HttpSettings:
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
     keep_alive_timeout: float = DEFAULT_KEEP_ALIVE_TIMEOUT
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
+    # The reverse proxies whose X-Forwarded-For / -Proto are believed (None: nobody's; the
+    # client IP the rate limit and the logs key on is then the connection's own)
+    forwarded_allow_ips: list[str] | None = None
 
 
 class Endpoint:

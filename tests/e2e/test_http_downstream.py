@@ -465,6 +465,35 @@ async def test_rate_limit_answers_429_with_retry_after() -> None:
         proxy.stop()
 
 
+@pytest.mark.parametrize(("options", "second"), [((), 429), (("--forwarded-allow-ips", "127.0.0.1"), 200)])
+async def test_x_forwarded_for_is_believed_only_from_allowed_proxies(options: tuple[str, ...], second: int) -> None:
+    """A local process that forges X-Forwarded-For picks no client IP of its own (one bucket,
+    the connection's): only a proxy named by --forwarded-allow-ips is believed."""
+    proxy = start(notes_command(), "--rate-limit", "0.01/1", *options)
+    try:
+        async with httpx2.AsyncClient(timeout=20) as http:
+            codes = [
+                (await http.get(f"{proxy.base}/healthz", headers={"X-Forwarded-For": forged})).status_code
+                for forged in ("203.0.113.1", "203.0.113.2")
+            ]
+        assert codes == [200, second]
+    finally:
+        proxy.stop()
+
+
+@pytest.mark.parametrize("bad", ["10.0.0.300", "proxy.example", ","])
+def test_forwarded_allow_ips_must_be_addresses_or_networks(bad: str) -> None:
+    done = subprocess.run(
+        proxy_command(notes_command(), "--http", "127.0.0.1:0", "--forwarded-allow-ips", bad),
+        capture_output=True,
+        timeout=30,
+        check=False,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert "--forwarded-allow-ips" in done.stderr and "e.g. 10.0.0.5" in done.stderr
+
+
 def test_a_non_loopback_bind_is_refused_without_a_token(tmp_path: Path) -> None:
     marker = tmp_path / "started"
     upstream = [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
