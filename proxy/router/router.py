@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +33,7 @@ from frugal_proxy.providers import Provider
 from frugal_proxy.providers.mcp_tool import McpToolProvider, fault_outcome
 from frugal_proxy.providers.own_tools import LISTING_TTL_MS, OwnToolProvider
 from frugal_proxy.providers.upstream_tool import UpstreamToolProvider
-from frugal_proxy.records import Call, Decision, Exchange, Outcome, ProgressSink
+from frugal_proxy.records import Call, Decision, Exchange, Outcome, ProgressSink, ProviderSpec
 from frugal_proxy.router.answerers import Answerers, Deadlines
 from frugal_proxy.router.catalog import KINDS, Catalog, CatalogError
 from frugal_proxy.router.handshakes import Handshakes
@@ -174,13 +174,15 @@ class Router:
         operator: str | None = None,
         stream: ProgressSink | None = None,
         headers: Mapping[str, str] | None = None,
+        resume: Exchange | None = None,
     ) -> Frame | None:
         """The reply to one request from a client that is not on stdio (None if it was cancelled).
         `operator` is who the request acts for (over HTTP: its bearer token's operator; else this
         router's own); `stream` is where the request's own notifications (its progress, a listen
         stream's changes) go when that is not the downstream at large: its HTTP response stream;
-        `headers` are the client's request headers that go on with a tools/call (Mcp-Param-*)."""
-        return await self._reply_to(frame, Origin(operator, stream, headers))
+        `headers` are the client's request headers that go on with a tools/call (Mcp-Param-*);
+        `resume` is the exchange `open_plain` handed back, to go on with."""
+        return await self._reply_to(frame, Origin(operator, stream, headers), resume)
 
     async def take_in(self, frame: Frame) -> None:
         """A notification or a reply (to a server-to-client request) from a client that is not on stdio."""
@@ -270,60 +272,102 @@ class Router:
         (`_PlainCall`). Plain: one upstream, both in the session era, the tool the upstream's
         own, and the pipeline calling it once as it is (`Pipeline.open`). Whatever else, or
         anything unusual about the request, is left to the tasks that serve the rest (False)."""
-        link = self._plain_link
-        if link is None or self._handed_off or self._batches or frame.get("method") != _TOOLS_CALL:
+        if self._handed_off or self._batches or self.client.era != "legacy":
             return False
-        if "id" not in frame:
+        exchange = await self._plain_exchange(frame, self.client, STDIO)
+        if exchange is None:
             return False
-        client = self.client
-        if client.era != "legacy" or not link.passes_through(client):
-            return False
-        try:
-            params = jsonrpc.params_of(frame)
-            if "_meta" in params and eras.modern_meta(params) is not None:
-                return False
-            client_id = jsonrpc.id_of(frame)
-            name = jsonrpc.decode_any(params["name"]) if "name" in params else None
-            progress = self._progress_sink(params, None)
-        except jsonrpc.MessageError:
-            return False  # the task that serves it says what is wrong
-        if client_id is None or client_id in self._inflight or not isinstance(name, str):
-            return False
-        if name == EXECUTE_TOOL["name"] and self.listed_execute:
-            return False
-        route, upstream_params = await self.routes.resolve(name, params, client)
-        if route.providers != (link.name,):
-            return False
-        exchange = Exchange(
-            call=Call(request_id=client_id, tool=name, params=upstream_params),
-            route=route,
-            client=client,
-            on_progress=progress,
-            operator=self.operator,
-        )
-        call = _PlainCall(self, link, frame, exchange)
-        self._inflight[client_id] = call
+        call = _PlainCall(self, frame, exchange)
         try:
             spec = await self.pipeline.open(exchange)
         except Exception as exc:
             call.release()
-            await self.downstream.send(jsonrpc.with_id(_error_reply(client_id, frame, exc), client_id))
+            await self.downstream.send(jsonrpc.with_id(_error_reply(call.client_id, frame, exc), call.client_id))
             return True
         except BaseException:
             call.release()
             raise
-        if call.done:
-            return True  # cancelled (or drained) while the pipeline opened it: nothing goes upstream
-        if spec is not None and spec is self._plain_spec:
-            call.started = time.monotonic()
-            call.pending = link.start("tools/call", upstream_params, call.settled, progress)
-            if call.pending is not None:
-                if link.deadline is not None:
-                    self._deadlines.watch(call, link.deadline)
-                return True
-        call.release()  # answered at admit, or more to do than one plain call: a task goes on
-        self._hand_off(frame, exchange)
+        if not call.begin(spec):
+            self._hand_off(frame, exchange)  # answered at admit, or more to do than one plain call
         return True
+
+    async def open_plain(
+        self, frame: Frame, *, operator: str | None = None, on_reply: Callable[[Frame | None], object]
+    ) -> Exchange | bool:
+        """A plain tools/call (as `_plain_call` has it) of a client that is not on stdio, served
+        without the cancel scopes, timers and task hops of `reply_to`: the request goes upstream
+        from the caller's task and `on_reply` gets the reply (with the request's id, as
+        `reply_to` returns it; None when it was cancelled) from the upstream's reader. True
+        when it is under way or answered; its `cancel_plain` withdraws it. False when the call is
+        not plain (`reply_to` serves it); the exchange when the pipeline answered it at admit or
+        has more to do than one plain call: `reply_to` with it as `resume` goes on from there."""
+        if frame.get("method") != _TOOLS_CALL or self._plain_link is None:
+            return False
+        try:
+            params = jsonrpc.params_of(frame)
+            client_id = jsonrpc.id_of(frame)
+            client = self._client_of(client_id, "tools/call", params) if client_id is not None else None
+        except jsonrpc.MessageError:
+            return False  # the slow path says what is wrong
+        if client is None:
+            return False
+        origin = Origin(operator) if operator is not None else STDIO
+        exchange = await self._plain_exchange(frame, client, origin)
+        if exchange is None:
+            return False
+        call = _PlainCall(self, frame, exchange, on_reply)
+        try:
+            spec = await self.pipeline.open(exchange)
+        except Exception as exc:
+            call.release()
+            on_reply(jsonrpc.with_id(_error_reply(call.client_id, frame, exc), call.client_id))
+            return True
+        except BaseException:
+            call.release()
+            raise
+        return True if call.begin(spec) else exchange
+
+    def cancel_plain(self, request_id: RequestId | None) -> None:
+        """Cancel the plain call `open_plain` started for `request_id` (withdrawn upstream);
+        nothing when it is over."""
+        call = self._inflight.get(request_id) if request_id is not None else None
+        if isinstance(call, _PlainCall):
+            call.cancel()
+
+    async def _plain_exchange(self, frame: Frame, client: Client, origin: Origin) -> Exchange | None:
+        """The exchange of a tools/call that may go by a plain call, opened by neither: None
+        when it may not (several upstreams, a client the link must translate for, progress
+        asked for on an HTTP response stream, a routed tool, an id in flight already)."""
+        link = self._plain_link
+        if link is None or frame.get("method") != _TOOLS_CALL or "id" not in frame:
+            return None
+        if not link.passes_through(client):
+            return None
+        try:
+            params = jsonrpc.params_of(frame)
+            if "_meta" in params and not client.modern and eras.modern_meta(params) is not None:
+                return None
+            client_id = jsonrpc.id_of(frame)
+            name = jsonrpc.decode_any(params["name"]) if "name" in params else None
+            if origin is not STDIO and jsonrpc.progress_token(params) is not None:
+                return None  # its progress goes on the request's own response stream
+            progress = self._progress_sink(params, None)
+        except jsonrpc.MessageError:
+            return None  # the task that serves it says what is wrong
+        if client_id is None or client_id in self._inflight or not isinstance(name, str):
+            return None
+        if name == EXECUTE_TOOL["name"] and self.listed_execute:
+            return None
+        route, upstream_params = await self.routes.resolve(name, params, client)
+        if route.providers != (link.name,):
+            return None
+        return Exchange(
+            call=Call(request_id=client_id, tool=name, params=upstream_params),
+            route=route,
+            client=client,
+            on_progress=progress,
+            operator=origin.operator or self.operator,
+        )
 
     async def _reply_to(self, frame: Frame, origin: Origin, resume: Exchange | None = None) -> Frame | None:
         """The reply to one client request, or None if the client cancelled it; with `resume`,
@@ -616,23 +660,50 @@ _TOOLS_CALL = jsonrpc.raw("tools/call")
 
 
 class _PlainCall:
-    """A plain tools/call on its way (Router._plain_call), in the router's in-flight table until
-    it is answered or cancelled. The upstream's reader settles it and writes the reply; a result
-    too large to govern at once is governed on a task, so that the reader goes on. The client's
-    cancellation withdraws it upstream (it went out whole before it was taken here); the link's
-    deadline ends it as `forward` would (cancelled upstream, the timeout in the reply)."""
+    """A plain tools/call on its way (Router._plain_call, Router.open_plain), in the router's
+    in-flight table until it is answered or cancelled. The upstream's reader settles it and
+    writes the reply (to the stdio client, or to `on_reply`); a result too large to govern at
+    once is governed on a task, so that the reader goes on. The client's cancellation withdraws
+    it upstream (it went out whole before it was taken here); the link's deadline ends it as
+    `forward` would (cancelled upstream, the timeout in the reply)."""
 
-    __slots__ = ("done", "due", "exchange", "frame", "link", "pending", "router", "started")
+    __slots__ = ("client_id", "done", "due", "exchange", "frame", "link", "on_reply", "pending", "router", "started")
 
-    def __init__(self, router: Router, link: UpstreamLink, frame: Frame, exchange: Exchange) -> None:
+    def __init__(
+        self,
+        router: Router,
+        frame: Frame,
+        exchange: Exchange,
+        on_reply: Callable[[Frame | None], object] | None = None,
+    ) -> None:
+        assert router._plain_link is not None
         self.router = router
-        self.link = link
+        self.link = router._plain_link
         self.frame = frame
         self.exchange = exchange
+        self.on_reply = on_reply
+        self.client_id = exchange.call.request_id
         self.pending: Pending | None = None
         self.due = 0.0  # the loop time its link's deadline runs out at, when it has one
         self.started = 0.0
         self.done = False
+        router._inflight[self.client_id] = self
+
+    def begin(self, spec: ProviderSpec | None) -> bool:
+        """After `Pipeline.open` named `spec`: send the call upstream (True: under way, or
+        cancelled meanwhile), or take it out of the table when more is to be done (False)."""
+        if self.done:
+            return True  # cancelled (or drained) while the pipeline opened it: nothing goes upstream
+        router, link = self.router, self.link
+        if spec is not None and spec is router._plain_spec:
+            self.started = time.monotonic()
+            self.pending = link.start("tools/call", self.exchange.call.params, self.settled, self.exchange.on_progress)
+            if self.pending is not None:
+                if link.deadline is not None:
+                    router._deadlines.watch(self, link.deadline)
+                return True
+        self.release()
+        return False
 
     def release(self) -> None:
         """Out of the in-flight table, which tells `drain` when it has emptied."""
@@ -652,6 +723,8 @@ class _PlainCall:
         self.done = True
         self.router._deadlines.unwatch(self)
         self.router._tg.start_soon(self._withdraw)
+        if self.on_reply is not None:
+            self.on_reply(None)
 
     async def _withdraw(self) -> None:
         try:
@@ -701,7 +774,10 @@ class _PlainCall:
             reply = _error_reply(client_id, self.frame, exc)
         finally:
             self.release()
-        await router.downstream.send(jsonrpc.with_id(reply, client_id))
+        if self.on_reply is not None:
+            self.on_reply(jsonrpc.with_id(reply, client_id))
+        else:
+            await router.downstream.send(jsonrpc.with_id(reply, client_id))
 
 
 def _in_era(client: Client, reply: Frame) -> Frame:

@@ -35,7 +35,8 @@ from frugal_proxy.bridge.link import UpstreamLink
 from frugal_proxy.protocol import eras, jsonrpc, subscriptions
 from frugal_proxy.protocol.headers import decode_header_value, learn_param_headers, param_header_problem
 from frugal_proxy.protocol.jsonrpc import Frame
-from frugal_proxy.records import ProgressSink
+from frugal_proxy.records import Exchange, ProgressSink
+from frugal_proxy.router.answerers import Deadlines
 from frugal_proxy.router.router import Router, removed_in_modern
 from frugal_proxy.server.connections import DEFAULT_KEEP_ALIVE_TIMEOUT, ConnectionLimits
 from frugal_proxy.server.events import EventLog
@@ -50,6 +51,7 @@ from frugal_proxy.server.sessions import DEFAULT_HANDSHAKE_TIMEOUT, HttpSession,
 from frugal_proxy.server.streams import (
     CancellableReply,
     EventStream,
+    PlainReply,
     ReplyStream,
     prefers_event_stream,
     reply_response,
@@ -92,6 +94,7 @@ class Endpoint:
         self.settings = settings
         self._ids = itertools.count(1)
         self._param_headers: dict[str, dict[tuple[str, ...], str]] = {}  # learnt from tools/list
+        self._deadlines = Deadlines()  # the request timeouts of the plain calls in flight
 
     async def handle(self, request: Request) -> Response:
         version = request.headers.get("mcp-protocol-version")
@@ -361,6 +364,7 @@ class Endpoint:
         operator: str | None = None,
         stream: ProgressSink | None = None,
         headers: Mapping[str, str] | None = None,
+        resume: Exchange | None = None,
     ) -> Frame:
         """The reply to a request with the client's id, within the request timeout: past it the
         request is cancelled upstream and answered with an error (a tool error for a tool call).
@@ -370,7 +374,7 @@ class Endpoint:
             entry.busy += 1  # a session with a call in flight never expires
         try:
             with anyio.move_on_after(self.settings.request_timeout) as scope:
-                reply = await session.reply_to(frame, operator=operator, stream=stream, headers=headers)
+                reply = await session.reply_to(frame, operator=operator, stream=stream, headers=headers, resume=resume)
         finally:
             if entry is not None:
                 entry.busy -= 1
@@ -416,9 +420,42 @@ class Endpoint:
                 return ReplyStream(answer, EventLog("request"), resumable=False)
             prime = version is not None and version >= "2025-11-25"
             return ReplyStream(answer, entry.outbox.events.open(), resumable=True, prime=prime)
+        resume = None
+        if headers is None:
+            plain = await self._plain(session, frame, ident, entry, operator, modern)
+            if isinstance(plain, PlainReply):
+                return plain
+            resume = plain
         if modern:
-            return CancellableReply(lambda: self.answer(session, frame, ident, entry, operator, None, headers))
-        return reply_response(await self.answer(session, frame, ident, entry, operator, None, headers))
+            return CancellableReply(lambda: self.answer(session, frame, ident, entry, operator, None, headers, resume))
+        return reply_response(await self.answer(session, frame, ident, entry, operator, None, headers, resume))
+
+    async def _plain(
+        self, session: Router, frame: Frame, ident: Any, entry: HttpSession | None, operator: str | None, modern: bool
+    ) -> PlainReply | Exchange | None:
+        """A plain tools/call sent upstream at once (Router.open_plain) and the response that
+        waits for its reply; else None, or the exchange the pipeline opened, for `answer`."""
+        if entry is not None:
+            entry.busy += 1  # a session with a call in flight never expires
+
+        def ended() -> None:
+            if entry is not None:
+                entry.busy -= 1
+                entry.touch()
+
+        timeout = self.settings.request_timeout
+        reply = PlainReply(ident, modern=modern, timeout=timeout, on_end=ended, deadlines=self._deadlines)
+        try:
+            opened = await session.open_plain(frame, operator=operator, on_reply=reply.reply)
+        except BaseException:
+            ended()
+            raise
+        if opened is True:
+            inner = jsonrpc.id_of(frame)
+            reply.start(lambda: session.cancel_plain(inner))
+            return reply
+        ended()
+        return opened or None
 
     # -- health ----------------------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ session's standalone stream), written straight from the event logs (server.event
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -18,6 +19,7 @@ from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.headers import accept_weights
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.records import ProgressSink
+from frugal_proxy.router.answerers import Deadlines
 from frugal_proxy.server.connections import DISCONNECT_HOOK
 from frugal_proxy.server.events import EventLog
 from frugal_proxy.server.sessions import HttpSession
@@ -45,11 +47,16 @@ def _frame_response(frame: Frame, status: int = 200, headers: dict[str, str] | N
     return Response(jsonrpc.encode(frame), status, headers, media_type="application/json")
 
 
-def reply_response(reply: Frame, headers: dict[str, str] | None = None, *, modern: bool = False) -> Response:
-    """A reply as JSON; a 2026-07-28 error gets the spec's HTTP status (in the session era a 404
+def reply_status(reply: Frame, *, modern: bool) -> int:
+    """A reply's HTTP status: a 2026-07-28 error gets the spec's (in the session era a 404
     would mean the session is gone, so every reply there is a 200)."""
     problem = jsonrpc.error_of(reply) if modern else None
-    return _frame_response(reply, STATUS_OF.get(problem[0], 200) if problem else 200, headers)
+    return STATUS_OF.get(problem[0], 200) if problem else 200
+
+
+def reply_response(reply: Frame, headers: dict[str, str] | None = None, *, modern: bool = False) -> Response:
+    """A reply as JSON, with `reply_status`."""
+    return _frame_response(reply, reply_status(reply, modern=modern), headers)
 
 
 def prefers_event_stream(accept: str | None) -> bool:
@@ -154,6 +161,107 @@ class CancellableReply(Response):
             tg.cancel_scope.cancel()
         if replies and replies[0] is not None:
             await replies[0](scope, receive, send)
+
+
+class PlainReply(Response):
+    """The JSON reply to a plain tools/call that `Router.open_plain` has sent upstream, waited
+    for on the request's own task: no task, cancel scope or timer of its own (the request
+    timeout is one entry in the endpoint's `Deadlines`), and written as two ASGI messages
+    without starlette's header building. A 2026-07-28 client that disconnects first has the
+    call cancelled, upstream too (the disconnect hook, or a task waiting for the disconnect
+    under another server); past the request timeout the call is cancelled upstream and
+    answered with a tool error, as `Endpoint.answer` answers it."""
+
+    def __init__(
+        self,
+        ident: Any,
+        *,
+        modern: bool,
+        timeout: float,
+        on_end: Callable[[], object],
+        deadlines: Deadlines,
+    ) -> None:
+        # Response's own __init__ is left out on purpose: nothing reads its headers or body.
+        self.status_code = 200
+        self.background = None
+        self.ident = ident
+        self.modern = modern
+        self.timeout = timeout
+        self.on_end = on_end  # the caller's bookkeeping once the reply is in (or not coming)
+        self.deadlines = deadlines
+        self.due = 0.0
+        self.left = False
+        self.cancel: Callable[[], object] = _nothing
+        self.reply_frame: asyncio.Future[Frame | None] = asyncio.get_running_loop().create_future()
+
+    def reply(self, frame: Frame | None) -> None:
+        """The router's answer (None: the call was cancelled)."""
+        if not self.reply_frame.done():
+            self.reply_frame.set_result(frame)
+
+    def start(self, cancel: Callable[[], object]) -> None:
+        """The call is under way; `cancel` withdraws it. The request timeout runs from now."""
+        self.cancel = cancel
+        self.deadlines.watch(self, self.timeout)
+
+    def expire(self) -> None:
+        if self.reply_frame.done():
+            return
+        message = (
+            f"tools/call got no answer within {self.timeout:g} s (the request timeout, "
+            "--request-timeout); it was cancelled upstream"
+        )
+        log.warning("request timed out", extra={"method": "tools/call", "seconds": self.timeout})
+        self.reply_frame.set_result(jsonrpc.result(self.ident, jsonrpc.tool_error_result(message)))
+        self.cancel()
+
+    def _disconnected(self) -> None:
+        self.left = True
+        self.cancel()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        hook = scope.get("extensions", {}).get(DISCONNECT_HOOK) if self.modern else None
+        take_back = hook(self._disconnected) if hook is not None else _nothing
+        try:
+            if self.modern and hook is None:
+                reply = await self._watched(receive)
+            else:
+                reply = await self.reply_frame
+        except BaseException:
+            self.cancel()  # the server is stopping: the call is withdrawn upstream
+            raise
+        finally:
+            take_back()
+            self.deadlines.unwatch(self)
+            self.on_end()
+        if reply is None:
+            if self.left:
+                log.info("client disconnected before its reply; the call is cancelled")
+                return
+            reply = jsonrpc.error(self.ident, jsonrpc.INTERNAL_ERROR, "the request was cancelled")
+        else:
+            reply = jsonrpc.with_id(reply, self.ident)
+        body = jsonrpc.encode(reply)
+        headers = [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
+        status = reply_status(reply, modern=self.modern)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def _watched(self, receive: Receive) -> Frame | None:
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                await until_disconnect(receive)
+                self._disconnected()
+
+            tg.start_soon(watch)
+            reply = await self.reply_frame
+            tg.cancel_scope.cancel()
+        return reply
+
+
+def _nothing() -> None:
+    return None
 
 
 class ReplyStream(Response):

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -43,7 +43,14 @@ import msgspec
 
 from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
-from frugal_proxy.upstream.base import PROXY_CLIENT_INFO, Era, ProgressHandler, RelatedHandler, UpstreamBase
+from frugal_proxy.upstream.base import (
+    PROXY_CLIENT_INFO,
+    Era,
+    Pending,
+    ProgressHandler,
+    RelatedHandler,
+    UpstreamBase,
+)
 from frugal_proxy.upstream.fleet import run
 
 log = logging.getLogger("frugal_proxy.shared")
@@ -399,6 +406,27 @@ class SharedView(UpstreamBase):
         """Widening a shared connection would change what its other sessions declared: refused."""
         message = "this upstream connection is shared by session-era sessions; it is not initialized again"
         return jsonrpc.error(None, jsonrpc.INVALID_REQUEST, message)
+
+    @property
+    def settled(self) -> bool:
+        return self._connection.settled
+
+    def start_request(
+        self,
+        method: str,
+        params: Any,
+        on_settled: Callable[[Pending], Coroutine[Any, Any, None]],
+        *,
+        on_progress: ProgressHandler | None = None,
+    ) -> Pending | None:
+        """The connection's own, for a call (a plain tools/call) whose session nothing can ask
+        (with sampling or elicitation declared, `request` names the calling session first)."""
+        if self.shared.asks or method != "tools/call":
+            return None
+        return self._connection.start_request(method, params, on_settled, on_progress=on_progress)
+
+    async def withdraw(self, pending: Pending, reason: str) -> None:
+        await self._connection.withdraw(pending, reason)
 
     async def request(
         self,

@@ -273,6 +273,45 @@ async def test_the_request_timeout_answers_and_cancels_upstream() -> None:
         slow.stop()
 
 
+async def test_the_request_timeout_answers_a_session_era_call_and_cancels_it_upstream() -> None:
+    slow = start(notes_command(), "--request-timeout", "1")
+    try:
+        url = slow.url
+        with anyio.fail_after(30):
+            async with httpx2.AsyncClient(timeout=20) as http:
+                started = await http.post(url, json=INITIALIZE, headers=LEGACY_HEADERS)
+                headers = {
+                    **LEGACY_HEADERS,
+                    "Mcp-Session-Id": started.headers["mcp-session-id"],
+                    "MCP-Protocol-Version": "2025-11-25",
+                }
+                initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+                assert (await http.post(url, json=initialized, headers=headers)).status_code == 202
+
+                async def cancellations() -> int:
+                    count = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "cancellations"}}
+                    return int(
+                        (await http.post(url, json=count, headers=headers)).json()["result"]["structuredContent"][
+                            "result"
+                        ]
+                    )
+
+                before = await cancellations()
+                sleep = {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "sleep"}}
+                sleep["params"]["arguments"] = {"seconds": 20}
+                reply = (await http.post(url, json=sleep, headers=headers)).json()
+                assert reply["id"] == 9 and reply["result"]["isError"] is True, reply
+                assert "--request-timeout" in reply["result"]["content"][0]["text"]
+                for _ in range(100):
+                    if await cancellations() > before:
+                        break
+                    await anyio.sleep(0.1)
+                assert await cancellations() == before + 1
+        assert any("request timed out" in line for line in slow.lines)
+    finally:
+        slow.stop()
+
+
 def test_a_bad_request_timeout_is_refused() -> None:
     done = subprocess.run(
         proxy_command(notes_command(), "--http", "127.0.0.1:0", "--request-timeout", "0"),
