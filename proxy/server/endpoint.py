@@ -43,6 +43,7 @@ from frugal_proxy.server.events import EventLog
 from frugal_proxy.server.guard import (
     GuardSettings,
     RefusedBatch,
+    headers_of,
     media_type_refusal,
     operator_of,
     read_messages,
@@ -97,7 +98,7 @@ class Endpoint:
         self._deadlines = Deadlines()  # the request timeouts of the plain calls in flight
 
     async def handle(self, request: Request) -> Response:
-        version = request.headers.get("mcp-protocol-version")
+        version = headers_of(request).get("mcp-protocol-version")
         modern = version is not None and version not in eras.HANDSHAKE_VERSIONS
         if request.method != "POST":
             if modern or self.sessions is None:
@@ -129,7 +130,7 @@ class Endpoint:
             return await self._initialize(request, frame)
         if modern or eras.modern_meta(jsonrpc.params_of(frame)) is not None:
             return await self._modern(request, frame, version)
-        sse = prefers_event_stream(request.headers.get("accept"))
+        sse = prefers_event_stream(headers_of(request).get("accept"))
         if self.sessions is None:
             return await self._take(self.shared, frame, version, operator=operator_of(request), sse=sse)
         entry = self._session_of(request)
@@ -170,15 +171,15 @@ class Endpoint:
         removed = removed_in_modern(method, version)
         if removed is not None:  # the router's rule; checked here too, so initialize never reaches a router
             return rpc_error(404, jsonrpc.METHOD_NOT_FOUND, removed, ident)
-        if decode_header_value(request.headers.get("mcp-method", "")) != method:
+        if decode_header_value(headers_of(request).get("mcp-method", "")) != method:
             return rpc_error(400, jsonrpc.HEADER_MISMATCH, f"Mcp-Method header does not match method {method!r}", ident)
         key = NAME_KEYS.get(method)
         if key is not None:
             named = jsonrpc.decode_any(params[key]) if key in params else None
-            if decode_header_value(request.headers.get("mcp-name", "")) != named:
+            if decode_header_value(headers_of(request).get("mcp-name", "")) != named:
                 return rpc_error(400, jsonrpc.HEADER_MISMATCH, f"Mcp-Name header does not match params.{key}", ident)
         if method == "tools/call":
-            sent = {key: value for key, value in request.headers.items() if key.startswith("mcp-param-")}
+            sent = {key: value for key, value in headers_of(request).items() if key.startswith("mcp-param-")}
             problem = self._param_problem(params, sent)
             if problem is not None:
                 return rpc_error(400, jsonrpc.HEADER_MISMATCH, problem, ident)
@@ -246,7 +247,7 @@ class Endpoint:
     def _session_of(self, request: Request) -> HttpSession | Response:
         """The session a request names, or the answer to give when it names none that lives."""
         assert self.sessions is not None
-        session_id = request.headers.get(SESSION_HEADER)
+        session_id = headers_of(request).get(SESSION_HEADER)
         if session_id is None:
             return rpc_error(400, jsonrpc.INVALID_REQUEST, "missing Mcp-Session-Id: initialize first")
         entry = self.sessions.get(session_id)
@@ -269,7 +270,7 @@ class Endpoint:
             log.info("session ended by the client")
             return Response(status_code=200)
         events = entry.outbox.events
-        last_event_id = request.headers.get("last-event-id")
+        last_event_id = headers_of(request).get("last-event-id")
         if last_event_id is not None:
             found = events.resume(last_event_id)
             if found is None:
@@ -303,7 +304,7 @@ class Endpoint:
         client's (by its header, or the session it negotiated; that revision sent no header)."""
         if version is not None or self.sessions is None:
             return version == eras.BATCH_VERSION
-        entry = self.sessions.get(request.headers.get(SESSION_HEADER, ""))
+        entry = self.sessions.get(headers_of(request).get(SESSION_HEADER, ""))
         return entry is not None and entry.session.client.protocol_version == eras.BATCH_VERSION
 
     async def _batch(

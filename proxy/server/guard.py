@@ -16,7 +16,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -41,10 +41,20 @@ OPEN_PATHS = frozenset({HEALTH_PATH, REGISTER_PATH})  # reached without a token
 OPERATOR_KEY = "frugal.operator"  # the ASGI scope key the guard puts a request's operator under
 
 
+HEADERS_KEY = "frugal.headers"  # the ASGI scope key of the headers the guard has read
+
+
 def operator_of(request: Request) -> str:
     """The operator a request acts for (its bearer token's; `local` without auth)."""
     operator = request.scope.get(OPERATOR_KEY)
     return operator if isinstance(operator, str) else LOCAL
+
+
+def headers_of(request: Request) -> Mapping[str, str]:
+    """A request's headers by lowercased name, the first copy of each: as the guard decoded
+    them once (starlette's otherwise, which reads them the same way)."""
+    headers = request.scope.get(HEADERS_KEY)
+    return headers if isinstance(headers, dict) else request.headers
 
 
 MAX_BUCKETS = 10_000
@@ -163,11 +173,13 @@ class Guard:
         headers: dict[str, str] = {}
         for raw_key, raw_value in scope["headers"]:
             key = raw_key.decode("latin-1")
-            if key in headers and (key in SINGLE_HEADERS or key.startswith("mcp-")):
-                log.warning("request with a duplicated header refused", extra={"status": 400, "header": key})
-                message = f"the {key} header is sent more than once; send it once"
-                await _refuse(send, 400, "duplicate_header", message)
-                return
+            if key in headers:
+                if key in SINGLE_HEADERS or key.startswith("mcp-"):
+                    log.warning("request with a duplicated header refused", extra={"status": 400, "header": key})
+                    message = f"the {key} header is sent more than once; send it once"
+                    await _refuse(send, 400, "duplicate_header", message)
+                    return
+                continue  # of any other header the first copy is read, as starlette reads it
             headers[key] = raw_value.decode("latin-1")
         host = _host_name(headers.get("host", ""))
         if host not in self.hosts and not self.settings.any_host:
@@ -189,8 +201,9 @@ class Guard:
                 await _refuse(send, 401, "unauthorized", message, {"WWW-Authenticate": "Bearer"})
                 return
             operator = found
-        # The operator travels with the request, in its scope; handlers read it with operator_of.
-        await self.app({**scope, OPERATOR_KEY: operator}, receive, send)
+        # The operator travels with the request, in its scope; handlers read it with operator_of,
+        # and the headers as read here with headers_of.
+        await self.app({**scope, OPERATOR_KEY: operator, HEADERS_KEY: headers}, receive, send)
 
     def _origin_allowed(self, origin: str) -> bool:
         if origin.lower().rstrip("/") in self.origins:
@@ -237,22 +250,37 @@ def media_type_refusal(request: Request) -> Response | None:
     bytes send neither, and the body is checked as JSON-RPC anyway), and an Accept naming only
     one of the two types passes (some hosted clients send only `text/event-stream`; the SDKs
     have relaxed their own check to "either" for that reason)."""
-    sent_type = request.headers.get("content-type")
-    if request.method == "POST" and sent_type is not None:
+    headers = headers_of(request)
+    sent_type = headers.get("content-type")
+    accept = headers.get("accept")
+    seen = (request.method, sent_type, accept)
+    if seen in _ACCEPTABLE:
+        return None
+    refusal = _media_type_refusal(request.method, sent_type, accept)
+    if refusal is None and len(_ACCEPTABLE) < MAX_ACCEPTABLE:
+        _ACCEPTABLE.add(seen)  # clients send the same few pairs each time: each is read once
+    return refusal
+
+
+MAX_ACCEPTABLE = 256
+_ACCEPTABLE: set[tuple[str, str | None, str | None]] = set()
+
+
+def _media_type_refusal(method: str, sent_type: str | None, accept: str | None) -> Response | None:
+    if method == "POST" and sent_type is not None:
         media = sent_type.split(";", 1)[0].strip().lower()
         if media != "application/json":
             message = f"Content-Type must be application/json, got {sent_type[:100]!r}"
             log.warning("POST with a Content-Type that is not JSON refused", extra={"status": 415})
             return _json_refusal(415, message)
-    accept = request.headers.get("accept")
     if accept is None:
         return None
     accepted = {media for media, weight in accept_weights(accept) if weight > 0}
     json_ok = bool(accepted & {"*/*", "application/*", "application/json"})
     sse_ok = bool(accepted & {"*/*", "text/*", "text/event-stream"})
-    if request.method == "POST" and not (json_ok or sse_ok):
+    if method == "POST" and not (json_ok or sse_ok):
         message = f"Accept must allow application/json or text/event-stream, got {accept[:100]!r}"
-    elif request.method == "GET" and not sse_ok:
+    elif method == "GET" and not sse_ok:
         message = f"Accept must allow text/event-stream for the GET stream, got {accept[:100]!r}"
     else:
         return None
@@ -269,7 +297,7 @@ async def read_messages(request: Request, cap: int) -> tuple[list[Frame], bool] 
     """A POST's JSON-RPC messages (and whether they came as a batch), each checked for shape;
     or the answer to give instead: 413 over the body cap, 400 for what is not JSON-RPC."""
     try:
-        body = await read_body(request.stream(), request.headers.get("content-length"), cap)
+        body = await read_body(request.stream(), headers_of(request).get("content-length"), cap)
     except BodyTooLarge:
         message = f"request body over the {cap}-byte limit"
         refusal = jsonrpc.error(None, jsonrpc.INVALID_REQUEST, message)

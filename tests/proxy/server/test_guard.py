@@ -19,7 +19,9 @@ from frugal_proxy.server.guard import (
     TokenBuckets,
     _host_name,
     bind_refusal,
+    headers_of,
     is_loopback,
+    media_type_refusal,
     operator_of,
     parse_rate,
     read_body,
@@ -120,6 +122,40 @@ async def test_the_guard_hands_each_request_its_operator_in_the_scope(tmp_path: 
     open_guard = Guard(app, GuardSettings())
     await open_guard(scope(None), receive, send)
     assert seen[-1] == "local"
+
+
+async def test_the_headers_the_guard_read_reach_the_handler_as_starlette_would_read_them() -> None:
+    """Read once by the guard, handed on in the scope: the first copy of a header that may repeat,
+    as starlette's own Headers give it; the media-type checks read them from there."""
+    seen: list[tuple[dict[str, str], int | None]] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope)
+        refusal = media_type_refusal(request)
+        seen.append((dict(headers_of(request)), None if refusal is None else refusal.status_code))
+        assert headers_of(request).get("accept") == request.headers.get("accept")
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Message) -> None:
+        pass
+
+    def scope(*accept: bytes) -> Scope:
+        headers = [(b"host", b"127.0.0.1:8765"), (b"content-type", b"application/json")]
+        headers += [(b"accept", value) for value in accept]
+        return {"type": "http", "method": "POST", "path": "/mcp", "headers": headers, "client": ("127.0.0.1", 1)}
+
+    guard = Guard(app, GuardSettings(rate=None))
+    for _ in range(2):  # the second time from what the first found acceptable
+        await guard(scope(b"application/json, text/event-stream", b"text/html"), receive, send)
+        await guard(scope(b"text/html", b"application/json"), receive, send)
+    assert [(headers["accept"], status) for headers, status in seen] == [
+        ("application/json, text/event-stream", None),
+        ("text/html", 406),
+    ] * 2
 
 
 async def test_any_host_passes_where_a_token_guards_a_non_loopback_bind(tmp_path: Path) -> None:
