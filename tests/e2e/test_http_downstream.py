@@ -307,47 +307,68 @@ async def test_closing_the_stream_cancels_the_call_upstream(notes_proxy: Proxy) 
             assert after["structuredContent"]["result"] == before["structuredContent"]["result"] + 1
 
 
-async def cancellations(http: httpx2.AsyncClient, url: str, headers: dict[str, str], body: dict[str, Any]) -> int:
-    """How many cancellations the notes server has seen (its `cancellations` tool)."""
-    reply = (await http.post(url, json=body, headers=headers)).json()
-    return int(reply["result"]["structuredContent"]["result"])
+class Cancellations:
+    """The notes server's count of the cancellations it has seen (its `cancellations` tool),
+    asked in one era: 2026-07-28 without `headers`, else on the session they name."""
+
+    def __init__(self, http: httpx2.AsyncClient, url: str, headers: dict[str, str] | None = None) -> None:
+        self.http, self.url = http, url
+        if headers is None:
+            self.body = modern_body("tools/call", {"name": "cancellations", "arguments": {}})
+            self.headers = modern_headers("tools/call", "cancellations")
+        else:
+            self.body = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "cancellations"}}
+            self.headers = headers
+
+    async def count(self) -> int:
+        reply = (await self.http.post(self.url, json=self.body, headers=self.headers)).json()
+        return int(reply["result"]["structuredContent"]["result"])
+
+    async def rise_to(self, expected: int) -> None:
+        """Wait (at most 10 s) for the count to pass `expected` - 1, then check it is `expected`."""
+        for _ in range(100):
+            if await self.count() >= expected:
+                break
+            await anyio.sleep(0.1)
+        assert await self.count() == expected
+
+
+async def open_session(http: httpx2.AsyncClient, url: str, version: str = "2025-11-25") -> dict[str, str]:
+    """Initialize a session-era session; the headers its later requests carry."""
+    initialize = {**INITIALIZE, "params": {**INITIALIZE["params"], "protocolVersion": version}}
+    started = await http.post(url, json=initialize, headers=LEGACY_HEADERS)
+    assert started.status_code == 200, started.text
+    headers = {**LEGACY_HEADERS, "Mcp-Session-Id": started.headers["mcp-session-id"]}
+    if version != "2025-03-26":  # the header came with 2025-06-18
+        headers["MCP-Protocol-Version"] = version
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert (await http.post(url, json=initialized, headers=headers)).status_code == 202
+    return headers
 
 
 async def test_closing_the_connection_of_a_plain_json_call_cancels_it_upstream(notes_proxy: Proxy) -> None:
     """A plain tools/call answered as JSON is sent upstream from the request's own task; a client
     that goes away before its reply still has it cancelled upstream, and others go on."""
     url = notes_proxy.url
-    count_call = modern_body("tools/call", {"name": "cancellations", "arguments": {}})
-    count_headers = modern_headers("tools/call", "cancellations")
     body = modern_body("tools/call", {"name": "sleep", "arguments": {"seconds": 30}}, ident=7)
     with anyio.fail_after(30):
         async with httpx2.AsyncClient(timeout=20) as http:
-            before = await cancellations(http, url, count_headers, count_call)
+            counted = Cancellations(http, url)
+            before = await counted.count()
             async with httpx2.AsyncClient(timeout=20) as leaving:
                 with anyio.move_on_after(0.5):
                     await leaving.post(url, json=body, headers=modern_headers("tools/call", "sleep"))
                     raise AssertionError("a 30 s sleep answered within 0.5 s")
-            for _ in range(100):
-                if await cancellations(http, url, count_headers, count_call) > before:
-                    break
-                await anyio.sleep(0.1)
-            assert await cancellations(http, url, count_headers, count_call) == before + 1
+            await counted.rise_to(before + 1)
 
 
 async def test_a_session_era_plain_call_is_cancelled_by_its_clients_notification(notes_proxy: Proxy) -> None:
     url = notes_proxy.url
     with anyio.fail_after(30):
         async with httpx2.AsyncClient(timeout=20) as http:
-            started = await http.post(url, json=INITIALIZE, headers=LEGACY_HEADERS)
-            headers = {
-                **LEGACY_HEADERS,
-                "Mcp-Session-Id": started.headers["mcp-session-id"],
-                "MCP-Protocol-Version": "2025-11-25",
-            }
-            initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-            assert (await http.post(url, json=initialized, headers=headers)).status_code == 202
-            count_call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "cancellations"}}
-            before = await cancellations(http, url, headers, count_call)
+            headers = await open_session(http, url)
+            counted = Cancellations(http, url, headers)
+            before = await counted.count()
             sleep = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "sleep", "arguments": {}}}
             sleep["params"]["arguments"] = {"seconds": 30}
             replies: list[httpx2.Response] = []
@@ -362,11 +383,7 @@ async def test_a_session_era_plain_call_is_cancelled_by_its_clients_notification
                 assert (await http.post(url, json=cancel, headers=headers)).status_code == 202
             assert replies[0].status_code == 200
             assert replies[0].json()["error"]["message"] == "the request was cancelled"
-            for _ in range(100):
-                if await cancellations(http, url, headers, count_call) > before:
-                    break
-                await anyio.sleep(0.1)
-            assert await cancellations(http, url, headers, count_call) == before + 1
+            await counted.rise_to(before + 1)
 
 
 # -- session-era rules --------------------------------------------------------------------------------

@@ -25,10 +25,11 @@ from tests.conftest import everything_command, modern_only_command, notes_comman
 from tests.e2e import test_http_upstream
 from tests.e2e.test_http_downstream import (
     INITIALIZE,
-    LEGACY_HEADERS,
+    Cancellations,
     Proxy,
     modern_body,
     modern_headers,
+    open_session,
     sdk_client,
     start,
 )
@@ -45,19 +46,6 @@ def proxy() -> Iterator[Proxy]:
     started = start(notes_command())
     yield started
     started.stop()
-
-
-async def open_session(http: httpx2.AsyncClient, url: str, version: str = "2025-11-25") -> dict[str, str]:
-    """Initialize a session-era session; the headers its later requests carry."""
-    initialize = {**INITIALIZE, "params": {**INITIALIZE["params"], "protocolVersion": version}}
-    started = await http.post(url, json=initialize, headers=LEGACY_HEADERS)
-    assert started.status_code == 200, started.text
-    headers = {**LEGACY_HEADERS, "Mcp-Session-Id": started.headers["mcp-session-id"]}
-    if version != "2025-03-26":  # the header came with 2025-06-18
-        headers["MCP-Protocol-Version"] = version
-    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    assert (await http.post(url, json=initialized, headers=headers)).status_code == 202
-    return headers
 
 
 async def sse_events(response: httpx2.Response) -> AsyncIterator[dict[str, str]]:
@@ -279,34 +267,15 @@ async def test_the_request_timeout_answers_a_session_era_call_and_cancels_it_ups
         url = slow.url
         with anyio.fail_after(30):
             async with httpx2.AsyncClient(timeout=20) as http:
-                started = await http.post(url, json=INITIALIZE, headers=LEGACY_HEADERS)
-                headers = {
-                    **LEGACY_HEADERS,
-                    "Mcp-Session-Id": started.headers["mcp-session-id"],
-                    "MCP-Protocol-Version": "2025-11-25",
-                }
-                initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-                assert (await http.post(url, json=initialized, headers=headers)).status_code == 202
-
-                async def cancellations() -> int:
-                    count = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "cancellations"}}
-                    return int(
-                        (await http.post(url, json=count, headers=headers)).json()["result"]["structuredContent"][
-                            "result"
-                        ]
-                    )
-
-                before = await cancellations()
+                headers = await open_session(http, url)
+                counted = Cancellations(http, url, headers)
+                before = await counted.count()
                 sleep = {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "sleep"}}
                 sleep["params"]["arguments"] = {"seconds": 20}
                 reply = (await http.post(url, json=sleep, headers=headers)).json()
                 assert reply["id"] == 9 and reply["result"]["isError"] is True, reply
                 assert "--request-timeout" in reply["result"]["content"][0]["text"]
-                for _ in range(100):
-                    if await cancellations() > before:
-                        break
-                    await anyio.sleep(0.1)
-                assert await cancellations() == before + 1
+                await counted.rise_to(before + 1)
         assert any("request timed out" in line for line in slow.lines)
     finally:
         slow.stop()
