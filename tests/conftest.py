@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
@@ -57,6 +59,32 @@ def params(command: list[str], env: dict[str, str] | None = None) -> StdioServer
 def upstream(request: pytest.FixtureRequest) -> tuple[str, list[str]]:
     name = request.param
     return name, notes_command() if name == "notes" else everything_command()
+
+
+SHOWN_LINES = 200  # of a process's stderr under a failing test's report: the last ones
+_STDERR: list[tuple[subprocess.Popen[bytes], list[str]]] = []
+
+
+def show_stderr_on_failure(process: subprocess.Popen[bytes], lines: list[str]) -> None:
+    """Show `lines` (the process's stderr, still being collected) in the report of a failing
+    test: the one that started the process, and every later one while the process runs (a
+    module-scoped proxy's)."""
+    _STDERR.append((process, lines))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport]:
+    report = yield
+    if report.failed:
+        for process, lines in _STDERR:
+            status = "running" if process.poll() is None else f"exited with status {process.returncode}"
+            shown = lines[-SHOWN_LINES:]
+            cut = f"(the last {len(shown)} of {len(lines)} lines)\n" if len(shown) < len(lines) else ""
+            title = f"stderr of pid {process.pid} ({status}): {subprocess.list2cmdline(process.args)[:160]}"  # type: ignore[arg-type]
+            report.sections.append((title, cut + "\n".join(shown)))
+    if report.when == "teardown":
+        _STDERR[:] = [(process, lines) for process, lines in _STDERR if process.poll() is None]
+    return report
 
 
 @pytest.fixture(params=["auto", "legacy"])

@@ -24,7 +24,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types import TextContent
 
-from tests.conftest import everything_command, notes_command, proxy_command
+from tests.conftest import everything_command, notes_command, proxy_command, show_stderr_on_failure
 from tests.e2e.test_wrap_stdio import (
     CALLS,
     SERVER_REQUESTS,
@@ -54,6 +54,7 @@ class Proxy:
             env={**os.environ, **(env or {})},
         )
         self.lines: list[str] = []
+        show_stderr_on_failure(self.process, self.lines)
         self.url = ""
         self._listening = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)
