@@ -2,6 +2,7 @@
 
 One line per event: time, level, logger, message, then the record's `extra` fields as
 key=value pairs. Callers pass names, sizes and decisions as extras, never payloads or secrets.
+`say` writes the proxy's own plain lines (the port it listens on, why it stops) whole.
 """
 
 from __future__ import annotations
@@ -37,3 +38,12 @@ def configure(level: str | None = None) -> None:
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, chosen, logging.WARNING))
     root.propagate = False
+
+
+def say(line: str) -> None:
+    """Write `line` and its newline to stderr in one write. The upstreams' stderr is copied to
+    ours from worker threads (transports/child.py); print() writes the text and the newline
+    apart, and a copied line could land between them: "listening on http://...:PORT/mcp[child]
+    ...", a port line no one can read."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()

@@ -310,13 +310,13 @@ async def wrap_stdio(
             try:
                 assembly = _assembly(governor or {})
             except ValueError as exc:
-                print(f"frugal-proxy: error: {exc}", file=sys.stderr)
+                logs.say(f"frugal-proxy: error: {exc}")
                 return 2
             from frugal_proxy.router.router import Router
 
             failed = await running.started()
             if failed:
-                print(f"frugal-proxy: the upstream did not start: {failed[name]}", file=sys.stderr)
+                logs.say(f"frugal-proxy: the upstream did not start: {failed[name]}")
                 return 2
             tg = running.task_group
             session = Router(connection, downstream, tg, assembly=assembly, timeouts={name: call_timeout})

@@ -9,7 +9,6 @@ import logging
 import resource
 import signal
 import socket
-import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
@@ -21,6 +20,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
+from frugal_proxy import logs
 from frugal_proxy.bridge.downstream import ClientUnreachable, DownstreamPeer
 from frugal_proxy.pipeline.assembly import assemble
 from frugal_proxy.protocol import jsonrpc
@@ -121,7 +121,7 @@ async def serve_http(
         if ready is not None:
             problem = await ready(connections)
             if problem is not None:
-                print(f"frugal-proxy: {problem}", file=sys.stderr)
+                logs.say(f"frugal-proxy: {problem}")
                 tg.cancel_scope.cancel()
                 return 2
         await assembly.start(tg)
@@ -164,7 +164,7 @@ async def serve_http(
         tg.start_soon(stop_on_signal)
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
-        print(f"frugal-proxy: listening on http://{shown}:{port}{settings.path}", file=sys.stderr, flush=True)
+        logs.say(f"frugal-proxy: listening on http://{shown}:{port}{settings.path}")
         await server.serve(sockets=[sock])
         if sessions is not None:
             with anyio.move_on_after(DRAIN_SECONDS + 5):

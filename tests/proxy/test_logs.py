@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import sys
+from typing import Any
 
 import pytest
 
@@ -36,3 +38,28 @@ def test_configure_sends_frugal_proxys_logs_to_stderr(monkeypatch: pytest.Monkey
         root.handlers[:] = handlers
         root.setLevel(level)
         root.propagate = propagate
+
+
+class Writes(io.BytesIO):
+    """stderr's byte stream as the text layer above it writes to it, each write kept apart."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+
+    def write(self, data: Any) -> int:
+        self.writes.append(bytes(data))
+        return super().write(data)
+
+
+def test_say_writes_each_line_whole_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another thread's write (an upstream's copied stderr) can land between two writes, never
+    inside one: the text and its newline go out together."""
+    stream = Writes()
+    monkeypatch.setattr(sys, "stderr", io.TextIOWrapper(stream, write_through=True))
+    logs.say("frugal-proxy: listening on http://127.0.0.1:8765/mcp")
+    logs.say("frugal-proxy: the upstream did not start: exit 1")
+    assert stream.writes == [
+        b"frugal-proxy: listening on http://127.0.0.1:8765/mcp\n",
+        b"frugal-proxy: the upstream did not start: exit 1\n",
+    ]
