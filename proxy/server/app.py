@@ -152,8 +152,9 @@ async def serve_http(
         )
         server = _Server(config)
 
-        async def stop_on_signal() -> None:
+        async def stop_on_signal(*, task_status: anyio.abc.TaskStatus[None]) -> None:
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+                task_status.started()
                 async for received in signals:
                     log.info("stopping on signal; draining calls in flight", extra={"signal": received})
                     server.should_exit = True
@@ -161,7 +162,8 @@ async def serve_http(
                         sessions.close_streams()  # open GET streams would hold the drain
                     return
 
-        tg.start_soon(stop_on_signal)
+        # Caught before the port is announced: a signal sent as soon as it is known drains too.
+        await tg.start(stop_on_signal)
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
         logs.say(f"frugal-proxy: listening on http://{shown}:{port}{settings.path}")
