@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -59,6 +61,27 @@ def params(command: list[str], env: dict[str, str] | None = None) -> StdioServer
 def upstream(request: pytest.FixtureRequest) -> tuple[str, list[str]]:
     name = request.param
     return name, notes_command() if name == "notes" else everything_command()
+
+
+@contextmanager
+def refusing_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that refuses connections while the block runs: bound, never listening.
+    A port bound and closed again is free for any process's next port-0 bind (another test's
+    server), and a connection meant to be refused would reach that server instead."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
+
+
+@contextmanager
+def reserved_port() -> Iterator[int]:
+    """A port on 127.0.0.1 kept for a server the test starts on it: held by a socket bound with
+    SO_REUSEADDR that never listens, which no port-0 bind elsewhere takes, while a server binding
+    it with SO_REUSEADDR too (uvicorn does) still can. Hold it until the server listens."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
 
 
 SHOWN_LINES = 200  # of a process's stderr under a failing test's report: the last ones

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ from mcp import Client, StdioServerParameters
 from mcp_types import CreateMessageResult, ElicitResult, TextContent
 
 from frugal_proxy.upstream.http import HttpUpstreamConnection
-from tests.conftest import ROOT, everything_command, everything_js
+from tests.conftest import ROOT, everything_command, everything_js, refusing_port
 
 pytestmark = pytest.mark.anyio
 
@@ -104,12 +103,6 @@ def everything_streamable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 @pytest.fixture(scope="module")
 def everything_sse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     yield from _everything("sse", tmp_path_factory.mktemp("everything"))
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wrap(url: str, *options: str) -> StdioServerParameters:
@@ -240,25 +233,27 @@ def write_config(tmp_path: Path, urls: dict[str, str]) -> Path:
 async def test_serve_mixes_stdio_and_remote_upstreams(
     tmp_path: Path, mode: str, everything_streamable: str, notes_http: str
 ) -> None:
-    dead = f"http://127.0.0.1:{closed_port()}/mcp"
-    config = write_config(tmp_path, {"remote": notes_http, "everything": everything_streamable, "dead": dead})
-    env = {**os.environ, "FRUGAL_HOME": str(tmp_path / "home")}
-    serve = StdioServerParameters(
-        command=sys.executable, args=["-m", "frugal_proxy", "serve", "--config", str(config)], env=env
-    )
-    with anyio.fail_after(60):
-        async with Client(serve, mode=mode, cache=None, sampling_callback=sampling) as client:  # type: ignore[arg-type]
-            names = {tool.name for tool in (await client.list_tools()).tools}
-            assert {"local__get-sum", "remote__add", "everything__get-sum"} <= names
-            assert text(await client.call_tool("local__get-sum", {"a": 1, "b": 2})) == "The sum of 1 and 2 is 3."
-            assert text(await client.call_tool("remote__add", {"a": 2, "b": 2})) == "4"
-            summed = await client.call_tool("everything__get-sum", {"a": 2, "b": 3})
-            assert text(summed) == "The sum of 2 and 3 is 5."
-            sampled = await client.call_tool("everything__trigger-sampling-request", {"prompt": "x", "maxTokens": 5})
-            assert "sampled!" in text(sampled)
-            down = await client.call_tool("dead__anything", {})
-            assert down.is_error and "connection refused" in text(down) and dead in text(down)
-            assert text(await client.call_tool("remote__add", {"a": 1, "b": 1})) == "2"
+    with refusing_port() as port:  # refused all along: no other test's server gets it meanwhile
+        dead = f"http://127.0.0.1:{port}/mcp"
+        config = write_config(tmp_path, {"remote": notes_http, "everything": everything_streamable, "dead": dead})
+        env = {**os.environ, "FRUGAL_HOME": str(tmp_path / "home")}
+        serve = StdioServerParameters(
+            command=sys.executable, args=["-m", "frugal_proxy", "serve", "--config", str(config)], env=env
+        )
+        with anyio.fail_after(60):
+            async with Client(serve, mode=mode, cache=None, sampling_callback=sampling) as client:  # type: ignore[arg-type]
+                names = {tool.name for tool in (await client.list_tools()).tools}
+                assert {"local__get-sum", "remote__add", "everything__get-sum"} <= names
+                assert text(await client.call_tool("local__get-sum", {"a": 1, "b": 2})) == "The sum of 1 and 2 is 3."
+                assert text(await client.call_tool("remote__add", {"a": 2, "b": 2})) == "4"
+                summed = await client.call_tool("everything__get-sum", {"a": 2, "b": 3})
+                assert text(summed) == "The sum of 2 and 3 is 5."
+                asked = {"prompt": "x", "maxTokens": 5}
+                sampled = await client.call_tool("everything__trigger-sampling-request", asked)
+                assert "sampled!" in text(sampled)
+                down = await client.call_tool("dead__anything", {})
+                assert down.is_error and "connection refused" in text(down) and dead in text(down)
+                assert text(await client.call_tool("remote__add", {"a": 1, "b": 1})) == "2"
 
 
 # -- failures ------------------------------------------------------------------------------------
@@ -290,16 +285,18 @@ def test_a_server_that_cannot_be_used_stops_the_wrap_form_with_a_reason(
 
 
 def test_a_dead_server_is_named_with_what_to_do() -> None:
-    url = f"http://127.0.0.1:{closed_port()}/mcp"
-    done = run_wrap(url)
+    with refusing_port() as port:
+        url = f"http://127.0.0.1:{port}/mcp"
+        done = run_wrap(url)
     assert done.returncode == 2
     assert "connection refused" in done.stderr and url in done.stderr
     assert "check that the server is running" in done.stderr
 
 
 def test_secrets_in_the_url_and_headers_are_never_logged() -> None:
-    url = f"http://user:hunter2@127.0.0.1:{closed_port()}/mcp?api_key=hunter2"
-    done = run_wrap(url, "--log-level", "debug", "--header", "Authorization: Bearer hunter2")
+    with refusing_port() as port:
+        url = f"http://user:hunter2@127.0.0.1:{port}/mcp?api_key=hunter2"
+        done = run_wrap(url, "--log-level", "debug", "--header", "Authorization: Bearer hunter2")
     assert done.returncode == 2 and "api_key=…" in done.stderr
     assert "hunter2" not in done.stderr and "hunter2" not in done.stdout
 

@@ -3,7 +3,6 @@ both eras (the HTTP benchmark's direct column), and its refusal of a malformed a
 
 from __future__ import annotations
 
-import socket
 import subprocess
 
 import anyio
@@ -11,16 +10,9 @@ import anyio.abc
 import pytest
 from mcp import Client
 
-from tests.conftest import notes_command
+from tests.conftest import notes_command, reserved_port
 
 pytestmark = pytest.mark.anyio
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 async def _wait_listening(process: anyio.abc.Process, port: int) -> None:
@@ -36,22 +28,22 @@ async def _wait_listening(process: anyio.abc.Process, port: int) -> None:
 
 
 async def test_notes_server_answers_both_eras_over_http(mode: str) -> None:
-    port = _free_port()
-    command = [*notes_command(), "--http", f"127.0.0.1:{port}"]
-    async with await anyio.open_process(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL) as process:
-        try:
-            with anyio.fail_after(40):
-                await _wait_listening(process, port)
-                async with Client(f"http://127.0.0.1:{port}/mcp", mode=mode) as client:
-                    result = await client.call_tool("add", {"a": 2, "b": 3})
-                    names = {tool.name for tool in (await client.list_tools()).tools}
-            assert not result.is_error
-            assert result.structured_content == {"result": 5}
-            assert {"add", "echo", "blob"} <= names
-        finally:
-            process.terminate()
-            with anyio.fail_after(15):
-                await process.wait()
+    with reserved_port() as port:  # no other test's server gets it before the notes server binds it
+        command = [*notes_command(), "--http", f"127.0.0.1:{port}"]
+        async with await anyio.open_process(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL) as process:
+            try:
+                with anyio.fail_after(40):
+                    await _wait_listening(process, port)
+                    async with Client(f"http://127.0.0.1:{port}/mcp", mode=mode) as client:
+                        result = await client.call_tool("add", {"a": 2, "b": 3})
+                        names = {tool.name for tool in (await client.list_tools()).tools}
+                assert not result.is_error
+                assert result.structured_content == {"result": 5}
+                assert {"add", "echo", "blob"} <= names
+            finally:
+                process.terminate()
+                with anyio.fail_after(15):
+                    await process.wait()
 
 
 @pytest.mark.parametrize("argv", [["--http"], ["--http", "8000"], ["--http", "127.0.0.1:port"], ["--stdio"]])

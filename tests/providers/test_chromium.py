@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 import stat
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -26,6 +25,7 @@ from frugal_proxy.providers import chromium, readability
 from frugal_proxy.providers.http_client import HttpClient
 from frugal_proxy.providers.page_fetch import HopCheck
 from frugal_proxy.records import Outcome
+from tests.conftest import refusing_port
 from tests.providers.api_fakes import exchange, loopback_setup
 from tests.servers.page_server import JS_TEXT, PageServer, page_server
 
@@ -119,15 +119,13 @@ async def test_wait_for_waits_for_the_selector(pages: PageServer) -> None:
 
 @needs_chromium
 async def test_failures_are_classified(pages: PageServer) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        closed = sock.getsockname()[1]
-    async with browser() as provider:
-        missing = await browse(provider, f"{pages.base}/status/404")
-        busy = await browse(provider, f"{pages.base}/status/429")
-        broken = await browse(provider, f"{pages.base}/status/503")
-        refused = await browse(provider, f"http://127.0.0.1:{closed}/")
-        empty = await browse(provider, f"{pages.base}/plain")
+    with refusing_port() as closed:
+        async with browser() as provider:
+            missing = await browse(provider, f"{pages.base}/status/404")
+            busy = await browse(provider, f"{pages.base}/status/429")
+            broken = await browse(provider, f"{pages.base}/status/503")
+            refused = await browse(provider, f"http://127.0.0.1:{closed}/")
+            empty = await browse(provider, f"{pages.base}/plain")
     assert (missing.kind, missing.message) == ("permanent", "chromium: 127.0.0.1 answered 404")
     assert (busy.kind, busy.retry_after) == ("transient", 3.0)  # the site's limit, not the browser's
     assert broken.kind == "transient"

@@ -4,7 +4,6 @@ the fetch through the shared client, trafilatura's markdown, and each way a page
 from __future__ import annotations
 
 import dataclasses
-import socket
 from collections.abc import Iterator
 
 import httpx2
@@ -18,6 +17,7 @@ from frugal_proxy.providers.http_client import HttpClient, Resolver
 from frugal_proxy.providers.page_fetch import HopCheck, allow_every_hop
 from frugal_proxy.providers.registry import enable
 from frugal_proxy.records import Outcome
+from tests.conftest import refusing_port
 from tests.providers.api_fakes import exchange, loopback_setup, setup_for
 from tests.servers.page_server import ARTICLE, JS_TEXT, LATIN1_TEXT, WINDOWS_TEXT, PageServer, page_server
 
@@ -107,10 +107,8 @@ async def test_failures_are_classified(pages: PageServer, path: str, kind: str, 
 
 
 async def test_a_closed_port_is_transient() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    outcome = await extract(f"http://127.0.0.1:{port}/article")
+    with refusing_port() as port:
+        outcome = await extract(f"http://127.0.0.1:{port}/article")
     assert outcome.kind == "transient" and outcome.message == "readability could not be reached (ConnectError)"
 
 

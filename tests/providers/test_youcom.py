@@ -26,6 +26,7 @@ import uvicorn
 from frugal_proxy.config import Config
 from frugal_proxy.providers import youcom
 from frugal_proxy.records import Outcome
+from tests.conftest import refusing_port
 from tests.providers.api_fakes import SECRET, enabled_names, exchange, search, setup_for
 from tests.servers import youcom_like_server
 
@@ -217,10 +218,7 @@ async def test_free_a_call_that_outlasts_its_timeout_is_transient() -> None:
 
 
 async def test_free_an_unreachable_server_is_transient() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    with anyio.fail_after(30):
+    with refusing_port() as port, anyio.fail_after(30):
         outcome = await free_search(free_provider(f"http://127.0.0.1:{port}"), "mcp proxy")
     assert outcome.kind == "transient" and "youcom-free" in outcome.message
 
