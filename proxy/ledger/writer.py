@@ -16,7 +16,8 @@ When things go wrong:
 - a crash (kill -9) loses the lines still queued in the process, at most BATCH_SECONDS' worth; a write cut
   short by it leaves a torn last line, which readers skip with a warning (ledger.reader). The
   next writer to open the file ends that torn line with a newline first, so its own lines stay
-  whole;
+  whole (once the tail stayed unchanged for TORN_SETTLE: another process's append in progress
+  looks torn for an instant);
 - a failed write (disk full, a read-only home) drops that batch with one warning per kind of
   error and keeps going; the ledger never fails a call.
 
@@ -33,6 +34,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from pathlib import Path
 
 from frugal_proxy.ledger.line import MAX_LINE, UsageLine, encode, month_of
@@ -42,6 +44,13 @@ log = logging.getLogger("frugal_proxy.ledger")
 BATCH_SECONDS = 0.2  # how long a line may wait in the queue: what a crash can lose
 IDLE_SECONDS = 5.0
 MAX_BATCH = 10_000
+# A file whose last byte is not a newline when it is opened: how long its tail must stay as it is
+# to be taken for a line a crash tore (another process's append ends in a newline well before),
+# how often it is looked at meanwhile, and after how many settle times of other processes'
+# appends it is ended anyway.
+TORN_SETTLE = 0.05
+TORN_POLL = 0.005
+TORN_GIVE_UP = 20
 
 
 class _Flush:
@@ -52,8 +61,9 @@ class _Flush:
 class LedgerWriter:
     """The usage ledger of one folder (one per folder per process: `writer_for`)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, torn_settle: float = TORN_SETTLE) -> None:
         self.directory = directory
+        self.torn_settle = torn_settle
         self._queue: queue.SimpleQueue[UsageLine | _Flush] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -160,7 +170,7 @@ class LedgerWriter:
         fd = self._fds.get(month)
         if fd is None:
             self._close_files()  # a new month: the old file is done
-            fd = self._fds[month] = _open(self.directory / f"{month}.jsonl")
+            fd = self._fds[month] = _open(self.directory / f"{month}.jsonl", self.torn_settle)
         chunk = bytearray()
         for line in lines:
             if len(chunk) + len(line) > MAX_LINE:
@@ -188,17 +198,34 @@ class LedgerWriter:
             )
 
 
-def _open(path: Path) -> int:
+def _open(path: Path, torn_settle: float) -> int:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        size = os.fstat(fd).st_size
-        if size and _last_byte(path, size) != b"\n":
-            os.write(fd, b"\n")  # a torn line left by a crash: end it, so ours start on a line
+        _end_a_torn_line(fd, path, torn_settle)
     except OSError:
         os.close(fd)
         raise
     return fd
+
+
+def _end_a_torn_line(fd: int, path: Path, settle: float) -> None:
+    """End the file's last line with a newline if a crash tore it, so that ours start on a line
+    of their own. Another process's append looks torn for an instant too (the file's size grows
+    a page at a time while a write is copied in) but ends in a newline an instant later: the
+    tail is taken for torn only once it stayed as it is for `settle` seconds (ending it then as
+    well would leave a blank line)."""
+    size = os.fstat(fd).st_size
+    started = still_since = time.monotonic()
+    while size and _last_byte(path, size) != b"\n":
+        now = time.monotonic()
+        if now - still_since >= settle or now - started >= settle * TORN_GIVE_UP:
+            os.write(fd, b"\n")
+            return
+        time.sleep(TORN_POLL)
+        grown = os.fstat(fd).st_size
+        if grown != size:
+            size, still_since = grown, time.monotonic()
 
 
 def _last_byte(path: Path, size: int) -> bytes:

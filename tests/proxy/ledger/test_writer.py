@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -139,6 +140,30 @@ def test_a_torn_last_line_is_ended_by_the_next_writer(tmp_path: Path) -> None:
     assert ledger.flush()
     found, torn = read_all(tmp_path)
     assert [line.attempts for line in found] == [1, 3] and torn == [2]
+
+
+def test_a_line_another_process_is_still_appending_is_not_taken_for_torn(tmp_path: Path) -> None:
+    """Opened while another process's append is being copied in (its line not yet ended), the
+    file looks torn; that line ends a moment later, so no newline of ours goes in: no blank line
+    and no line cut in two."""
+    path = tmp_path / "2026-07.jsonl"
+    second = encode(usage_line(attempts=2))
+    path.write_bytes(encode(usage_line(attempts=1)) + second[:40])
+
+    def finish_the_line() -> None:
+        time.sleep(0.2)
+        with path.open("ab") as other:
+            other.write(second[40:])
+
+    other = threading.Thread(target=finish_the_line)
+    other.start()
+    ledger = LedgerWriter(tmp_path, torn_settle=30.0)  # a tail unchanged for 30 s would be torn
+    ledger.append(usage_line(attempts=3))
+    assert ledger.flush(timeout=20)
+    other.join(5)
+    found, torn = read_all(tmp_path)
+    assert [line.attempts for line in found] == [1, 2, 3] and torn == []
+    assert path.read_bytes().count(b"\n") == 3
 
 
 def test_a_writer_killed_mid_run_leaves_a_readable_ledger(tmp_path: Path) -> None:
