@@ -74,13 +74,26 @@ class Pipeline:
                 await self._fall_forward(exchange, then)
         return await self._close(exchange)
 
-    async def finish(self, exchange: Exchange, spec: ProviderSpec, outcome: Outcome, started: float) -> Frame:
+    async def answer(self, exchange: Exchange, spec: ProviderSpec, outcome: Outcome, started: float) -> Frame:
         """After `open` named `spec` and its caller called it at `started` (time.monotonic):
-        what dispatch makes of the outcome, then govern and seal."""
+        what dispatch makes of the outcome, then the receipt and the governor; the answer the
+        client gets. The caller sends it and then calls `seal`: the seal hooks (metrics, the
+        ledger, the call log) only read the finished exchange, so they stay off the reply's way."""
         self.dispatch.conclude(exchange, spec, outcome, started)
-        return await self._close(exchange)
+        return await self._shape(exchange)
+
+    async def seal(self, exchange: Exchange) -> None:
+        """The seal phase of an exchange whose answer `answer` made."""
+        for policy in self.sealing:
+            await policy.seal(exchange)
 
     async def _close(self, exchange: Exchange) -> Frame:
+        answer = await self._shape(exchange)
+        await self.seal(exchange)
+        return answer
+
+    async def _shape(self, exchange: Exchange) -> Frame:
+        """The receipt, and the governor over the answer (a routed answer's payload first)."""
         exchange.receipt = self._receipt(exchange)
         if exchange.route.capability is not None and exchange.answer is None:
             await self._govern_routed(exchange, exchange.receipt)
@@ -91,8 +104,6 @@ class Pipeline:
                 exchange.answer = routed.with_route_meta(exchange.answer, exchange, exchange.receipt)
             for policy in self.governing:
                 await policy.govern(exchange)
-        for policy in self.sealing:
-            await policy.seal(exchange)
         assert exchange.answer is not None
         return exchange.answer
 

@@ -763,21 +763,42 @@ class _PlainCall:
         await self._answer(outcome)
 
     async def _answer(self, outcome: Outcome) -> None:
+        """The answer goes to the client first, then the exchange is sealed (the client does not
+        wait for the ledger), then the call leaves the in-flight table (`drain` waits for the
+        seal). An answer that fails is an error reply, unsealed, as `Pipeline.run` leaves it."""
         router, exchange = self.router, self.exchange
         client_id = exchange.call.request_id
         assert router._plain_spec is not None
         try:
             reply = router._in_clients_era(
-                exchange, await router.pipeline.finish(exchange, router._plain_spec, outcome, self.started)
+                exchange, await router.pipeline.answer(exchange, router._plain_spec, outcome, self.started)
             )
         except Exception as exc:
-            reply = _error_reply(client_id, self.frame, exc)
+            self.release()
+            await self._send(jsonrpc.with_id(_error_reply(client_id, self.frame, exc), client_id))
+            return
+        try:
+            await self._send(jsonrpc.with_id(reply, client_id))
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._seal()
+            raise
+        await self._seal()
+
+    async def _send(self, reply: Frame) -> None:
+        """To the stdio client, or to `on_reply` (an HTTP response waits on it)."""
+        if self.on_reply is not None:
+            self.on_reply(reply)
+        else:
+            await self.router.downstream.send(reply)
+
+    async def _seal(self) -> None:
+        try:
+            await self.router.pipeline.seal(self.exchange)
+        except Exception:
+            log.exception("sealing a call failed after its answer was sent", extra={"tool": self.exchange.call.tool})
         finally:
             self.release()
-        if self.on_reply is not None:
-            self.on_reply(jsonrpc.with_id(reply, client_id))
-        else:
-            await router.downstream.send(jsonrpc.with_id(reply, client_id))
 
 
 def _in_era(client: Client, reply: Frame) -> Frame:

@@ -1,9 +1,11 @@
 """An upstream MCP server run as a child process over stdio.
 
 The child inherits our environment plus the extra variables it was given. Its stdout carries
-frames; its stderr is copied line by line to ours, prefixed with the upstream's name, and the
-last lines are kept so that an error can say why the child died. Shutdown follows the stdio
-transport's advice: close its stdin, then SIGTERM after a grace period, then SIGKILL.
+frames, on a pipe this process makes and reads itself (transports.stdio's FdSource: one reusable
+buffer, no stream object and no protocol callback between the read and the reader); its stderr
+is copied line by line to ours, prefixed with the upstream's name, and the last lines are kept
+so that an error can say why the child died. Shutdown follows the stdio transport's advice:
+close its stdin, then SIGTERM after a grace period, then SIGKILL.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import anyio.to_thread
 
 from frugal_proxy.transports.coalesce import Coalescer
 from frugal_proxy.transports.lines import READ_CHUNK
+from frugal_proxy.transports.stdio import FdSource
 
 log = logging.getLogger("frugal_proxy.upstream")
 
@@ -43,14 +46,15 @@ class ChildProcess:
 
     takes_whole = True  # `offer` hands a line to the pipe's transport whole, or takes none of it
 
-    def __init__(self, process: asyncio.subprocess.Process, name: str) -> None:
+    def __init__(self, process: asyncio.subprocess.Process, name: str, stdout: int) -> None:
         self._process = process
         self.name = name
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
-        assert process.stdout is not None and process.stdin is not None
-        self._stdout = process.stdout
+        assert process.stdin is not None
+        self._stdout = FdSource(stdout)  # the read end of the child's stdout; closed at its end
         self._stdin = process.stdin
         self._closed = False
+        self._stdout_closed = False
         # Messages offered in one loop turn after the first are held and go out in one write
         # when the turn ends (transports.coalesce): one system call and one wake-up of the child.
         self._coalescer = Coalescer(self._send_held)
@@ -68,25 +72,44 @@ class ChildProcess:
         cls, command: Sequence[str], name: str, env: Mapping[str, str], cwd: str | None = None
     ) -> ChildProcess:
         full_env = {**os.environ, **env}
+        stdout, child_stdout = os.pipe()
         try:
             process = await asyncio.create_subprocess_exec(
                 *command,
                 stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
+                stdout=child_stdout,
                 stderr=subprocess.PIPE,
                 env=full_env,
                 cwd=cwd,
                 start_new_session=True,
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+            os.close(stdout)
             raise ChildStartError(exc.errno or 0, f"cannot start {command[0]!r}: {exc.strerror}") from None
-        return cls(process, name)
+        except BaseException:
+            os.close(stdout)
+            raise
+        finally:
+            os.close(child_stdout)  # the child has its copy: ours would keep the pipe from ending
+        return cls(process, name, stdout)
 
     async def read(self) -> bytes:
-        try:
-            return await self._stdout.read(READ_CHUNK)
-        except OSError:
+        """The next chunk of the child's stdout; b"" once it has closed it (then the pipe is closed)."""
+        if self._stdout_closed:
             return b""
+        try:
+            chunk = await self._stdout.read()
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.close_stdout()
+        return chunk
+
+    def close_stdout(self) -> None:
+        """Stop reading the child's stdout and close our end (once its reader is done with it)."""
+        if not self._stdout_closed:
+            self._stdout_closed = True
+            self._stdout.close()
 
     def offer(self, data: bytes) -> int:
         """Hand bytes to the pipe's transport at once (or hold them to the end of the loop turn)

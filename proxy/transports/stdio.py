@@ -7,6 +7,11 @@ restored on close, so a terminal is left as it was found.
 A pipe is watched once for as long as it is read (the loop reads it as data arrives, up to
 `PAUSE_BYTES` ahead of the reader), not registered and unregistered around every read; a write
 that the pipe takes whole is made at once (`FdSink.offer`), without a loop turn.
+
+A pipe is read into one buffer kept for the source's life and copied out at the size read:
+`os.read(fd, READ_CHUNK)` allocates READ_CHUNK bytes per call, and while glibc serves that with
+mmap (until a large free has raised its threshold, which nothing guarantees) a read of one small
+message costs mmap, mremap and munmap, measured at about 45 µs against 3 µs this way.
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ class FdSource:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watching = False
         self._waiter: asyncio.Future[None] | None = None
+        self._buffer = bytearray(READ_CHUNK) if self._pollable else bytearray()
+        self._view = memoryview(self._buffer)
 
     async def read(self) -> bytes:
         if not self._pollable:
@@ -55,7 +62,7 @@ class FdSource:
                 return b""
             if not self._watching:
                 try:
-                    return os.read(self._fd, READ_CHUNK)
+                    return self._read_now()
                 except BlockingIOError:
                     self._watch()
             assert self._loop is not None
@@ -81,9 +88,14 @@ class FdSource:
             self._loop.remove_reader(self._fd)
         self._watching = False
 
+    def _read_now(self) -> bytes:
+        """What the pipe holds now, up to READ_CHUNK bytes (b"" at its end)."""
+        size = os.readv(self._fd, (self._buffer,))
+        return bytes(self._view[:size])
+
     def _readable(self) -> None:
         try:
-            chunk = os.read(self._fd, READ_CHUNK)
+            chunk = self._read_now()
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -104,6 +116,16 @@ class FdSource:
         if self._pollable:
             self._unwatch()
             os.set_blocking(self._fd, self._was_blocking)
+
+    def close(self) -> None:
+        """Stop reading and close the descriptor (a pipe this process made for a child)."""
+        self._unwatch()
+        self._eof = True
+        self._chunks.clear()
+        os.close(self._fd)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
 
 class FdSink:

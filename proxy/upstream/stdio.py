@@ -316,6 +316,7 @@ class UpstreamConnection(UpstreamBase):
                 for frame in event.frames:
                     await self._deliver(frame, gen.pending)
         finally:
+            gen.child.close_stdout()
             with anyio.CancelScope(shield=True):
                 await self._died(gen)
 

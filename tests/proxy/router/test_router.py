@@ -413,6 +413,54 @@ async def test_a_plain_call_without_a_task_of_its_own_keeps_every_rule_of_a_call
     assert 2 not in [message.get("id") for message in wire.seen]
 
 
+class SealAfterTheClient(Policy):
+    """Seals a call only once the client has its answer (the test says so), and fails the seal
+    of a call whose `b` is 13."""
+
+    name = "seal-after-the-client"
+
+    def __init__(self) -> None:
+        self.client_has: dict[Any, anyio.Event] = {}
+        self.sealed: list[Any] = []
+
+    async def seal(self, exchange: Exchange) -> None:
+        ident = exchange.call.request_id
+        await self.client_has.setdefault(ident, anyio.Event()).wait()
+        self.sealed.append(ident)
+        if jsonrpc.decode_any(exchange.call.params["arguments"]).get("b") == 13:
+            raise RuntimeError("the seal broke")
+
+
+async def test_a_plain_call_is_answered_before_it_is_sealed(caplog: pytest.LogCaptureFixture) -> None:
+    """A plain call's answer goes to the client before the seal hooks run (they only read the
+    finished exchange): a seal that waits for the client to have its answer does not hold it
+    up. Every call is still sealed, `drain` waits for the seals, and a seal that fails after the
+    answer went out is logged for that call while the next is served."""
+    session_era = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+    gate = SealAfterTheClient()
+    upstream = UpstreamConnection(notes_command(), name="notes")
+    upstream.follow_client()
+    with caplog.at_level(logging.ERROR, "frugal_proxy.session"):
+        async with (
+            upstream,
+            served(upstream, seconds=30, assembly=Assembly(policies=[gate])) as (router, wire),
+        ):
+            assert "result" in await wire.request(0, "initialize", session_era, modern=False)
+            await wire.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            for ident, b in ((1, 3), (2, 13), (3, 4)):
+                params = {"name": "add", "arguments": {"a": 2, "b": b}}
+                reply = result(await wire.request(ident, "tools/call", params, modern=False))
+                assert reply["structuredContent"] == {"result": 2 + b}
+                assert gate.sealed == list(range(1, ident))  # not sealed before the client had it
+                gate.client_has.setdefault(ident, anyio.Event()).set()
+                with anyio.fail_after(5):
+                    await router.drain()  # waits for the seal
+                assert gate.sealed == list(range(1, ident + 1))
+            await upstream.shutdown()
+    assert "sealing a call failed after its answer was sent" in caplog.text
+    assert [r for r in caplog.records if r.exc_info and "the seal broke" in str(r.exc_info[1])]
+
+
 async def test_own_tools_are_listed_after_a_real_upstreams_tools() -> None:
     async with (
         UpstreamConnection(notes_command(), name="notes") as upstream,

@@ -4,6 +4,7 @@ SIGKILL for a child that ignores both."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import anyio
@@ -92,3 +93,22 @@ async def test_messages_offered_in_one_turn_reach_the_child_in_order() -> None:
             received += await child.read()
         assert received == b"".join(b"LINE %d\n" % n for n in range(50)) + b"END\n"
         assert await child.terminate() == 0
+
+
+async def test_the_childs_stdout_pipe_is_closed_once_read_to_its_end() -> None:
+    """The child's stdout is a pipe this process reads itself: once the child has closed it and
+    it is read to its end, our end is closed too (no descriptor is left behind per restart)."""
+    before = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    with anyio.fail_after(10):
+        child = await spawn("import sys\nsys.stdout.write('bye\\n')")
+        assert await child.read() == b"bye\n"
+        assert await child.read() == b""
+        assert await child.read() == b""  # and again, without touching the closed descriptor
+        await child.pump_stderr()
+        assert await child.terminate() == 0
+    if before is not None:
+        for _ in range(50):  # the loop closes the other pipes' transports a turn or two later
+            if len(os.listdir("/proc/self/fd")) <= before:
+                break
+            await anyio.sleep(0.02)
+        assert len(os.listdir("/proc/self/fd")) <= before

@@ -139,3 +139,34 @@ async def test_a_stdout_nobody_reads_does_not_hold_the_exit() -> None:
     finally:
         os.close(read_fd)
         os.close(write_fd)
+
+
+async def test_a_chunk_read_from_a_pipe_is_its_readers_own_and_close_ends_a_waiting_read() -> None:
+    """A pipe is read into one buffer kept for the source's life: each chunk is copied out at the
+    size read, so a later read does not change an earlier chunk; `close` ends a read that waits
+    with b"" and closes the descriptor."""
+    read_fd, write_fd = os.pipe()
+    source = FdSource(read_fd)
+    try:
+        with anyio.fail_after(5):
+            os.write(write_fd, b"first\n")
+            first = await source.read()
+            os.write(write_fd, b"SECOND LONGER\n")
+            second = await source.read()
+            assert (first, second) == (b"first\n", b"SECOND LONGER\n")
+            assert type(first) is bytes and len(first) == 6
+            async with anyio.create_task_group() as tg:
+                ended: list[bytes] = []
+
+                async def wait_for_more() -> None:
+                    ended.append(await source.read())
+
+                tg.start_soon(wait_for_more)
+                await anyio.wait_all_tasks_blocked()
+                source.close()
+            assert ended == [b""]
+            assert await source.read() == b""
+        with pytest.raises(OSError):
+            os.fstat(read_fd)  # closed
+    finally:
+        os.close(write_fd)
