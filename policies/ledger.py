@@ -12,6 +12,10 @@ read off the finished exchange, its receipt and its trace (ledger.line lists the
     tokens     est_tokens of those bytes, as the governor counts (characters / 4)
 
 The sink only queues the line (ledger.writer writes it in a worker thread): the loop never waits.
+A sink that can build lines too (`append_later`, the writer's) gets the call's facts instead,
+read off the exchange at seal (its clock and its latency then), and makes the line in its worker:
+formatting the timestamp and the amounts and building the line cost the loop about 8 µs a call,
+and the exchange (with its answer) is not kept past the seal.
 """
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
+import msgspec
+
 from frugal_proxy.governor.shaping import est_tokens
 from frugal_proxy.ledger.line import UsageLine, timestamp, usd
 from frugal_proxy.policies import Policy
 from frugal_proxy.policies.metrics import NO_PROVIDER, outcome_of, provider_of
-from frugal_proxy.records import Exchange
+from frugal_proxy.records import Attempt, Exchange, Receipt
 
 RackRates = Mapping[str, tuple[str, int]]  # capability -> (provider, list price in micro-dollars)
 
@@ -42,31 +48,80 @@ class Ledger(Policy):
         self.sink = sink
         self.rack = dict(rack or {})
         self.clock = clock
+        # A sink that builds lines in its own worker (ledger.writer): `append_later(make, *args)`.
+        self._later: Callable[..., None] | None = getattr(sink, "append_later", None)
 
     async def seal(self, exchange: Exchange) -> None:
-        self.sink.append(usage_line(exchange, self.rack, self.clock()))
+        facts = facts_of(exchange, self.clock())
+        if self._later is not None:
+            self._later(line_of, facts, self.rack)
+        else:
+            self.sink.append(line_of(facts, self.rack))
 
 
-def usage_line(exchange: Exchange, rack: RackRates, now: float) -> UsageLine:
-    """The ledger's line for a finished exchange."""
-    receipt = exchange.receipt
-    cost = receipt.cost_micros if receipt is not None else 0
+class Facts(msgspec.Struct, frozen=True):
+    """What a usage line says of one finished exchange, read off it at seal: `line_of` makes the
+    line from these alone, so it may run later (in the ledger's worker) and give the same line."""
+
+    now: float  # the wall clock at seal: the line's ts
+    latency_ms: float  # the whole call, as far as the seal
+    tool: str
+    capability: str | None
+    provider: str | None
+    outcome: str
+    cached: bool
+    receipt: Receipt | None
+    attempts: list[Attempt]
+    bytes_total: int
+    bytes_returned: int
+    operator: str
+
+
+def facts_of(exchange: Exchange, now: float) -> Facts:
+    """The facts of a finished exchange whose seal runs at `now` (the wall clock)."""
+    latency = time.monotonic() - exchange.call.started_at
     hit = exchange.cached is not None  # the result cache answered it at admit
     provider = None if hit else provider_of(exchange)
-    capability = exchange.route.capability
-    rate = rack.get(capability) if capability is not None else None
     returned = _size(exchange)
     total = returned
     for decision in exchange.trace:
         if decision.verdict == "shaped" and decision.bytes_in is not None:
             total = decision.bytes_in
             break
+    return Facts(
+        now,
+        latency * 1000,
+        exchange.call.tool,
+        exchange.route.capability,
+        None if provider == NO_PROVIDER else provider,
+        "cached" if hit else outcome_of(exchange),
+        hit,
+        exchange.receipt,
+        exchange.attempts,
+        total,
+        returned,
+        exchange.operator,
+    )
+
+
+def usage_line(exchange: Exchange, rack: RackRates, now: float) -> UsageLine:
+    """The ledger's line for a finished exchange."""
+    return line_of(facts_of(exchange, now), rack)
+
+
+def line_of(facts: Facts, rack: RackRates) -> UsageLine:
+    """The ledger's line of an exchange's facts."""
+    receipt = facts.receipt
+    cost = receipt.cost_micros if receipt is not None else 0
+    capability = facts.capability
+    rate = rack.get(capability) if capability is not None else None
+    total, returned = facts.bytes_total, facts.bytes_returned
     billed: dict[str, int] = {}
     tables: dict[str, dict[str, int]] = {}  # provider -> capability table -> what it billed there
     served: dict[str, float] = {}
     free: list[str] = []
     table = capability or "tool"
-    for attempt in exchange.attempts:  # one pass: a line is made for every call
+    for attempt in facts.attempts:  # one pass: a line is made for every call
         if attempt.cost_micros:
             billed[attempt.provider] = billed.get(attempt.provider, 0) + attempt.cost_micros
             split = tables.setdefault(attempt.provider, {})
@@ -76,31 +131,33 @@ def usage_line(exchange: Exchange, rack: RackRates, now: float) -> UsageLine:
         if attempt.free_quota:
             free.append(attempt.provider)
     return UsageLine(
-        ts=timestamp(now),
-        tool=exchange.call.tool,
+        ts=timestamp(facts.now),
+        tool=facts.tool,
         capability=capability,
-        provider=None if provider == NO_PROVIDER else provider,
-        outcome="cached" if hit else outcome_of(exchange),
+        provider=facts.provider,
+        outcome=facts.outcome,
         cost_usd=usd(cost),
         total_cost_usd=usd(receipt.total_micros if receipt is not None else 0),
         rack_usd=usd(rate[1] if rate is not None else cost),
         rack_provider=rate[0] if rate is not None else None,
-        latency_ms=round((time.monotonic() - exchange.call.started_at) * 1000, 3),
-        cached=hit,
+        latency_ms=round(facts.latency_ms, 3),
+        cached=facts.cached,
         bytes_total=total,
         bytes_returned=returned,
         tokens_total=est_tokens(total),
         tokens_returned=est_tokens(returned),
-        attempts=len(exchange.attempts),
-        operator=exchange.operator,
-        billed={name: usd(micros) for name, micros in billed.items()},
+        attempts=len(facts.attempts),
+        operator=facts.operator,
+        billed={name: usd(micros) for name, micros in billed.items()} if billed else {},
         served_ms=served,
         free_quota=free,
         billed_under={
             name: {where: usd(micros) for where, micros in split.items()}
             for name, split in tables.items()
             if split.keys() != {table}
-        },
+        }
+        if tables
+        else {},
     )
 
 

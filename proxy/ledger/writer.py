@@ -21,7 +21,9 @@ When things go wrong:
 - a failed write (disk full, a read-only home) drops that batch with one warning per kind of
   error and keeps going; the ledger never fails a call.
 
-`append` only puts the line on a queue: it never blocks, and it does not wake the worker. A
+`append` only puts the line on a queue: it never blocks, and it does not wake the worker;
+`append_later(make, *args)` queues what makes the line instead, and the worker makes it (a
+`make` that fails drops that line with one warning per kind of error, like a failed write). A
 worker thread writes everything that has piled up every BATCH_SECONDS (0.2 s), and ends itself
 after IDLE_SECONDS without work (a later `append` starts a new one). `flush` wakes it and waits
 until what was queued is written; at interpreter exit the queue is flushed too.
@@ -35,7 +37,9 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from frugal_proxy.ledger.line import MAX_LINE, UsageLine, encode, month_of
 
@@ -58,13 +62,26 @@ class _Flush:
         self.done = threading.Event()
 
 
+class _Later:
+    """A line the worker makes: `make(*args)`."""
+
+    __slots__ = ("args", "make")
+
+    def __init__(self, make: Callable[..., UsageLine], args: tuple[Any, ...]) -> None:
+        self.make = make
+        self.args = args
+
+
+_Item = UsageLine | _Later | _Flush
+
+
 class LedgerWriter:
     """The usage ledger of one folder (one per folder per process: `writer_for`)."""
 
     def __init__(self, directory: Path, *, torn_settle: float = TORN_SETTLE) -> None:
         self.directory = directory
         self.torn_settle = torn_settle
-        self._queue: queue.SimpleQueue[UsageLine | _Flush] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._running = False
@@ -76,6 +93,13 @@ class LedgerWriter:
     def append(self, line: UsageLine) -> None:
         """Queue one line; the worker writes it soon. Never blocks, never raises."""
         self._queue.put(line)
+        if not self._running:
+            self._start()
+
+    def append_later(self, make: Callable[..., UsageLine], *args: Any) -> None:
+        """Queue what makes one line, `make(*args)`, which the worker calls (off the event loop)
+        before it writes the line. Never blocks, never raises."""
+        self._queue.put(_Later(make, args))
         if not self._running:
             self._start()
 
@@ -94,7 +118,7 @@ class LedgerWriter:
         if self._running:
             self.flush(timeout)
             return
-        batch: list[UsageLine | _Flush] = []
+        batch: list[_Item] = []
         while True:
             try:
                 batch.append(self._queue.get_nowait())
@@ -120,7 +144,7 @@ class LedgerWriter:
             if not backlog:
                 self._wake.wait(BATCH_SECONDS)
                 self._wake.clear()
-            batch: list[UsageLine | _Flush] = []
+            batch: list[_Item] = []
             while len(batch) < MAX_BATCH:
                 try:
                     batch.append(self._queue.get_nowait())
@@ -147,14 +171,21 @@ class LedgerWriter:
             self._running = True
             return False
 
-    def _write(self, batch: list[UsageLine | _Flush]) -> None:
+    def _write(self, batch: list[_Item]) -> None:
         by_month: dict[str, list[bytes]] = {}
         markers: list[_Flush] = []
         for item in batch:
             if isinstance(item, _Flush):
                 markers.append(item)
-            else:
-                by_month.setdefault(month_of(item.ts), []).append(encode(item))
+                continue
+            if isinstance(item, _Later):
+                try:
+                    item = item.make(*item.args)
+                except Exception as exc:  # a line that cannot be made must not end the worker
+                    self.dropped += 1
+                    self._warn_unmade(exc)
+                    continue
+            by_month.setdefault(month_of(item.ts), []).append(encode(item))
         for month, lines in by_month.items():
             try:
                 self._append(month, lines)
@@ -187,6 +218,15 @@ class LedgerWriter:
             except OSError:
                 pass
         self._fds.clear()
+
+    def _warn_unmade(self, exc: Exception) -> None:
+        kind = f"unmade:{type(exc).__name__}"
+        if kind not in self._warned:
+            self._warned.add(kind)
+            log.warning(
+                "usage ledger: a line could not be made; that call goes unrecorded",
+                extra={"path": str(self.directory), "error": f"{type(exc).__name__}: {exc}"[:200]},
+            )
 
     def _warn(self, exc: OSError, count: int) -> None:
         kind = f"{type(exc).__name__}:{exc.errno}"

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
+import msgspec
 import pytest
 
 from frugal_proxy.capabilities import ExtractRequest, Page, SearchHit, SearchRequest
@@ -170,6 +172,34 @@ async def test_a_priced_plain_tool_is_its_own_rack_rate() -> None:
     pipeline = build_pipeline({"notes": FakeProvider("notes", answer, 2_500)}, [Ledger(lines, RACK)])
     await pipeline.run(Exchange(Call(1, "add", {}), Route("add", ("notes",))))
     assert (lines[0].cost_usd, lines[0].rack_usd, lines[0].rack_provider) == (0.0025, 0.0025, None)
+
+
+async def test_the_writer_makes_each_line_from_what_the_seal_read(tmp_path: Path) -> None:
+    """Over the ledger's writer the line is made in its worker, from the facts the seal read: the
+    same line as one made at the seal, its latency the call's as far as the seal (not until the
+    worker ran), and the exchange is not kept for it."""
+    writer = LedgerWriter(tmp_path)
+    made_now: list[UsageLine] = []
+    pipeline = build_pipeline(
+        {"files": plain({"content": [{"type": "text", "text": "x" * 300}]})},
+        [
+            Ledger(writer, RACK, clock=lambda: JULY_14),
+            Ledger(made_now, RACK, clock=lambda: JULY_14),
+        ],
+    )
+    exchanges = [tool("read", {"n": n}) for n in range(3)]
+    for exchange in exchanges:
+        await pipeline.run(exchange)
+    sealed = time.monotonic()
+    await anyio.sleep(0.05)  # a line made when the worker runs would have a longer latency
+    assert writer.flush()
+    written = list(reader.lines(tmp_path / f"{utc_month(JULY_14)}.jsonl", UsageLine))
+    assert len(written) == 3
+    for line, now in zip(written, made_now, strict=True):
+        assert line.latency_ms <= now.latency_ms  # read at the seal, before the other ledger's
+        assert line.latency_ms < (sealed - exchanges[0].call.started_at) * 1000 + 1
+        assert msgspec.structs.replace(line, latency_ms=0.0) == msgspec.structs.replace(now, latency_ms=0.0)
+    assert written[0].bytes_returned > 300 and written[0].ts == "2026-07-14T09:30:01.000Z"
 
 
 def test_usage_line_of_an_exchange_that_never_ran() -> None:

@@ -125,6 +125,35 @@ def test_an_unwritable_ledger_drops_lines_with_one_warning(tmp_path: Path, caplo
     assert [r.getMessage() for r in caplog.records] == ["usage ledger: cannot write; these calls go unrecorded"]
 
 
+def test_a_line_queued_to_be_made_is_made_by_the_worker_in_order(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`append_later(make, *args)`: the worker thread makes the line, in the order of the queue;
+    one whose making fails is dropped with one warning per kind of error, and the rest are written."""
+    ledger = LedgerWriter(tmp_path)
+    made_on: list[str] = []
+
+    def make(attempts: int) -> UsageLine:
+        made_on.append(threading.current_thread().name)
+        if attempts < 0:
+            raise ValueError("no such line")
+        return usage_line(attempts=attempts)
+
+    with caplog.at_level(logging.WARNING, logger="frugal_proxy.ledger"):
+        ledger.append(usage_line(attempts=1))
+        ledger.append_later(make, 2)
+        ledger.append_later(make, -1)
+        ledger.append_later(make, -2)
+        ledger.append_later(make, 3)
+        assert ledger.flush()
+    assert [line.attempts for line in read_all(tmp_path)[0]] == [1, 2, 3]
+    assert ledger.written == 3 and ledger.dropped == 2
+    assert set(made_on) == {"frugal-ledger"}  # never the caller's thread
+    assert [r.getMessage() for r in caplog.records] == [
+        "usage ledger: a line could not be made; that call goes unrecorded"
+    ]
+
+
 def test_close_writes_what_is_queued_without_a_worker(tmp_path: Path) -> None:
     ledger = LedgerWriter(tmp_path)
     ledger._queue.put(usage_line(attempts=7))  # queued, and no worker running
