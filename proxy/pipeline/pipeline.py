@@ -21,7 +21,7 @@ from frugal_proxy.policies import Policy
 from frugal_proxy.policies.call_log import CallLog
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.providers import Provider
-from frugal_proxy.records import Decision, Exchange, Outcome, ProviderSpec, Receipt, Route, reason
+from frugal_proxy.records import Attempt, Decision, Exchange, Outcome, ProviderSpec, Receipt, Route, reason
 
 
 class Pipeline:
@@ -159,12 +159,18 @@ class Pipeline:
         if exchange.cached is not None:  # from memory: nothing was called or paid this time
             return Receipt(exchange.cached.provider, 0, (), 0, reason(exchange.trace, True))
         # The answer the client got: the attempt that won, or the empty answer that ended the chain.
-        used = next((a for a in reversed(exchange.attempts) if a.outcome in ("ok", "empty")), None)
+        attempts = exchange.attempts
+        if len(attempts) == 1:  # a plain tool's one attempt, as a rule: no generator to run
+            used: Attempt | None = attempts[0] if attempts[0].outcome in ("ok", "empty") else None
+            total = attempts[0].cost_micros
+        else:
+            used = next((a for a in reversed(attempts) if a.outcome in ("ok", "empty")), None)
+            total = sum(a.cost_micros for a in attempts)
         return Receipt(
             provider_used=used.provider if used else None,
             cost_micros=used.cost_micros if used else 0,
-            attempts=tuple(exchange.attempts),
-            total_micros=sum(a.cost_micros for a in exchange.attempts),
+            attempts=tuple(attempts),
+            total_micros=total,
             reason=reason(exchange.trace, used is not None),
         )
 

@@ -36,9 +36,14 @@ class Deadlines:
     def __init__(self) -> None:
         self._calls: dict[Expiring, None] = {}  # in the order their deadlines run out
         self._timer: asyncio.TimerHandle | None = None
+        # The loop of the first watch, kept: on Python 3.11 each get_running_loop() is a getpid()
+        # system call, and this runs once per plain call.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def watch(self, call: Expiring, seconds: float) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
         call.due = loop.time() + seconds
         self._calls[call] = None
         if self._timer is None:
@@ -49,7 +54,8 @@ class Deadlines:
 
     def _run_out(self) -> None:
         self._timer = None
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        assert loop is not None
         now = loop.time()
         while self._calls:
             call = next(iter(self._calls))
