@@ -7,6 +7,7 @@ frugal-proxy [options] -- <https://remote.example/mcp>
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import logging
 import os
@@ -284,6 +285,18 @@ def upstream_name(command: Sequence[str]) -> str:
     return "upstream"
 
 
+def freeze_start_up_heap() -> int:
+    """Leave what start-up made (modules, the assembly, the router) out of the garbage collector's
+    later passes, and return how many objects that is. Each full collection otherwise walks all
+    of it: 60-160 ms a pass under 16 calls in flight (server-everything, a loaded machine), a
+    pass every few thousand calls, about 5 µs a call on average. Frozen objects are still freed
+    when nothing refers to them; only a cycle among them is never collected."""
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    log.debug("start-up heap frozen for the garbage collector", extra={"objects": frozen})
+    return frozen
+
+
 async def wrap_stdio(
     command: list[str],
     name: str,
@@ -323,6 +336,7 @@ async def wrap_stdio(
             tg.start_soon(stop_on_signal, tg.cancel_scope)
             watching = anyio.CancelScope()
             tg.start_soon(_exit_if_not_started, connection, failed, watching, tg.cancel_scope)
+            freeze_start_up_heap()
             await session.serve(FrameReader(source, max_line_bytes))
             watching.cancel()  # from now on it is shut down by the proxy, not failing to start
             log.info("client closed stdin; shutting down")

@@ -3,6 +3,7 @@ both protocol eras, against an SDK server (both eras) and server-everything (ses
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -230,6 +231,45 @@ async def test_the_upstream_command_may_come_without_a_double_dash() -> None:
             params([sys.executable, "-m", "frugal_proxy", "--name", "notes", *upstream]), mode="legacy"
         ) as client:
             assert (await client.call_tool("add", {"a": 2, "b": 3})).structured_content == {"result": 5}
+
+
+def test_the_wrap_form_serves_with_its_start_up_heap_frozen(tmp_path: Path) -> None:
+    """What start-up made is left out of the garbage collector's later passes (each full one
+    would walk it all) before the first request is read; calls are served as ever."""
+    initialize = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "add", "arguments": {"a": 2, "b": 3}}},
+    ]
+    log = tmp_path / "stderr.txt"
+    with log.open("w") as errors:
+        proxy = subprocess.Popen(
+            [sys.executable, "-m", "frugal_proxy", "--log-level", "debug", "--", *notes_command()],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+        )
+        assert proxy.stdin is not None and proxy.stdout is not None
+        try:
+            proxy.stdin.write("".join(json.dumps(line) + "\n" for line in lines))
+            proxy.stdin.flush()
+            replies: dict[Any, Any] = {}
+            while 2 not in replies:  # bounded by the test's timeout
+                reply = json.loads(proxy.stdout.readline())
+                replies[reply.get("id")] = reply
+            proxy.stdin.close()
+            assert proxy.wait(timeout=20) == 0
+        finally:
+            proxy.kill()
+            proxy.wait()
+            proxy.stdout.close()
+            if not proxy.stdin.closed:
+                proxy.stdin.close()
+    assert replies[2]["result"]["structuredContent"] == {"result": 5}
+    frozen = [line for line in log.read_text().splitlines() if "start-up heap frozen for the garbage collector" in line]
+    assert len(frozen) == 1, log.read_text()[-2000:]
 
 
 def test_a_word_that_is_no_subcommand_nor_program_is_refused_clearly() -> None:
