@@ -155,7 +155,8 @@ class Router:
                 scope.cancel()
         for link in self.links:
             link.stop_listening()
-        while self._inflight:
+        # A request handed to a task that has not run yet is not in the table yet either.
+        while self._inflight or self._handed_off or self._batches:
             self._idle = anyio.Event()
             await self._idle.wait()
 
@@ -232,6 +233,7 @@ class Router:
             await self._serve_elements(elements)
         finally:
             self._batches -= 1
+            self._idle.set()  # `drain` looks again
 
     async def _serve_elements(self, elements: Sequence[Frame | jsonrpc.MessageError]) -> None:
         """A batch's requests served together and answered as one array; an element that is
@@ -265,6 +267,8 @@ class Router:
                 await self.downstream.send(reply)
         finally:
             self._handed_off -= 1
+            if not self._handed_off:
+                self._idle.set()  # `drain` looks again
 
     async def _plain_call(self, frame: Frame) -> bool:
         """Serve a plain tools/call of the stdio client without a task of its own: the request

@@ -272,6 +272,45 @@ def test_the_wrap_form_serves_with_its_start_up_heap_frozen(tmp_path: Path) -> N
     assert len(frozen) == 1, log.read_text()[-2000:]
 
 
+def test_requests_piped_in_with_stdin_closed_at_once_are_all_answered(upstream: tuple[str, list[str]]) -> None:
+    """`printf '…' | frugal-proxy -- server`: the client's input ends before the upstream has
+    even been addressed; what it asked is answered before the proxy exits (the answers used to
+    be "upstream … is down: not started": the shutdown did not wait for requests handed to a
+    task that had not run yet). A batch is waited for too."""
+    name, command = upstream
+    initialize = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+    call = (
+        {"name": "add", "arguments": {"a": 2, "b": 3}}
+        if name == "notes"
+        else {"name": "echo", "arguments": {"message": "hi"}}
+    )
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call},
+        [{"jsonrpc": "2.0", "id": 3, "method": "ping"}, {"jsonrpc": "2.0", "id": 4, "method": "tools/list"}],
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "frugal_proxy", "--", *command],
+        input="".join(json.dumps(line) + "\n" for line in lines),
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    replies: dict[Any, Any] = {}
+    for line in done.stdout.splitlines():
+        decoded = json.loads(line)
+        for reply in decoded if isinstance(decoded, list) else [decoded]:
+            if "id" in reply:  # server-everything also sends notifications
+                replies[reply["id"]] = reply
+    assert sorted(replies) == [1, 2, 3, 4], done.stdout[-2000:]
+    assert all("error" not in reply for reply in replies.values()), replies
+    assert replies[2]["result"].get("isError") is not True, replies[2]
+    assert replies[4]["result"]["tools"]
+
+
 def test_a_word_that_is_no_subcommand_nor_program_is_refused_clearly() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "frugal_proxy", "statz", "--month", "2026-07"],
