@@ -10,7 +10,6 @@ upstream nothing is renamed or re-paged: the proxy is transparent.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,23 +22,24 @@ from frugal_proxy.bridge.downstream import ClientGone, ClientUnreachable, Downst
 from frugal_proxy.bridge.link import Client, UpstreamLink, complete_for_legacy
 from frugal_proxy.capabilities import EXECUTE_TOOL, TOOLS, request_of
 from frugal_proxy.config import ToolFilter
-from frugal_proxy.errors import BridgeError, ProxyError, UpstreamDown, UpstreamError
+from frugal_proxy.errors import ProxyError, UpstreamDown
 from frugal_proxy.pipeline.assembly import Assembly, assemble, provider_key
 from frugal_proxy.pipeline.pipeline import Pipeline, build_pipeline
 from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame, RequestId
 from frugal_proxy.protocol.subscriptions import acknowledgement, listen_result, merge_filters
 from frugal_proxy.providers import Provider
-from frugal_proxy.providers.mcp_tool import McpToolProvider, fault_outcome
+from frugal_proxy.providers.mcp_tool import McpToolProvider
 from frugal_proxy.providers.own_tools import LISTING_TTL_MS, OwnToolProvider
 from frugal_proxy.providers.upstream_tool import UpstreamToolProvider
-from frugal_proxy.records import Call, Decision, Exchange, Outcome, ProgressSink, ProviderSpec
+from frugal_proxy.records import Call, Decision, Exchange, ProgressSink
 from frugal_proxy.router.answerers import Answerers, Deadlines
-from frugal_proxy.router.catalog import KINDS, Catalog, CatalogError
+from frugal_proxy.router.catalog import KINDS, Catalog
 from frugal_proxy.router.handshakes import Handshakes
+from frugal_proxy.router.plain import PlainCall, error_reply
 from frugal_proxy.router.routes import RouteTable, RouteUnavailable
-from frugal_proxy.transports.lines import SMALL_MESSAGE, BadLine, FrameReader
-from frugal_proxy.upstream.base import Pending, UpstreamBase
+from frugal_proxy.transports.lines import BadLine, FrameReader
+from frugal_proxy.upstream.base import UpstreamBase
 
 log = logging.getLogger("frugal_proxy.session")
 
@@ -90,7 +90,7 @@ class Router:
         self._link_by_name = {link.name: link for link in self.links}
         self.catalog = Catalog(self.links, prefixes, filters, page_size)
         self.single = len(self.links) == 1
-        self._inflight: dict[RequestId, anyio.CancelScope | _PlainCall] = {}
+        self._inflight: dict[RequestId, anyio.CancelScope | PlainCall] = {}
         self._answerers = Answerers(task_group, self._answer)
         self._handed_off = 0  # stdio requests handed to a task and not answered yet
         self._deadlines = Deadlines()
@@ -273,7 +273,7 @@ class Router:
     async def _plain_call(self, frame: Frame) -> bool:
         """Serve a plain tools/call of the stdio client without a task of its own: the request
         goes upstream from this reader, and the reply comes back from the upstream's reader
-        (`_PlainCall`). Plain: one upstream, both in the session era, the tool the upstream's
+        (`PlainCall`). Plain: one upstream, both in the session era, the tool the upstream's
         own, and the pipeline calling it once as it is (`Pipeline.open`). Whatever else, or
         anything unusual about the request, is left to the tasks that serve the rest (False)."""
         if self._handed_off or self._batches or self.client.era != "legacy":
@@ -281,12 +281,12 @@ class Router:
         exchange = await self._plain_exchange(frame, self.client, STDIO)
         if exchange is None:
             return False
-        call = _PlainCall(self, frame, exchange)
+        call = PlainCall(self, frame, exchange)
         try:
             spec = await self.pipeline.open(exchange)
         except Exception as exc:
             call.release()
-            await self.downstream.send(jsonrpc.with_id(_error_reply(call.client_id, frame, exc), call.client_id))
+            await self.downstream.send(jsonrpc.with_id(error_reply(call.client_id, frame, exc), call.client_id))
             return True
         except BaseException:
             call.release()
@@ -319,12 +319,12 @@ class Router:
         exchange = await self._plain_exchange(frame, client, origin)
         if exchange is None:
             return False
-        call = _PlainCall(self, frame, exchange, on_reply)
+        call = PlainCall(self, frame, exchange, on_reply)
         try:
             spec = await self.pipeline.open(exchange)
         except Exception as exc:
             call.release()
-            on_reply(jsonrpc.with_id(_error_reply(call.client_id, frame, exc), call.client_id))
+            on_reply(jsonrpc.with_id(error_reply(call.client_id, frame, exc), call.client_id))
             return True
         except BaseException:
             call.release()
@@ -335,7 +335,7 @@ class Router:
         """Cancel the plain call `open_plain` started for `request_id` (withdrawn upstream);
         nothing when it is over."""
         call = self._inflight.get(request_id) if request_id is not None else None
-        if isinstance(call, _PlainCall):
+        if isinstance(call, PlainCall):
             call.cancel()
 
     async def _plain_exchange(self, frame: Frame, client: Client, origin: Origin) -> Exchange | None:
@@ -390,7 +390,7 @@ class Router:
                     return None
                 reply = jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR, str(exc))
             except Exception as exc:
-                reply = _error_reply(client_id, frame, exc)
+                reply = error_reply(client_id, frame, exc)
             finally:
                 self._inflight.pop(client_id, None)
                 if not self._inflight:
@@ -663,152 +663,6 @@ class Router:
 _TOOLS_CALL = jsonrpc.raw("tools/call")
 
 
-class _PlainCall:
-    """A plain tools/call on its way (Router._plain_call, Router.open_plain), in the router's
-    in-flight table until it is answered or cancelled. The upstream's reader settles it and
-    writes the reply (to the stdio client, or to `on_reply`); a result too large to govern at
-    once is governed on a task, so that the reader goes on. The client's cancellation withdraws
-    it upstream (it went out whole before it was taken here); the link's deadline ends it as
-    `forward` would (cancelled upstream, the timeout in the reply)."""
-
-    __slots__ = ("client_id", "done", "due", "exchange", "frame", "link", "on_reply", "pending", "router", "started")
-
-    def __init__(
-        self,
-        router: Router,
-        frame: Frame,
-        exchange: Exchange,
-        on_reply: Callable[[Frame | None], object] | None = None,
-    ) -> None:
-        assert router._plain_link is not None
-        self.router = router
-        self.link = router._plain_link
-        self.frame = frame
-        self.exchange = exchange
-        self.on_reply = on_reply
-        self.client_id = exchange.call.request_id
-        self.pending: Pending | None = None
-        self.due = 0.0  # the loop time its link's deadline runs out at, when it has one
-        self.started = 0.0
-        self.done = False
-        router._inflight[self.client_id] = self
-
-    def begin(self, spec: ProviderSpec | None) -> bool:
-        """After `Pipeline.open` named `spec`: send the call upstream (True: under way, or
-        cancelled meanwhile), or take it out of the table when more is to be done (False)."""
-        if self.done:
-            return True  # cancelled (or drained) while the pipeline opened it: nothing goes upstream
-        router, link = self.router, self.link
-        if spec is not None and spec is router._plain_spec:
-            self.started = time.monotonic()
-            self.pending = link.start("tools/call", self.exchange.call.params, self.settled, self.exchange.on_progress)
-            if self.pending is not None:
-                if link.deadline is not None:
-                    router._deadlines.watch(self, link.deadline)
-                return True
-        self.release()
-        return False
-
-    def release(self) -> None:
-        """Out of the in-flight table, which tells `drain` when it has emptied. The Pending goes
-        too: it holds `settled` (this call) as its `on_settled`, and that cycle would leave every
-        call's objects, its exchange and answer included, to the garbage collector (about 30 µs
-        a call in collections, measured), where without it they are freed as the call ends."""
-        self.done = True
-        self.pending = None
-        self.router._deadlines.unwatch(self)
-        inflight = self.router._inflight
-        if inflight.get(self.exchange.call.request_id) is self:
-            del inflight[self.exchange.call.request_id]
-            if not inflight:
-                self.router._idle.set()
-
-    def cancel(self) -> None:
-        """The client cancelled it, or the router is shutting down: no reply, and withdrawn
-        upstream before it leaves the in-flight table (so `drain` waits for that)."""
-        if self.done:
-            return
-        self.done = True
-        self.router._deadlines.unwatch(self)
-        self.router._tg.start_soon(self._withdraw)
-        if self.on_reply is not None:
-            self.on_reply(None)
-
-    async def _withdraw(self) -> None:
-        try:
-            with anyio.CancelScope(shield=True):
-                if self.pending is not None:
-                    await self.link.upstream.withdraw(self.pending, "cancelled by the client")
-        finally:
-            self.release()
-
-    def expire(self) -> None:
-        if not self.done:
-            self.done = True
-            self.router._tg.start_soon(self._expired)
-
-    async def _expired(self) -> None:
-        assert self.pending is not None
-        with anyio.CancelScope(shield=True):
-            await self.link.upstream.withdraw(self.pending, "the proxy's deadline for the call ran out")
-        await self._answer(fault_outcome(self.link.timed_out("tools/call")))
-
-    async def settled(self, pending: Pending) -> None:
-        """The reply (or the failure) is in; called by the upstream's reader."""
-        if self.done:
-            return
-        self.done = True
-        self.router._deadlines.unwatch(self)
-        if isinstance(pending.failure, UpstreamError):
-            outcome = fault_outcome(pending.failure)
-        else:
-            assert pending.reply is not None
-            outcome = Outcome("ok", reply=pending.reply)
-            result = pending.reply.get("result")
-            if result is not None and len(result) > SMALL_MESSAGE:
-                self.router._tg.start_soon(self._answer, outcome)  # the governor may take a while
-                return
-        await self._answer(outcome)
-
-    async def _answer(self, outcome: Outcome) -> None:
-        """The answer goes to the client first, then the exchange is sealed (the client does not
-        wait for the ledger), then the call leaves the in-flight table (`drain` waits for the
-        seal). An answer that fails is an error reply, unsealed, as `Pipeline.run` leaves it."""
-        router, exchange = self.router, self.exchange
-        client_id = exchange.call.request_id
-        assert router._plain_spec is not None
-        try:
-            reply = router._in_clients_era(
-                exchange, await router.pipeline.answer(exchange, router._plain_spec, outcome, self.started)
-            )
-        except Exception as exc:
-            self.release()
-            await self._send(jsonrpc.with_id(_error_reply(client_id, self.frame, exc), client_id))
-            return
-        try:
-            await self._send(jsonrpc.with_id(reply, client_id))
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await self._seal()
-            raise
-        await self._seal()
-
-    async def _send(self, reply: Frame) -> None:
-        """To the stdio client, or to `on_reply` (an HTTP response waits on it)."""
-        if self.on_reply is not None:
-            self.on_reply(reply)
-        else:
-            await self.router.downstream.send(reply)
-
-    async def _seal(self) -> None:
-        try:
-            await self.router.pipeline.seal(self.exchange)
-        except Exception:
-            log.exception("sealing a call failed after its answer was sent", extra={"tool": self.exchange.call.tool})
-        finally:
-            self.release()
-
-
 def _in_era(client: Client, reply: Frame) -> Frame:
     """A result the proxy made, as the client's revision defines it: a session-era client's has
     none of the fields only 2026-07-28 defines (`resultType` above all)."""
@@ -832,27 +686,3 @@ def _string(params: dict[str, msgspec.Raw], key: str, method: str) -> str:
 
 def _arguments(params: dict[str, msgspec.Raw]) -> Any:
     return jsonrpc.decode_any(params["arguments"]) if "arguments" in params else {}
-
-
-def _error_reply(client_id: RequestId, frame: Frame, exc: Exception) -> Frame:
-    """The JSON-RPC error answering a request whose serving raised `exc`."""
-    if isinstance(exc, jsonrpc.MessageError):
-        log.warning(
-            "client request refused",
-            extra={"method": jsonrpc.method_of(frame), "code": exc.code, "reason": str(exc)[:200]},
-        )
-        return jsonrpc.error(client_id, exc.code, str(exc), _error_data(exc))
-    if isinstance(exc, BridgeError):
-        log.warning("bridging failed", extra={"reason": str(exc)[:200]})
-        return jsonrpc.error(client_id, exc.code, str(exc))
-    if isinstance(exc, CatalogError):
-        return jsonrpc.error(client_id, jsonrpc.INVALID_PARAMS, str(exc))
-    if isinstance(exc, UpstreamDown | ProxyError):
-        return jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR, str(exc))
-    log.exception("internal error while serving a request", exc_info=exc)
-    return jsonrpc.error(client_id, jsonrpc.INTERNAL_ERROR, f"internal error in frugal-proxy: {type(exc).__name__}")
-
-
-def _error_data(exc: jsonrpc.MessageError) -> Any:
-    data = getattr(exc, "data", None)
-    return data() if callable(data) else None
