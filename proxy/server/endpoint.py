@@ -185,8 +185,7 @@ class Endpoint:
                 return rpc_error(400, jsonrpc.HEADER_MISMATCH, problem, ident)
         else:
             sent = {}
-        # Clients number their requests independently; the shared Router sees unique ids.
-        inner = jsonrpc.with_id(frame, f"http-{next(self._ids)}")
+        inner = self._unique(frame)
         operator = operator_of(request)
         if method == "subscriptions/listen":
             return self._listen(inner, ident, operator)
@@ -220,7 +219,9 @@ class Endpoint:
     async def _initialize(self, request: Request, frame: Frame) -> Response:
         operator = operator_of(request)
         if self.sessions is None:
-            return await self._request(self.shared, frame, jsonrpc.id_of(frame), modern=False, operator=operator)
+            return await self._request(
+                self.shared, self._unique(frame), jsonrpc.id_of(frame), modern=False, operator=operator
+            )
         if len(self.sessions) >= self.settings.max_sessions:
             message = f"too many sessions ({self.settings.max_sessions}); end one with DELETE or try later"
             return rpc_error(503, jsonrpc.INTERNAL_ERROR, message, jsonrpc.id_of(frame))
@@ -293,11 +294,20 @@ class Endpoint:
     ) -> Response:
         if jsonrpc.is_request(frame):
             ident = jsonrpc.id_of(frame)
+            inner = frame if entry is not None else self._unique(frame)
             return await self._request(
-                session, frame, ident, modern=False, entry=entry, version=version, operator=operator, sse=sse
+                session, inner, ident, modern=False, entry=entry, version=version, operator=operator, sse=sse
             )
         await session.take_in(frame)
         return Response(status_code=202)
+
+    def _unique(self, frame: Frame) -> Frame:
+        """A request for the shared Router with an id of the endpoint's own: every client (a
+        2026-07-28 one, a stateless session-era one) numbers its requests itself, and an id two
+        of them share must neither replace the other's in the Router's in-flight table nor let
+        one's `notifications/cancelled` cancel the other's call (a stateless session-era client
+        has no session to tell its requests apart, so such a notification cancels nothing)."""
+        return jsonrpc.with_id(frame, f"http-{next(self._ids)}")
 
     def _batches_per_element(self, request: Request, version: str | None) -> bool:
         """Whether a batch with bad elements is answered element by element: a 2025-03-26
@@ -336,7 +346,8 @@ class Endpoint:
 
         async def one(index: int, frame: Frame) -> None:
             if jsonrpc.is_request(frame):
-                replies[index] = await self.answer(session, frame, jsonrpc.id_of(frame), entry, operator)
+                inner = frame if entry is not None else self._unique(frame)
+                replies[index] = await self.answer(session, inner, jsonrpc.id_of(frame), entry, operator)
             else:
                 await session.take_in(frame)
 

@@ -466,6 +466,38 @@ async def test_stateless_mode_serves_session_era_clients_without_sessions() -> N
         proxy.stop()
 
 
+async def test_a_stateless_client_cannot_cancel_another_clients_call_that_has_its_id() -> None:
+    """Stateless session-era clients all share one Router and number their requests themselves:
+    one client's notifications/cancelled naming id 7 must not cancel another client's call 7,
+    and a second client's call 7 meanwhile is answered as its own."""
+    proxy = start(notes_command(), "--stateless")
+    sleep = {"name": "sleep", "arguments": {"seconds": 1.0}}
+    add = {"name": "add", "arguments": {"a": 40, "b": 2}}
+    try:
+        with anyio.fail_after(40):
+            async with httpx2.AsyncClient(timeout=20) as http:
+                assert (await http.post(proxy.url, json=INITIALIZE, headers=LEGACY_HEADERS)).status_code == 200
+                others: list[httpx2.Response] = []
+
+                async def another_client() -> None:
+                    await anyio.sleep(0.3)
+                    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}
+                    others.append(await http.post(proxy.url, json=cancel, headers=LEGACY_HEADERS))
+                    call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": add}
+                    others.append(await http.post(proxy.url, json=call, headers=LEGACY_HEADERS))
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(another_client)
+                    call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": sleep}
+                    slept = await http.post(proxy.url, json=call, headers=LEGACY_HEADERS)
+        body = slept.json()
+        assert body["id"] == 7 and "error" not in body and not body["result"].get("isError"), body
+        assert others[0].status_code == 202
+        assert others[1].json()["result"]["structuredContent"] == {"result": 42}
+    finally:
+        proxy.stop()
+
+
 # -- hardening ----------------------------------------------------------------------------------------
 
 
