@@ -71,7 +71,7 @@ class Facts(msgspec.Struct, frozen=True):
     outcome: str
     cached: bool
     receipt: Receipt | None
-    attempts: list[Attempt]
+    attempts: tuple[Attempt, ...]  # a copy: the worker reads it after the seal
     bytes_total: int
     bytes_returned: int
     operator: str
@@ -97,7 +97,7 @@ def facts_of(exchange: Exchange, now: float) -> Facts:
         "cached" if hit else outcome_of(exchange),
         hit,
         exchange.receipt,
-        exchange.attempts,
+        tuple(exchange.attempts),
         total,
         returned,
         exchange.operator,

@@ -171,6 +171,11 @@ class PlainCall:
             self.release()
             await self._send(jsonrpc.with_id(error_reply(client_id, self.frame, exc), client_id))
             return
+        except BaseException:  # cancelled while governing (the router's task group is ending)
+            self.release()
+            if self.on_reply is not None:
+                self.on_reply(None)
+            raise
         try:
             await self._send(jsonrpc.with_id(reply, client_id))
         except BaseException:

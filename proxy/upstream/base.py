@@ -484,7 +484,7 @@ class UpstreamBase(abc.ABC):
         waiting.done.set()
         if waiting.on_settled is not None:
             assert self._tg is not None
-            self._tg.start_soon(waiting.on_settled, waiting)
+            self._tg.start_soon(self.settle, waiting)  # what goes wrong there is that call's alone
 
     async def _route(self, frame: Frame, pending: dict[int, Pending]) -> None:
         if jsonrpc.is_reply(frame):
