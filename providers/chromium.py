@@ -40,6 +40,8 @@ calls to different hosts.
 The main document's status is classified like a fetched page's (page_fetch.page_fault): 404
 permanent, the site's 429 and 5xx transient. A navigation error (net::ERR_…) or timeout is
 transient; a `wait_for` selector that never appears is permanent (the page does not have it).
+A browser that cannot start is permanent (no binary, a launch that fails), one that does not start
+within the provider's timeout transient.
 
 Sources: playwright.dev/python/docs/api/class-browsertype#browser-type-launch,
 /class-page#page-goto, /class-page#page-route; Chromium's list of switches
@@ -158,6 +160,9 @@ class Chromium:
         name = self.spec.name
         try:
             browser = await self._ensure_browser()
+        except PlaywrightTimeout as exc:  # a busy machine: the next call may well start it
+            within = f"{self.setup.timeout:g} s"
+            return Outcome("transient", message=f"{name}: Chromium did not start within {within} ({_short(exc)})")
         except PlaywrightError as exc:
             return Outcome("permanent", message=f"{name}: Chromium did not start ({_short(exc)})")
         async with self._pages:

@@ -102,10 +102,20 @@ async def test_chromium_reads_what_only_javascript_writes(pages: PageServer) -> 
             outcome = await browse(provider, f"{pages.base}/js-only")
         fetched = await reader.call(exchange("extract", {"url": f"{pages.base}/js-only"}))
     await http.close()
-    assert outcome.kind == "ok" and isinstance(outcome.data, Page)
+    assert outcome.kind == "ok" and isinstance(outcome.data, Page), outcome.message
     assert JS_TEXT in (outcome.data.markdown or "") and outcome.data.title == "Quarterly report"
     assert outcome.data.url == f"{pages.base}/js-only"
     assert fetched.kind == "empty"  # the same page, fetched and extracted: nothing to read
+
+
+@needs_chromium
+async def test_a_browser_that_does_not_start_in_time_is_a_transient_failure(pages: PageServer) -> None:
+    """A launch past the provider's timeout (a busy machine) is worth another try, or another
+    provider: transient, saying so; the next call with time enough starts it."""
+    async with browser(seconds=0.001) as provider:
+        late = await browse(provider, f"{pages.base}/js-only")
+    assert late.kind == "transient", late.message
+    assert late.message.startswith("chromium: Chromium did not start within 0.001 s")
 
 
 @needs_chromium
