@@ -169,7 +169,7 @@ class PlainCall:
             )
         except Exception as exc:
             self.release()
-            await self._send(jsonrpc.with_id(error_reply(client_id, self.frame, exc), client_id))
+            await self.send(jsonrpc.with_id(error_reply(client_id, self.frame, exc), client_id))
             return
         except BaseException:  # cancelled while governing (the router's task group is ending)
             self.release()
@@ -177,14 +177,14 @@ class PlainCall:
                 self.on_reply(None)
             raise
         try:
-            await self._send(jsonrpc.with_id(reply, client_id))
+            await self.send(jsonrpc.with_id(reply, client_id))
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self._seal()
             raise
         await self._seal()
 
-    async def _send(self, reply: Frame) -> None:
+    async def send(self, reply: Frame) -> None:
         """To the stdio client, or to `on_reply` (an HTTP response waits on it)."""
         if self.on_reply is not None:
             self.on_reply(reply)

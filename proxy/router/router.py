@@ -278,86 +278,71 @@ class Router:
         anything unusual about the request, is left to the tasks that serve the rest (False)."""
         if self._handed_off or self._batches or self.client.era != "legacy":
             return False
-        exchange = await self._plain_exchange(frame, self.client, STDIO)
+        exchange = await self._plain_exchange(frame, STDIO, self.client)
         if exchange is None:
             return False
-        call = PlainCall(self, frame, exchange)
-        try:
-            spec = await self.pipeline.open(exchange)
-        except Exception as exc:
-            call.release()
-            await self.downstream.send(jsonrpc.with_id(error_reply(call.client_id, frame, exc), call.client_id))
-            return True
-        except BaseException:
-            call.release()
-            raise
-        if not call.begin(spec):
+        if await self._start_plain(frame, exchange, None) is None:
             self._hand_off(frame, exchange)  # answered at admit, or more to do than one plain call
         return True
 
     async def open_plain(
         self, frame: Frame, *, operator: str | None = None, on_reply: Callable[[Frame | None], object]
-    ) -> Exchange | bool:
+    ) -> PlainCall | Exchange | None:
         """A plain tools/call (as `_plain_call` has it) of a client that is not on stdio, served
         without the cancel scopes, timers and task hops of `reply_to`: the request goes upstream
         from the caller's task and `on_reply` gets the reply (with the request's id, as
-        `reply_to` returns it; None when it was cancelled) from the upstream's reader. True
-        when it is under way or answered; its `cancel_plain` withdraws it. False when the call is
-        not plain (`reply_to` serves it); the exchange when the pipeline answered it at admit or
-        has more to do than one plain call: `reply_to` with it as `resume` goes on from there."""
-        if frame.get("method") != _TOOLS_CALL or self._plain_link is None:
-            return False
-        try:
-            params = jsonrpc.params_of(frame)
-            client_id = jsonrpc.id_of(frame)
-            client = self._client_of(client_id, "tools/call", params) if client_id is not None else None
-        except jsonrpc.MessageError:
-            return False  # the slow path says what is wrong
-        if client is None:
-            return False
-        origin = Origin(operator) if operator is not None else STDIO
-        exchange = await self._plain_exchange(frame, client, origin)
+        `reply_to` returns it; None when it was cancelled) from the upstream's reader. The call
+        when it is under way or answered (its `cancel` withdraws it); None when it is not plain
+        (`reply_to` serves it); the exchange when the pipeline answered it at admit or has more
+        to do than one plain call: `reply_to` with it as `resume` goes on from there."""
+        exchange = await self._plain_exchange(frame, Origin(operator) if operator is not None else STDIO)
         if exchange is None:
-            return False
+            return None
+        return await self._start_plain(frame, exchange, on_reply) or exchange
+
+    async def _start_plain(
+        self, frame: Frame, exchange: Exchange, on_reply: Callable[[Frame | None], object] | None
+    ) -> PlainCall | None:
+        """Open `exchange` and send it upstream: the call, under way or answered (an error the
+        pipeline raised goes to the client); None, out of the in-flight table, when there is
+        more to do than one plain call."""
         call = PlainCall(self, frame, exchange, on_reply)
         try:
             spec = await self.pipeline.open(exchange)
         except Exception as exc:
             call.release()
-            on_reply(jsonrpc.with_id(error_reply(call.client_id, frame, exc), call.client_id))
-            return True
+            await call.send(jsonrpc.with_id(error_reply(call.client_id, frame, exc), call.client_id))
+            return call
         except BaseException:
             call.release()
             raise
-        return True if call.begin(spec) else exchange
+        return call if call.begin(spec) else None
 
-    def cancel_plain(self, request_id: RequestId | None) -> None:
-        """Cancel the plain call `open_plain` started for `request_id` (withdrawn upstream);
-        nothing when it is over."""
-        call = self._inflight.get(request_id) if request_id is not None else None
-        if isinstance(call, PlainCall):
-            call.cancel()
-
-    async def _plain_exchange(self, frame: Frame, client: Client, origin: Origin) -> Exchange | None:
+    async def _plain_exchange(self, frame: Frame, origin: Origin, client: Client | None = None) -> Exchange | None:
         """The exchange of a tools/call that may go by a plain call, opened by neither: None
         when it may not (several upstreams, a client the link must translate for, progress
-        asked for on an HTTP response stream, a routed tool, an id in flight already)."""
+        asked for on an HTTP response stream, a routed tool, an id in flight already).
+        `client` is the stdio client; over HTTP it is the one the request's _meta describes."""
         link = self._plain_link
         if link is None or frame.get("method") != _TOOLS_CALL or "id" not in frame:
             return None
-        if not link.passes_through(client):
-            return None
         try:
             params = jsonrpc.params_of(frame)
-            if "_meta" in params and not client.modern and eras.modern_meta(params) is not None:
-                return None
             client_id = jsonrpc.id_of(frame)
+            if client is None:
+                client = self._client_of(client_id, "tools/call", params) if client_id is not None else None
+                if client is None:
+                    return None
+            elif "_meta" in params and eras.modern_meta(params) is not None:
+                return None  # a stdio session-era client's request in 2026-07-28 form
+            if not link.passes_through(client):
+                return None
             name = jsonrpc.decode_any(params["name"]) if "name" in params else None
             if origin is not STDIO and jsonrpc.progress_token(params) is not None:
                 return None  # its progress goes on the request's own response stream
             progress = self._progress_sink(params, None)
         except jsonrpc.MessageError:
-            return None  # the task that serves it says what is wrong
+            return None  # the slow path says what is wrong
         if client_id is None or client_id in self._inflight or not isinstance(name, str):
             return None
         if name == EXECUTE_TOOL["name"] and self.listed_execute:

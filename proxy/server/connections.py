@@ -154,7 +154,8 @@ class _Coalescer:
         return getattr(self.transport, name)
 
 
-def _nothing() -> None:
+def nothing() -> None:
+    """A callable that does nothing (a hook taken back, a cancel with nothing to cancel)."""
     return None
 
 
@@ -242,7 +243,7 @@ class LimitedH11Protocol(H11Protocol):
         once when it has already); the callable returned takes it back."""
         if self.cycle is not None and self.cycle.disconnected:
             callback()
-            return _nothing
+            return nothing
         self._on_lost.append(callback)
 
         def take_back() -> None:

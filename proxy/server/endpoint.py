@@ -37,6 +37,7 @@ from frugal_proxy.protocol.headers import decode_header_value, learn_param_heade
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.records import Exchange, ProgressSink
 from frugal_proxy.router.answerers import Deadlines
+from frugal_proxy.router.plain import PlainCall
 from frugal_proxy.router.router import Router, removed_in_modern
 from frugal_proxy.server.connections import DEFAULT_KEEP_ALIVE_TIMEOUT, ConnectionLimits
 from frugal_proxy.server.events import EventLog
@@ -54,9 +55,11 @@ from frugal_proxy.server.streams import (
     EventStream,
     PlainReply,
     ReplyStream,
+    cancelled_reply,
     prefers_event_stream,
     reply_response,
     rpc_error,
+    timed_out_reply,
     until_disconnect,
 )
 
@@ -64,7 +67,6 @@ log = logging.getLogger("frugal_proxy.http_server")
 
 SESSION_HEADER = "mcp-session-id"
 NAME_KEYS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
-REQUEST_TIMEOUT = -32001  # the code SDKs use for a request that timed out
 HEALTH_PROBE = 2.0  # seconds an upstream has to answer /healthz's probe
 
 
@@ -392,17 +394,9 @@ class Endpoint:
                 entry.busy -= 1
                 entry.touch()
         if scope.cancelled_caught:
-            method = jsonrpc.method_of(frame)
-            message = (
-                f"{method} got no answer within {self.settings.request_timeout:g} s (the request timeout, "
-                "--request-timeout); it was cancelled upstream"
-            )
-            log.warning("request timed out", extra={"method": method, "seconds": self.settings.request_timeout})
-            if method == "tools/call":
-                return jsonrpc.result(ident, jsonrpc.tool_error_result(message))
-            return jsonrpc.error(ident, REQUEST_TIMEOUT, message)
+            return timed_out_reply(ident, jsonrpc.method_of(frame), self.settings.request_timeout)
         if reply is None:
-            return jsonrpc.error(ident, jsonrpc.INTERNAL_ERROR, "the request was cancelled")
+            return cancelled_reply(ident)
         if session is self.shared and jsonrpc.method_of(frame) == "tools/list":
             learn_param_headers(reply, self._param_headers)
         return jsonrpc.with_id(reply, ident)
@@ -462,12 +456,11 @@ class Endpoint:
         except BaseException:
             ended()
             raise
-        if opened is True:
-            inner = jsonrpc.id_of(frame)
-            reply.start(lambda: session.cancel_plain(inner))
+        if isinstance(opened, PlainCall):
+            reply.start(opened.cancel)
             return reply
         ended()
-        return opened or None
+        return opened
 
     # -- health ----------------------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from frugal_proxy.protocol.headers import accept_weights
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.records import ProgressSink
 from frugal_proxy.router.answerers import Deadlines
-from frugal_proxy.server.connections import DISCONNECT_HOOK
+from frugal_proxy.server.connections import DISCONNECT_HOOK, nothing
 from frugal_proxy.server.events import EventLog
 from frugal_proxy.server.sessions import HttpSession
 
@@ -191,7 +191,7 @@ class PlainReply(Response):
         self.deadlines = deadlines
         self.due = 0.0
         self.left = False
-        self.cancel: Callable[[], object] = _nothing
+        self.cancel: Callable[[], object] = nothing
         self.reply_frame: asyncio.Future[Frame | None] = asyncio.get_running_loop().create_future()
 
     def reply(self, frame: Frame | None) -> None:
@@ -207,12 +207,7 @@ class PlainReply(Response):
     def expire(self) -> None:
         if self.reply_frame.done():
             return
-        message = (
-            f"tools/call got no answer within {self.timeout:g} s (the request timeout, "
-            "--request-timeout); it was cancelled upstream"
-        )
-        log.warning("request timed out", extra={"method": "tools/call", "seconds": self.timeout})
-        self.reply_frame.set_result(jsonrpc.result(self.ident, jsonrpc.tool_error_result(message)))
+        self.reply_frame.set_result(timed_out_reply(self.ident, "tools/call", self.timeout))
         self.cancel()
 
     def _disconnected(self) -> None:
@@ -221,7 +216,7 @@ class PlainReply(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         hook = scope.get("extensions", {}).get(DISCONNECT_HOOK) if self.modern else None
-        take_back = hook(self._disconnected) if hook is not None else _nothing
+        take_back = hook(self._disconnected) if hook is not None else nothing
         try:
             if self.modern and hook is None:
                 reply = await self._watched(receive)
@@ -238,7 +233,7 @@ class PlainReply(Response):
             if self.left:
                 log.info("client disconnected before its reply; the call is cancelled")
                 return
-            reply = jsonrpc.error(self.ident, jsonrpc.INTERNAL_ERROR, "the request was cancelled")
+            reply = cancelled_reply(self.ident)
         else:
             reply = jsonrpc.with_id(reply, self.ident)
         body = jsonrpc.encode(reply)
@@ -260,8 +255,24 @@ class PlainReply(Response):
         return reply
 
 
-def _nothing() -> None:
-    return None
+REQUEST_TIMEOUT = -32001  # the code SDKs use for a request that timed out
+
+
+def timed_out_reply(ident: Any, method: str | None, seconds: float) -> Frame:
+    """The answer to a request the request timeout cut (logged at warn): a tool error for a
+    tools/call, the SDKs' timeout error for anything else."""
+    message = (
+        f"{method} got no answer within {seconds:g} s (the request timeout, --request-timeout); "
+        "it was cancelled upstream"
+    )
+    log.warning("request timed out", extra={"method": method, "seconds": seconds})
+    if method == "tools/call":
+        return jsonrpc.result(ident, jsonrpc.tool_error_result(message))
+    return jsonrpc.error(ident, REQUEST_TIMEOUT, message)
+
+
+def cancelled_reply(ident: Any) -> Frame:
+    return jsonrpc.error(ident, jsonrpc.INTERNAL_ERROR, "the request was cancelled")
 
 
 class ReplyStream(Response):

@@ -374,8 +374,8 @@ async def test_a_session_era_plain_call_is_cancelled_by_its_clients_notification
             headers = await open_session(http, url)
             counted = Cancellations(http, url, headers)
             before = await counted.count()
-            sleep = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "sleep", "arguments": {}}}
-            sleep["params"]["arguments"] = {"seconds": 30}
+            arguments = {"name": "sleep", "arguments": {"seconds": 30}}
+            sleep = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": arguments}
             replies: list[httpx2.Response] = []
 
             async def call() -> None:

@@ -270,8 +270,8 @@ async def test_the_request_timeout_answers_a_session_era_call_and_cancels_it_ups
                 headers = await open_session(http, url)
                 counted = Cancellations(http, url, headers)
                 before = await counted.count()
-                sleep = {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "sleep"}}
-                sleep["params"]["arguments"] = {"seconds": 20}
+                arguments = {"name": "sleep", "arguments": {"seconds": 20}}
+                sleep = {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": arguments}
                 reply = (await http.post(url, json=sleep, headers=headers)).json()
                 assert reply["id"] == 9 and reply["result"]["isError"] is True, reply
                 assert "--request-timeout" in reply["result"]["content"][0]["text"]
