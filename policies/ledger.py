@@ -68,8 +68,7 @@ class Facts(msgspec.Struct, frozen=True):
     tool: str
     capability: str | None
     provider: str | None
-    outcome: str
-    cached: bool
+    outcome: str  # `cached` when the result cache answered it at admit
     receipt: Receipt | None
     attempts: tuple[Attempt, ...]  # a copy: the worker reads it after the seal
     bytes_total: int
@@ -95,7 +94,6 @@ def facts_of(exchange: Exchange, now: float) -> Facts:
         exchange.route.capability,
         None if provider == NO_PROVIDER else provider,
         "cached" if hit else outcome_of(exchange),
-        hit,
         exchange.receipt,
         tuple(exchange.attempts),
         total,
@@ -141,23 +139,21 @@ def line_of(facts: Facts, rack: RackRates) -> UsageLine:
         rack_usd=usd(rate[1] if rate is not None else cost),
         rack_provider=rate[0] if rate is not None else None,
         latency_ms=round(facts.latency_ms, 3),
-        cached=facts.cached,
+        cached=facts.outcome == "cached",
         bytes_total=total,
         bytes_returned=returned,
         tokens_total=est_tokens(total),
         tokens_returned=est_tokens(returned),
         attempts=len(facts.attempts),
         operator=facts.operator,
-        billed={name: usd(micros) for name, micros in billed.items()} if billed else {},
+        billed={name: usd(micros) for name, micros in billed.items()},
         served_ms=served,
         free_quota=free,
         billed_under={
             name: {where: usd(micros) for where, micros in split.items()}
             for name, split in tables.items()
             if split.keys() != {table}
-        }
-        if tables
-        else {},
+        },
     )
 
 

@@ -305,9 +305,7 @@ async def read_messages(request: Request, cap: int) -> tuple[list[Frame], bool] 
     except ClientDisconnect:
         return Response(status_code=400)
     try:
-        frames, batch = jsonrpc.decode_frames(body)
-        for frame in frames:
-            jsonrpc.check_frame(frame)
+        frames, batch = jsonrpc.read_line(body)  # checked from the limits check's own decode
     except jsonrpc.MessageError as exc:
         refusal = jsonrpc.error(exc.request_id, exc.code, str(exc))
         elements = jsonrpc.split_batch(body) if exc.code != jsonrpc.PARSE_ERROR else None
