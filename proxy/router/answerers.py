@@ -9,6 +9,7 @@ Deadlines   the deadlines of the plain calls in flight (Router._plain_call), one
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -16,6 +17,8 @@ import anyio.abc
 
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.records import Exchange
+
+log = logging.getLogger("frugal_proxy.session")  # the router's: one logger for a session's requests
 
 Work = tuple[Frame, Exchange | None]  # a request, and the exchange `_plain_call` opened for it
 
@@ -63,7 +66,10 @@ class Deadlines:
                 self._timer = loop.call_at(call.due, self._run_out)
                 return
             del self._calls[call]
-            call.expire()
+            try:
+                call.expire()
+            except Exception:  # one call's failure must not leave the calls after it unexpired
+                log.warning("a plain call's deadline ran out and could not be answered", exc_info=True)
 
 
 class Answerers:

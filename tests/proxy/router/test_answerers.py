@@ -36,6 +36,26 @@ async def test_deadlines_run_out_in_order_and_an_unwatched_call_never_expires() 
     assert expired == ["first", "third"]
 
 
+class Failing(Call):
+    def expire(self) -> None:
+        super().expire()
+        raise RuntimeError("the task group is closed")
+
+
+async def test_a_call_whose_expiry_fails_does_not_keep_the_later_ones_from_running_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    expired: list[str] = []
+    deadlines = Deadlines()
+    with anyio.fail_after(5):
+        deadlines.watch(Failing("failing", expired), 0.05)
+        deadlines.watch(Call("same moment", expired), 0.05)
+        deadlines.watch(Call("later", expired), 0.10)
+        await anyio.sleep(0.3)
+    assert expired == ["failing", "same moment", "later"]
+    assert "could not be answered" in caplog.text
+
+
 async def test_every_request_is_answered_and_idle_tasks_are_reused_up_to_the_limit() -> None:
     answered: list[int] = []
     release = anyio.Event()
