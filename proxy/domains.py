@@ -18,8 +18,9 @@ domains).
 The host is read the way a browser's URL parser (WHATWG) reads it, so that no spelling slips
 past: tabs and newlines dropped, backslashes taken as slashes, userinfo skipped (the host is
 after the last `@`), percent-encoding decoded, full-width forms and ideographic dots folded,
-trailing dots dropped, and IPv4 in every form the parser accepts (decimal `2130706433`, octal
-`0177.0.0.1`, hex `0x7f.1`, short `127.1`). A host it cannot read is refused.
+the name taken to ASCII (IDNA drops a soft hyphen or a zero-width space) before it is read as
+an address, trailing dots dropped, and IPv4 in every form the parser accepts (decimal
+`2130706433`, octal `0177.0.0.1`, hex `0x7f.1`, short `127.1`). A host it cannot read is refused.
 
 For the local fetchers' per-hop check: `url_allowed` on every URL about to be requested (each
 redirect hop), `address_allowed` on each address its host resolves to (or the one connected
@@ -183,6 +184,11 @@ def _host(hostport: str) -> tuple[str, str, IP | None] | _Refused:
     )
     if _FORBIDDEN.search(decoded):
         return _Refused(f"{written!r} is not a valid host")
+    if not decoded.isascii():  # to ASCII first, as the browser does: IDNA maps a soft hyphen or a
+        mapped = _name(decoded)  # zero-width space to nothing, and what is left may be an address
+        if mapped is None:
+            return _Refused(f"{written!r} is not a valid host")
+        decoded = mapped
     ipv4 = _ipv4(decoded)
     if isinstance(ipv4, _Refused):
         return ipv4
