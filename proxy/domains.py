@@ -22,6 +22,10 @@ the name taken to ASCII (IDNA drops a soft hyphen or a zero-width space) before 
 an address, trailing dots dropped, and IPv4 in every form the parser accepts (decimal
 `2130706433`, octal `0177.0.0.1`, hex `0x7f.1`, short `127.1`). A host it cannot read is refused.
 
+A backslash before an `@` is read past by Python's HTTP clients (httpx, urllib), which take the
+host after the `@` (`http://example.com\\@127.0.0.1/`): where the two readings differ, both
+hosts must be allowed.
+
 For the local fetchers' per-hop check: `url_allowed` on every URL about to be requested (each
 redirect hop), `address_allowed` on each address its host resolves to (or the one connected
 to). A hosted provider fetches for itself: for it only the URL as written can be checked.
@@ -96,6 +100,19 @@ def url_allowed(url: str, rules: DomainRules) -> str | None:
     hostport = plain.group(1) if plain is not None else _hostport_of(url)
     if isinstance(hostport, _Refused):
         return hostport.why
+    why = _verdict(hostport, rules)
+    if why is None and plain is None and "\\" in url:
+        # A browser's host ends at a backslash; Python's clients (httpx, urllib: readability, a
+        # fetch tool behind url_arguments) read on to the last `@`. Both hosts must be allowed.
+        other = _rfc3986_hostport(url)
+        if other is not None and other != hostport:
+            why = _verdict(other, rules)
+            if why is not None:
+                why = f"{why} (the host a non-browser client reads in this URL)"
+    return why
+
+
+def _verdict(hostport: str, rules: DomainRules) -> str | None:
     verdicts = rules._verdicts
     why = verdicts.get(hostport, _UNJUDGED)
     if why is not _UNJUDGED:
@@ -162,6 +179,17 @@ def _hostport_of(url: str) -> str | _Refused:
     rest = rest.replace("\\", "/").lstrip("/")
     authority = _PATH.split(rest, maxsplit=1)[0]
     return authority.rpartition("@")[2]
+
+
+def _rfc3986_hostport(url: str) -> str | None:
+    """The URL's host and port as RFC 3986 parsers read them (Python's urllib and httpx): the
+    authority after `//` runs to the first `/`, `?` or `#`, a backslash included; None when
+    the URL has no authority."""
+    text = _TABS.sub("", url).strip(_C0_AND_SPACE)
+    rest = text.partition(":")[2]
+    if not rest.startswith("//"):
+        return None
+    return _PATH.split(rest[2:], maxsplit=1)[0].rpartition("@")[2]
 
 
 def _host(hostport: str) -> tuple[str, str, IP | None] | _Refused:

@@ -200,3 +200,25 @@ async def test_a_redirect_to_a_name_that_resolves_private_is_refused_at_that_hop
         "readability: the redirect to inside.example is not fetched: 10.0.0.7 is denied by "
         "routing.domains.deny (10.0.0.7)"
     )
+
+
+async def test_an_allow_list_is_not_passed_by_a_name_written_before_a_backslash() -> None:
+    """`http://allowed.example\\@127.0.0.1/` names allowed.example to a browser and 127.0.0.1 to
+    httpx, which readability fetches with: under an allow list alone (no address checks) the
+    URL is refused before anything is asked for."""
+    asked: list[str] = []
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        asked.append(str(request.url))
+        return httpx2.Response(200, html="<html><body><p>the admin page</p></body></html>")
+
+    rules = DomainRules.of(allow=["allowed.example"])
+    setup = dataclasses.replace(setup_for(readability.BUILTINS[0], answer), domains=rules)
+    url = "http://allowed.example\\@127.0.0.1:8080/admin"
+    outcome = await readability.Readability(setup).call(exchange("extract", {"url": url}))
+    assert (outcome.kind, outcome.message) == (
+        "permanent",
+        "readability: 127.0.0.1 is not allowed: 127.0.0.1 is not in routing.domains.allow "
+        "(the host a non-browser client reads in this URL)",
+    )
+    assert asked == []

@@ -40,6 +40,12 @@ SSRF = [
     ("http://127.0.0.1\\@example.com/", "127.0.0.1 is a loopback", DENY_PRIVATE),
     ("http:\\\\127.0.0.1\\admin", "127.0.0.1 is a loopback", DENY_PRIVATE),
     ("http:127.0.0.1/", "127.0.0.1 is a loopback", DENY_PRIVATE),
+    # a backslash before an `@`: a browser's host is before it, Python's clients' (httpx, urllib) after it
+    ("http://example.com\\@127.0.0.1/", "127.0.0.1 is a loopback", DENY_PRIVATE),
+    ("http://example.com\\:pw@169.254.169.254/", "169.254.169.254 is a link-local", DENY_PRIVATE),
+    ("  http://127.0.0.1/  ", "127.0.0.1 is a loopback", DENY_PRIVATE),
+    ("http://12\t7.0.0.1/", "127.0.0.1 is a loopback", DENY_PRIVATE),
+    ("HTTPS://127.0.0.1/", "127.0.0.1 is a loopback", DENY_PRIVATE),
     # RFC 1918, link-local (cloud metadata), CGNAT, unspecified, other non-public ranges
     ("http://10.0.0.1/", "10.0.0.1 is a private (RFC 1918) address", DENY_PRIVATE),
     ("http://172.16.0.1/", "172.16.0.1 is a private (RFC 1918)", DENY_PRIVATE),
@@ -152,6 +158,22 @@ def test_deny_wins_over_allow_and_subdomains_follow_the_rule() -> None:
         "10.1.2.3 (written 167838211) is denied by routing.domains.deny (10.1.2.3)"
     )
     assert url_allowed("https://EXAMPLE.COM./", DomainRules.of(deny=["Example.com."])) is not None
+
+
+def test_a_url_whose_host_other_clients_read_elsewhere_is_judged_by_both_readings() -> None:
+    """A browser reads the host before a backslash, Python's HTTP clients (httpx, urllib) after
+    the last `@`: readability and a Python fetch tool of an upstream connect to the second, so
+    an allow list is not passed by writing an allowed name before the backslash."""
+    import httpx2
+
+    rules = DomainRules.of(allow=["allowed.example"])
+    url = "http://allowed.example\\@evil.example/"
+    assert httpx2.URL(url).host == "evil.example"  # where the fetch would go
+    assert url_allowed(url, rules) == (
+        "evil.example is not in routing.domains.allow (the host a non-browser client reads in this URL)"
+    )
+    assert url_allowed("http://allowed.example\\@127.0.0.1:8080/", rules) is not None
+    assert url_allowed("http://allowed.example/a\\b@c", rules) is None  # a backslash in the path is the path's
 
 
 def test_deny_private_wins_over_allow() -> None:
