@@ -7,13 +7,13 @@
                                                to) may not be reached, or None
 
 Rules are bare hosts: `example.com` covers it and its subdomains, `*.example.com` only the
-subdomains, an IP address only itself. `deny` wins over everything, then `deny_private`, then
-`allow` (when it is not empty, only what it covers). `deny_private` refuses loopback, RFC 1918,
-link-local (cloud metadata at 169.254.169.254), carrier-grade NAT, unspecified and every other
-non-public range, IPv6 included (unique-local, link-local, and IPv4 addresses embedded in
-IPv4-mapped, IPv4-compatible, 6to4, Teredo and NAT64 forms), plus `localhost`, `.localhost`,
-`.local`, `.internal`, `.home.arpa` and single-label names (they resolve through local search
-domains).
+subdomains, an IP address only itself (in every spelling, IPv6 forms that carry it included).
+`deny` wins over everything, then `deny_private`, then `allow` (when it is not empty, only what
+it covers). `deny_private` refuses loopback, RFC 1918, link-local (cloud metadata at
+169.254.169.254), carrier-grade NAT, unspecified and every other non-public range, IPv6
+included (unique-local, link-local, and IPv4 addresses embedded in IPv4-mapped,
+IPv4-compatible, 6to4, Teredo and NAT64 forms), plus `localhost`, `.localhost`, `.local`,
+`.internal`, `.home.arpa` and single-label names (they resolve through local search domains).
 
 The host is read the way a browser's URL parser (WHATWG) reads it, so that no spelling slips
 past: tabs and newlines dropped, backslashes taken as slashes, userinfo skipped (the host is
@@ -287,15 +287,17 @@ def _rule(rule: str) -> str:
     text = rule.strip()
     ip = _ip(text.strip("[]"))
     if ip is not None:
-        return str(ip)
+        mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+        return str(mapped or ip)
     if text.startswith("*."):
         return "*." + (_name(text[2:]) or text[2:])
     return _name(text) or text.lower()
 
 
 def _covers(rule: str, name: str, ip: IP | None) -> bool:
-    if ip is not None:
-        return rule == str(ip)
+    if ip is not None:  # an IPv6 form that carries an IPv4 address reaches that address
+        embedded = _embedded_ipv4(ip) if isinstance(ip, ipaddress.IPv6Address) else None
+        return rule == str(ip) or (embedded is not None and rule == str(embedded))
     if rule.startswith("*."):
         return name.endswith(rule[1:])
     return name == rule or name.endswith("." + rule)

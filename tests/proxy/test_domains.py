@@ -176,6 +176,24 @@ def test_a_url_whose_host_other_clients_read_elsewhere_is_judged_by_both_reading
     assert url_allowed("http://allowed.example/a\\b@c", rules) is None  # a backslash in the path is the path's
 
 
+def test_an_address_rule_covers_the_ipv6_spellings_that_reach_it() -> None:
+    """`[::ffff:10.0.0.5]` (and an IPv4-compatible or NAT64 form) is 10.0.0.5 to a dual-stack
+    socket: a rule naming the IPv4 address covers it, written in a URL or resolved to."""
+    rules = DomainRules.of(deny=["10.0.0.5"])
+    for url in (
+        "http://[::ffff:10.0.0.5]/",
+        "http://[::ffff:a00:5]/",
+        "http://[::10.0.0.5]/",
+        "http://[64:ff9b::a00:5]/",
+    ):
+        assert url_allowed(url, rules) is not None, url
+        assert "denied by routing.domains.deny (10.0.0.5)" in (url_allowed(url, rules) or "")
+    assert address_allowed("::ffff:10.0.0.5", rules) is not None
+    assert url_allowed("http://10.0.0.5/", DomainRules.of(deny=["::ffff:10.0.0.5"])) is not None
+    assert url_allowed("http://[::ffff:10.0.0.6]/", rules) is None
+    assert url_allowed("http://[::ffff:93.184.216.34]/", DomainRules.of(allow=["93.184.216.34"])) is None
+
+
 def test_deny_private_wins_over_allow() -> None:
     rules = DomainRules.of(allow=["localhost", "127.0.0.1"], deny_private=True)
     assert url_allowed("http://localhost/", rules) == "localhost is a local name (routing.domains.deny_private)"
