@@ -34,6 +34,9 @@ So the browser never resolves a name behind the check's back (no zero-TTL rebind
 check and connection), and redirects, which Playwright routes only the first URL of, are
 followed here, each hop checked: a main document's redirect is navigated to anew (the page's
 URL is where it ended), any other request's is followed and its last answer handed over.
+A page's WebSockets are not requests Playwright routes: they are
+routed on their own (`route_web_socket`), refused under those rules and, under an allow list
+alone, opened only where the check allows their URL (`ws:` read as `http:`, `wss:` as `https:`).
 `--host-resolver-rules` would pin names too, but for the whole browser, which is shared by
 calls to different hosts.
 
@@ -80,7 +83,14 @@ from frugal_proxy.records import Exchange, Outcome
 # Without Playwright the names below are never reached: `_needs` keeps the provider off.
 PLAYWRIGHT = importlib.util.find_spec("playwright") is not None
 if TYPE_CHECKING or PLAYWRIGHT:
-    from playwright.async_api import Browser, BrowserContext, Playwright, Route, async_playwright
+    from playwright.async_api import (
+        Browser,
+        BrowserContext,
+        Playwright,
+        Route,
+        WebSocketRoute,
+        async_playwright,
+    )
     from playwright.async_api import Error as PlaywrightError
     from playwright.async_api import TimeoutError as PlaywrightTimeout
 
@@ -100,6 +110,7 @@ ARGS = (
 MAX_PAGES = 4  # concurrent renders; each is a renderer process
 IDLE_WAIT = 3.0  # seconds to wait for the network to go quiet after `load`
 _NET_ERROR = re.compile(r"net::ERR_[A-Z_]+")
+_SOCKET_SCHEMES = re.compile(r"^ws(s?):", re.IGNORECASE)  # ws: is checked as http:, wss: as https:
 # Headers of the fetched answer that describe its transfer, not its content: the body handed to
 # the browser is the decoded whole.
 _HOP_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding", "connection", "keep-alive"})
@@ -191,6 +202,7 @@ class Chromium:
         moved: list[str] = []  # where a pinned navigation was redirected to, to be navigated to anew
         if self.check is not None:
             await context.route("**/*", self._guard(refused, moved))
+            await context.route_web_socket(_every_url, self._guard_socket())
         page = await context.new_page()
         deadline = anyio.current_time() + self.setup.timeout
         target = request.url
@@ -252,6 +264,30 @@ class Chromium:
             if why and route.request.is_navigation_request():
                 refused.append(f"{where} is not allowed: {why}")
             await route.abort("blockedbyclient" if why else "failed")
+
+        return guard
+
+    def _guard_socket(self) -> Callable[[WebSocketRoute], Awaitable[None]]:
+        """A WebSocket handler: request routing never sees a page's sockets, so without it the
+        browser would open them itself, past the check. With a `pinned` client none is opened
+        (a socket cannot be fetched from a checked address); otherwise only where the check
+        allows its URL."""
+        check = self.check
+        pinned = self.pinned
+        assert check is not None
+
+        async def guard(socket: WebSocketRoute) -> None:
+            url = socket.url
+            if pinned is None:
+                try:
+                    why = await check(_SOCKET_SCHEMES.sub(r"http\1:", url, count=1))
+                except Exception as exc:
+                    why = f"the check failed ({type(exc).__name__})"
+                if why is None:
+                    socket.connect_to_server()
+                    return
+            log.debug("chromium socket refused", extra={"provider": self.spec.name, "host": host_of(url)})
+            await socket.close(code=1008, reason="refused by routing.domains")
 
         return guard
 
@@ -339,6 +375,10 @@ class Chromium:
                         pass  # already gone
                 if driver is not None:
                     await driver.stop()
+
+
+def _every_url(url: str) -> bool:
+    return True
 
 
 def _ms_left(deadline: float, at_most: float = float("inf")) -> float:

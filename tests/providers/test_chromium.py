@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import stat
+import threading
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import anyio
@@ -272,6 +274,80 @@ async def test_a_pinned_page_follows_its_redirects_and_ends_at_the_last_url(page
     assert outcome.data.url == f"http://news.example:{port}/article"
     assert pages.requests[start:] == ["/redirect/2", "/redirect/1", "/redirect/0", "/article"]
     assert set(asked) == {"news.example"}
+
+
+@contextmanager
+def listener(host: str) -> Iterator[tuple[int, list[bytes], threading.Event]]:
+    """A TCP port on `host` that notes what each connection to it sends first (and sets the
+    event once one has)."""
+    connected: list[bytes] = []
+    arrived = threading.Event()
+    server = socket.create_server((host, 0))
+    server.settimeout(0.2)
+    done = threading.Event()
+
+    def accept() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(2)
+                try:
+                    connected.append(conn.recv(512))
+                except OSError:
+                    connected.append(b"")
+                arrived.set()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1], connected, arrived
+    finally:
+        done.set()
+        thread.join(5)
+        server.close()
+
+
+@needs_chromium
+async def test_a_websocket_of_a_pinned_page_is_never_opened(pages: PageServer) -> None:
+    """Under rules that refuse addresses the browser connects to nothing itself, and Playwright's
+    request routing does not see a WebSocket: the page's socket to a denied address is refused
+    before the browser connects to it."""
+    port = pages.base.rsplit(":", 1)[1]
+    with listener("127.0.0.2") as (denied_port, connected, _):
+        to = f"ws://127.0.0.2:{denied_port}/feed"
+        outcome, _ = await browse_through(
+            {"news.example": ["127.0.0.1"]},
+            DomainRules.of(deny=["127.0.0.2"]),
+            f"http://news.example:{port}/socket?to={to}",
+        )
+    assert outcome.kind == "ok", outcome.message
+    assert connected == []
+
+
+@needs_chromium
+async def test_a_websocket_is_checked_against_the_allow_list(pages: PageServer) -> None:
+    """Under an allow list alone (the browser connects itself) a page's WebSocket goes through
+    the same check as its requests: one to a host the list does not cover is never opened, one
+    to a host it covers is."""
+    rules = DomainRules.of(allow=["127.0.0.1"])
+    setup = dataclasses.replace(
+        loopback_setup(chromium.BUILTINS[0], HttpClient(), environ=os.environ, timeout=20.0), domains=rules
+    )
+    provider = chromium.Chromium(setup)
+    try:
+        with listener("127.0.0.2") as (other_port, refused, _), listener("127.0.0.1") as (own_port, allowed, opened):
+            outcome = await browse(provider, f"{pages.base}/socket?to=ws://127.0.0.2:{other_port}/feed")
+            assert outcome.kind == "ok", outcome.message
+            outcome = await browse(provider, f"{pages.base}/socket?to=ws://127.0.0.1:{own_port}/feed")
+            assert outcome.kind == "ok", outcome.message
+            assert await anyio.to_thread.run_sync(opened.wait, 5)
+    finally:
+        await provider.aclose()
+    assert refused == []
+    assert allowed[0].startswith(b"GET /feed HTTP/1.1")
 
 
 def test_without_playwright_the_provider_is_off_and_says_how_to_install_it(tmp_path: Path) -> None:

@@ -12,6 +12,8 @@ test process; drivers reach them by URL).
     /latin1             ISO-8859-1 bytes, charset in the Content-Type
     /meta-charset       windows-1252 bytes, charset only in a <meta>
     /plain, /pdf, /huge text/plain; application/pdf; an HTML page over the extractor's cap
+    /socket?to=<url>    an article whose script opens a WebSocket to `to`; <p id="socket"> says
+                        how it ended (`open`, `error`, `closed`), or `waited` after a second
 
 `requests` lists every path asked for, in order.
 """
@@ -73,6 +75,26 @@ LATIN1_TEXT = "Crème brûlée à la française, déjà vu"
 WINDOWS_TEXT = "Smart “quotes” — and a € sign"
 
 
+SOCKET = f"""<!doctype html>
+<html><head><title>Live</title></head><body><article><h1>Live</h1><p>{PARAGRAPH * 2}</p></article>
+<script>
+function say(what) {{
+  if (document.getElementById("socket")) return;
+  const p = document.createElement("p");
+  p.id = "socket";
+  p.textContent = what;
+  document.body.appendChild(p);
+}}
+try {{
+  const socket = new WebSocket(new URLSearchParams(location.search).get("to"));
+  socket.onopen = () => say("open");
+  socket.onerror = () => say("error");
+  socket.onclose = () => say("closed");
+}} catch (e) {{ say("error"); }}
+setTimeout(() => say("waited"), 1000);
+</script></body></html>"""
+
+
 def _article_with(text: str) -> str:
     body = f"<article><h1>{text}</h1><p>{text}. {PARAGRAPH * 3}</p></article>"
     return f"<html><head><title>{text}</title></head><body>{body}</body></html>"
@@ -116,6 +138,9 @@ def _app() -> Starlette:
         page = _article_with(WINDOWS_TEXT).replace("<head>", '<head><meta charset="windows-1252">')
         return Response(page.encode("windows-1252"), headers={"Content-Type": "text/html"})
 
+    async def socket(request: Request) -> Response:
+        return HTMLResponse(SOCKET)
+
     async def plain(request: Request) -> Response:
         return PlainTextResponse("Just text.\nTwo lines of it.")
 
@@ -136,6 +161,7 @@ def _app() -> Starlette:
             Route("/status/{code:int}", status),
             Route("/latin1", latin1),
             Route("/meta-charset", meta_charset),
+            Route("/socket", socket),
             Route("/plain", plain),
             Route("/pdf", pdf),
             Route("/huge", huge),
