@@ -53,7 +53,7 @@ class DomainPolicy(Policy):
         """The first of a plain tool's URL arguments (its upstream's `url_arguments`) that the
         rules refuse, and where it was (" (argument NAME)"); (None, "") when none is refused."""
         route = exchange.route
-        names = self.url_arguments.get(route.providers[0]) if route.capability is None and route.providers else None
+        names = self._url_names(route.providers) if route.capability is None else None
         raw = exchange.call.params.get("arguments")
         if not names or raw is None:
             return None, ""
@@ -65,6 +65,13 @@ class DomainPolicy(Policy):
             if url_allowed(value, self.rules) is not None:
                 return value, f" (argument {name})"
         return None, ""
+
+    def _url_names(self, providers: tuple[str, ...]) -> Collection[str] | None:
+        """The URL arguments of a plain tool's providers: one upstream's, or for a [routes.NAME]
+        route every candidate's (each may be called with the same arguments)."""
+        if len(providers) == 1:
+            return self.url_arguments.get(providers[0])
+        return frozenset().union(*(self.url_arguments.get(provider, ()) for provider in providers))
 
     def takes_part(self, spec: ProviderSpec) -> bool:
         return spec.capability == "search"  # only search results are filtered after the call

@@ -72,7 +72,7 @@ class LoopGuard(Policy):
             # The normalized request and its ceiling apart: the same calls as one with its ceiling.
             request, ceiling = normalized_request(exchange), getattr(exchange.request, "max_cost_usd", None)
             return canonical.digest([exchange.operator, exchange.call.tool, route.strategy, request, ceiling])
-        if route.capability is None and route.providers and route.providers[0] in self.upstreams:
+        if route.capability is None and any(provider in self.upstreams for provider in route.providers):
             raw = exchange.call.params.get("arguments")
             arguments = _normalized(jsonrpc.decode_any(raw)) if raw is not None else None
             return canonical.digest([exchange.operator, exchange.call.tool, arguments])

@@ -227,8 +227,10 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
     usage = MemoryUsage(time.time)
     latency, spend = MemoryLatency(), MemorySpend(time.time)
     assembly.feeds = Feeds(usage, latency, spend, specs)
-    watched = [name for name, upstream in config.upstreams.items() if upstream.loop_guard]
-    urls = {name: upstream.url_arguments for name, upstream in config.upstreams.items()}
+    # A [routes.NAME] candidate is its upstream's tool: it keeps that upstream's loop guard and URL arguments.
+    owner = {name: name for name in config.upstreams} | {key: upstream for key, upstream, _ in assembly.candidates}
+    watched = [key for key, name in owner.items() if config.upstreams[name].loop_guard]
+    urls = {key: config.upstreams[name].url_arguments for key, name in owner.items()}
     window = config.routing.loop_window_seconds
     domains = config.routing.domains.rules
     assembly.policies += [

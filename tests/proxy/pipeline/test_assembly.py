@@ -345,3 +345,34 @@ async def test_a_routed_call_waits_for_the_ledger_rebuild_no_longer_than_its_dea
     assert not jsonrpc.decode_any(served["result"]).get("isError")
     assert calls == ["frugal__search"] and assembly.feeds.spend.spent("search/wikipedia") == 3_000
     await assembly.aclose()
+
+
+async def test_a_tool_route_over_upstream_tools_keeps_their_url_arguments_and_loop_guard() -> None:
+    """`[routes.NAME]` serves the tools of upstreams under a name of its own: the domain policy
+    checks the URL arguments its candidates' upstreams list, and the loop guard watches it when
+    they opted in, as for the tools under their own names."""
+    from frugal_proxy import config
+    from frugal_proxy.policies.domains import DomainPolicy
+    from frugal_proxy.policies.loop_guard import LoopGuard
+    from frugal_proxy.protocol import jsonrpc
+    from frugal_proxy.records import Call, Exchange
+
+    text = (
+        '[upstreams.fetch]\ncommand = ["fetch-server"]\nurl_arguments = ["url"]\nloop_guard = true\n'
+        '[upstreams.mirror]\ncommand = ["mirror-server"]\n'
+        '[routes.get]\ncandidates = ["mirror.get", "fetch.fetch"]\n'
+        "[routing.domains]\ndeny_private = true\n"
+    )
+    assembly = assemble(config=config.loads(text), environ={})
+    (route,) = [route for route in assembly.routes if route.name == "get"]
+    (domains,) = [policy for policy in assembly.policies if isinstance(policy, DomainPolicy)]
+    (guard,) = [policy for policy in assembly.policies if isinstance(policy, LoopGuard)]
+    params = {"name": jsonrpc.raw("get"), "arguments": jsonrpc.raw({"url": "http://10.0.0.5/admin"})}
+    exchange = Exchange(Call(1, "get", params), route)
+    await domains.admit(exchange)
+    assert exchange.answer is not None
+    assert (
+        "10.0.0.5 is a private (RFC 1918) address"
+        in jsonrpc.decode_any(exchange.answer["result"])["content"][0]["text"]
+    )
+    assert guard.fingerprint(exchange) is not None
