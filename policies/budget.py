@@ -1,11 +1,12 @@
 """Daily spend caps: `daily_budget_usd` in a provider's table (`[search_providers.NAME]` …).
 
-Once a provider's spend this UTC day reaches its cap it is skipped (`budget: skipped youcom
-(…)`), and a call that pins it is refused; the counters reset at UTC midnight. Exact under
-concurrency: dispatch reserves the price just before the provider is called (`before_call`;
-a cap that other calls reached meanwhile is a skip there) and releases it when the provider did
-not bill (`after_call`: an error, a cancelled call, a call cut by the deadline), so concurrent
-calls overshoot a cap by at most one call's price. A free provider never spends, so its cap
+A provider whose next call would take its spend this UTC day past its cap is skipped (`budget:
+skipped youcom (…)`), and a call that pins it is refused; a call that lands exactly on the cap
+goes ahead. The counters reset at UTC midnight. Exact under concurrency: dispatch reserves the
+price just before the provider is called (`before_call`; a cap that other calls' spend leaves no
+room under meanwhile is a skip there) and releases it when the provider did not bill
+(`after_call`: an error, a cancelled call, a call cut by the deadline), so no number of
+concurrent calls takes a provider past its cap. A free provider never spends, so its cap
 never bites, nor a call that holds a unit of its free monthly quota (billed $0; routing reserves
 the unit first). Caps are per capability table: the key is `capability/provider`. Dispatch runs
 the hooks only for providers that have a cap (`takes_part`), so a plain tool pays nothing here.
@@ -19,6 +20,7 @@ from collections.abc import Callable, Mapping
 from frugal_proxy import money
 from frugal_proxy.config import format_duration
 from frugal_proxy.policies import Policy
+from frugal_proxy.policies.routing import has_quota
 from frugal_proxy.records import Decision, Exchange, Outcome, ProviderSpec
 from frugal_proxy.state.seeding import StillSeeding
 from frugal_proxy.state.spend import SpendBook, seconds_to_midnight, spend_key
@@ -51,7 +53,8 @@ class Budget(Policy):
         for spec in exchange.candidates:
             cap = self._cap(spec)
             spent = self.book.spent(spend_key(spec.capability, spec.name)) if cap is not None else 0
-            if cap is not None and spent >= cap:
+            # One with a free quota may be billed $0: its price is checked when it is called.
+            if cap is not None and (spent >= cap or (spent + spec.price_micros > cap and not has_quota(spec))):
                 spent_out.append((spec, spent, cap))
             else:
                 kept.append(spec)
@@ -61,16 +64,13 @@ class Budget(Policy):
         if isinstance(getattr(exchange.request, "provider", None), str) and not kept:
             spec, spent, cap = spent_out[0]
             why = (
-                f"{spec.name} has spent {money.format_usd(spent)} of its {money.format_usd(cap)} daily budget "
+                f"{spec.name} has spent {_spent_of(spec, spent, cap)} "
                 f"({self._resets()}): leave provider out to use another provider"
             )
             exchange.trace.append(Decision("route", self.name, "refused", why, provider=spec.name))
             return
         for spec, spent, cap in spent_out:
-            why = (
-                f"skipped {spec.name} (it has spent {money.format_usd(spent)} of its "
-                f"{money.format_usd(cap)} daily budget; {self._resets()})"
-            )
+            why = f"skipped {spec.name} (it has spent {_spent_of(spec, spent, cap)}; {self._resets()})"
             exchange.trace.append(Decision("route", self.name, "skipped", why, provider=spec.name))
 
     async def before_call(self, exchange: Exchange, spec: ProviderSpec) -> str | None:
@@ -84,6 +84,12 @@ class Budget(Policy):
         except StillSeeding as waited:
             return str(waited)
         if day is None:
+            spent = self.book.spent(spend_key(spec.capability, spec.name))
+            if spent < cap:
+                return (
+                    f"other calls left {money.format_usd(cap - spent)} of its {money.format_usd(cap)} daily budget "
+                    f"meanwhile, and a call costs {money.format_usd(spec.price_micros)}; {self._resets()}"
+                )
             return f"other calls reached its {money.format_usd(cap)} daily budget meanwhile; {self._resets()}"
         exchange.reservations[(self.name, spec.name)] = day
         return None
@@ -93,3 +99,9 @@ class Budget(Policy):
         if day is not None and (outcome is None or outcome.kind not in ("ok", "empty")):
             await self.book.release(spend_key(spec.capability, spec.name), spec.price_micros, day)  # it did not bill
         return None
+
+
+def _spent_of(spec: ProviderSpec, spent: int, cap: int) -> str:
+    """`$0.0090 of its $0.0100 daily budget`, and what a call costs when that is what does not fit."""
+    shown = f"{money.format_usd(spent)} of its {money.format_usd(cap)} daily budget"
+    return shown if spent >= cap else f"{shown}, and a call costs {money.format_usd(spec.price_micros)}"

@@ -1,10 +1,10 @@
 """What each provider has spent this UTC day, for the daily spend caps, exact under concurrency.
 
 A call reserves a provider's price before it is sent and releases it when the provider did not
-bill, so the check and the spend are one step: concurrent calls against one cap overshoot it by
-at most one call's price (a call goes ahead while the day's spend, reservations included, is
-below the cap). Amounts are micro-dollars (money); keys are `capability/provider`, since caps
-are per capability table.
+bill, so the check and the spend are one step: a call goes ahead only when the day's spend,
+reservations included, stays within the cap with its price added, so no number of concurrent
+calls takes a provider past its cap (a call that lands exactly on it goes ahead). Amounts are
+micro-dollars (money); keys are `capability/provider`, since caps are per capability table.
 
     SpendBook     the interface: spent (a read for routing), reserve and release (the writes,
                   async so that a shared store can make them atomic across replicas)
@@ -43,8 +43,8 @@ class SpendBook(Protocol):
         ...
 
     async def reserve(self, key: str, micros: int, cap: int, deadline: float | None = None) -> str | None:
-        """Add `micros` to today's spend if it is still below `cap`: the day it counts in, or
-        None when the cap is reached. While spend is rebuilt after a restart it waits, until
+        """Add `micros` to today's spend if the sum stays within `cap`: the day it counts in, or
+        None when it would pass the cap. While spend is rebuilt after a restart it waits, until
         `deadline` at most (then StillSeeding)."""
         ...
 
@@ -84,7 +84,7 @@ class MemorySpend:
         # No await between the check and the add: one step on the event loop.
         day = self._today()
         spent = self._spent.get(key, 0)
-        if spent >= cap:
+        if spent + micros > cap:
             return None
         self._spent[key] = spent + micros
         return day

@@ -1,7 +1,7 @@
 """Daily spend caps: a provider that reached its cap is skipped and a pinned one refused, the
 counters reset at UTC midnight (a fake clock), a cap reached mid-chain by another call is a skip
-at dispatch, an unbilled call gives its reservation back, and 100 concurrent calls overshoot a
-cap by at most one call's price."""
+at dispatch, an unbilled call gives its reservation back, a call that would pass the cap is
+skipped while one that lands on it goes ahead, and 100 concurrent calls never pass a cap."""
 
 from __future__ import annotations
 
@@ -126,8 +126,29 @@ async def test_a_call_that_did_not_bill_gives_its_reservation_back() -> None:
     assert policy.book.spent(YOUCOM) == 0
 
 
-async def test_a_hundred_concurrent_calls_overshoot_a_cap_by_less_than_one_price() -> None:
-    """$0.0100 a day at $0.0030 a call: 4 calls go ahead ($0.0120), never more, and what the
+async def test_a_call_that_would_pass_the_cap_is_skipped_and_one_that_lands_on_it_goes_ahead() -> None:
+    """$0.0100 a day at $0.0030 a call: three calls ($0.0090), the fourth would spend $0.0120 and
+    is skipped (a pinned one refused), saying what a call costs; at $0.0050 a call both land
+    exactly on the cap."""
+    clock = clock_at(EVENING)
+    policy = budget(clock, youcom=10_000, brave=10_000)
+    youcom, brave, wiki = provider("youcom", 3_000), provider("brave", 5_000), provider("wiki", 0)
+    pipeline = build_pipeline({"youcom": youcom, "brave": brave, "wiki": wiki}, [policy])
+    with anyio.fail_after(5):
+        for _ in range(4):
+            await pipeline.run(routed("youcom", "wiki"))
+            await pipeline.run(routed("brave", "wiki"))
+        pinned = await pipeline.run(routed("youcom", provider="youcom"))
+    assert len(youcom.calls) == 3 and policy.book.spent(YOUCOM) == 9_000
+    assert len(brave.calls) == 2 and policy.book.spent(spend_key("search", "brave")) == 10_000
+    assert error_text(pinned) == (
+        "frugal__search: budget: youcom has spent $0.0090 of its $0.0100 daily budget, and a call costs $0.0030 "
+        "(resets at 00:00 UTC, in 5h12m0s): leave provider out to use another provider"
+    )
+
+
+async def test_a_hundred_concurrent_calls_never_pass_a_cap() -> None:
+    """$0.0100 a day at $0.0030 a call: 3 calls go ahead ($0.0090), never more, and what the
     book says was spent is what the receipts billed. Every other call fails over to a free
     provider. With calls that fail (and give their reservation back) mixed in, the same holds."""
     for failing in (False, True):
@@ -155,9 +176,9 @@ async def test_a_hundred_concurrent_calls_overshoot_a_cap_by_less_than_one_price
         billed = sum(ex.receipt.total_micros for ex in exchanges if ex.receipt is not None)
         spent = policy.book.spent(YOUCOM)
         assert spent == billed
-        assert spent - 10_000 < 3_000  # overshoot under one call's price
+        assert spent <= 10_000
         assert all(ex.receipt is not None and ex.receipt.provider_used for ex in exchanges)
         if not failing:
-            assert (calls, spent) == (4, 12_000)
+            assert (calls, spent) == (3, 9_000)
         else:
-            assert calls == 4 and spent == 6_000  # two of the four billed; the other two gave theirs back
+            assert calls == 3 and spent == 3_000  # one of the three billed; the other two gave theirs back

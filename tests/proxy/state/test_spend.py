@@ -1,4 +1,4 @@
-"""The in-memory spend book: reservations while below the cap, releases, the UTC day rolling
+"""The in-memory spend book: reservations while within the cap, releases, the UTC day rolling
 over by its clock, and seeding from what was spent before a restart."""
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ def clock_at(when: float) -> Clock:
     return clock
 
 
-async def test_reservations_go_ahead_while_below_the_cap_and_come_back_on_release() -> None:
+async def test_reservations_go_ahead_while_within_the_cap_and_come_back_on_release() -> None:
     book = MemorySpend(clock_at(NOON))
     assert await book.reserve("search/a", 3, 5) == "2026-05-01"
-    assert await book.reserve("search/a", 3, 5) == "2026-05-01"  # 3 < 5: goes ahead, to 6
-    assert await book.reserve("search/a", 3, 5) is None
+    assert await book.reserve("search/a", 3, 5) is None  # 3 + 3 would pass 5
+    assert await book.reserve("search/a", 2, 5) == "2026-05-01"  # lands exactly on the cap
+    assert await book.reserve("search/a", 1, 5) is None
     await book.release("search/a", 3, "2026-05-01")
-    assert book.spent("search/a") == 3 and book.spent("search/b") == 0
+    assert book.spent("search/a") == 2 and book.spent("search/b") == 0
 
 
 async def test_the_day_rolls_over_at_utc_midnight_and_old_releases_are_ignored() -> None:
@@ -51,7 +52,7 @@ async def test_reservations_wait_while_the_ledger_is_read_then_see_what_it_held(
     results: list[str | None] = []
 
     async def reserve() -> None:
-        results.append(await book.reserve("search/a", 3, 5))
+        results.append(await book.reserve("search/a", 3, 8))
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(reserve)
@@ -60,7 +61,7 @@ async def test_reservations_wait_while_the_ledger_is_read_then_see_what_it_held(
         assert results == []  # both wait for the rebuild
         book.seed({"search/a": 4}, "2026-05-01")
     assert results.count("2026-05-01") == 1 and results.count(None) == 1
-    assert book.spent("search/a") == 7  # 4 before the restart + one reservation of 3; the other refused
+    assert book.spent("search/a") == 7  # 4 before the restart + one reservation of 3; the other would pass 8
 
 
 async def test_a_seed_for_a_day_that_is_over_is_dropped_and_still_lets_reservations_go() -> None:
