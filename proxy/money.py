@@ -7,6 +7,7 @@ figure becomes a decimal again only where it is shown (`usd`, `format_usd`).
 
     MICROS_PER_USD   1,000,000
     to_micros        a price or a spend from its decimal form; ValueError below a micro-dollar
+                     or above MAX_USD
     usd              micro-dollars as an exact Decimal (what JSON answers carry as a number)
     format_usd       micro-dollars as people read them: `$0.0050`
 """
@@ -16,6 +17,9 @@ from __future__ import annotations
 from decimal import Decimal, InvalidOperation
 
 MICROS_PER_USD = 1_000_000
+# More than any price or budget means, and far below where an exact figure (28 significant
+# digits, 6 of them after the point) can no longer be shown.
+MAX_USD = 1_000_000_000
 _MICRO = Decimal("0.000001")
 
 
@@ -30,6 +34,8 @@ def to_micros(value: Decimal | int | str, where: str = "a price") -> int:
         raise ValueError(f"{where}: {value!r} is not an amount of US dollars") from None
     if not amount.is_finite() or amount < 0:
         raise ValueError(f"{where}: must be a finite amount of at least $0")
+    if amount > MAX_USD:
+        raise ValueError(f"{where}: at most ${MAX_USD:,}; {value} USD is not a price or a budget")
     micros = amount * MICROS_PER_USD
     if micros != micros.to_integral_value():
         raise ValueError(f"{where}: {value} USD is finer than a micro-dollar ($0.000001)")

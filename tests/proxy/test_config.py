@@ -119,6 +119,8 @@ def test_the_governor_table_is_checked_at_load_time() -> None:
     [
         ('[search_providers.serper]\ncost_per_call = "cheap"', "search_providers.serper.cost_per_call"),
         ("[search_providers.serper]\ncost_per_call = -0.1", "at search_providers.serper: cost_per_call: must be"),
+        ("[search_providers.serper]\ndaily_budget_usd = 1e22", "daily_budget_usd: at most $1,000,000,000"),
+        ("[search_providers.serper]\ncost_per_call = 1e400", "cost_per_call: at most $1,000,000,000"),
         ('[search_providers.serper]\nbase_url = "ftp://x"', "search_providers.serper.base_url: expected an http"),
         ('[search_providers.serper]\napi_key_env = "not a var"', "api_key_env: 'not a var' is not an environment"),
         ('[search_providers.t]\nupstream = "nope"\ntool = "x"', "search_providers.t.upstream: no [upstreams.nope]"),

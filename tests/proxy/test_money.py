@@ -26,6 +26,9 @@ def test_prices_become_micro_dollars_exactly(value: Decimal | int | str, micros:
         ("NaN", "finite"),
         ("cheap", "not an amount"),
         (True, "not a binary float"),
+        # past what an exact receipt can show (28 significant digits): refused, not a crash later
+        ("1e22", "at most $1,000,000,000"),
+        (Decimal("1e400"), "at most $1,000,000,000"),
     ],
 )
 def test_amounts_that_cannot_be_held_exactly_are_refused(value: object, message: str) -> None:
