@@ -2,7 +2,8 @@
 
 At admission, the URL an extract or browse call (or frugal__execute's URL intent) will fetch is
 checked before any provider is called; a refused one answers with why and which rule (so is a
-plain upstream tool's argument whose name its upstream lists in `url_arguments`):
+plain upstream tool's argument whose name its upstream lists in `url_arguments`, each URL of
+one that is a list):
 
     frugal__extract: domains: not fetched: 127.0.0.1 (written 2130706433) is a loopback address
     (routing.domains.deny_private); ask for a page the domain policy allows
@@ -50,8 +51,9 @@ class DomainPolicy(Policy):
         exchange.answer = jsonrpc.result(exchange.call.request_id, jsonrpc.tool_error_result(message))
 
     def _plain_url(self, exchange: Exchange) -> tuple[str | None, str]:
-        """The first of a plain tool's URL arguments (its upstream's `url_arguments`) that the
-        rules refuse, and where it was (" (argument NAME)"); (None, "") when none is refused."""
+        """The first of a plain tool's URL arguments (its upstream's `url_arguments`; each URL of
+        one that is a list) that the rules refuse, and where it was (" (argument NAME)");
+        (None, "") when none is refused."""
         route = exchange.route
         names = self._url_names(route.providers) if route.capability is None else None
         raw = exchange.call.params.get("arguments")
@@ -60,10 +62,12 @@ class DomainPolicy(Policy):
         arguments = jsonrpc.decode_any(raw)
         if not isinstance(arguments, dict):
             return None, ""
-        found = [(name, value) for name, value in arguments.items() if name in names and isinstance(value, str)]
-        for name, value in found:
-            if url_allowed(value, self.rules) is not None:
-                return value, f" (argument {name})"
+        for name, value in arguments.items():
+            if name not in names:
+                continue
+            for url in [value] if isinstance(value, str) else value if isinstance(value, list) else ():
+                if isinstance(url, str) and url_allowed(url, self.rules) is not None:
+                    return url, f" (argument {name})"
         return None, ""
 
     def _url_names(self, providers: tuple[str, ...]) -> Collection[str] | None:

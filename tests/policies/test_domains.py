@@ -113,3 +113,21 @@ async def test_a_plain_tools_url_argument_is_checked_where_its_upstream_lists_it
         await pipeline.run(plain("fetcher", {"url": "https://example.org/", "note": "http://10.0.0.5/"}))
         await pipeline.run(plain("other", {"url": "http://10.0.0.5/admin"}))
     assert len(fetcher.calls) == 1 and len(other.calls) == 1
+
+
+async def test_every_url_of_a_url_argument_that_is_a_list_is_checked() -> None:
+    """A tool that fetches several pages takes its URLs as a list (`urls = [...]`): each one is
+    checked, and the first refused one is named."""
+
+    async def fetch(ex: Exchange) -> Outcome:
+        return Outcome("ok", reply=jsonrpc.result(ex.call.request_id, jsonrpc.raw({"content": []})))
+
+    fetcher = FakeProvider("fetcher", fetch)
+    pipeline = build_pipeline({"fetcher": fetcher}, [DomainPolicy(RULES, {"fetcher": ["urls"]})])
+    urls = ["https://example.org/", "http://169.254.169.254/latest/meta-data/"]
+    params = {"name": jsonrpc.raw("batch"), "arguments": jsonrpc.raw({"urls": urls})}
+    with anyio.fail_after(5):
+        answer = body(await pipeline.run(Exchange(Call(1, "batch", params), Route("batch", ("fetcher",)))))
+    assert fetcher.calls == [] and answer["isError"] is True
+    assert "169.254.169.254 is a link-local address" in answer["content"][0]["text"]  # type: ignore[index]
+    assert "(argument urls)" in answer["content"][0]["text"]  # type: ignore[index]
