@@ -3,6 +3,7 @@
     DomainRules.of(allow, deny, deny_private)   the compiled rules
     rule_error(rule)                           why a rule is malformed, or None (the config load)
     url_allowed(url, rules)                    why a URL may not be fetched, or None
+    names_of(url)                              the host names a fetch of it resolves
     address_allowed(address, rules)            why an IP address (the one a fetcher connected
                                                to) may not be reached, or None
 
@@ -110,6 +111,19 @@ def url_allowed(url: str, rules: DomainRules) -> str | None:
             if why is not None:
                 why = f"{why} (the host a non-browser client reads in this URL)"
     return why
+
+
+def names_of(url: str) -> tuple[str, ...]:
+    """The host names (not addresses) a fetch of `url` may resolve: the browser's reading and,
+    where it differs, Python's clients'. Empty for an address, or a URL no reading makes sense of."""
+    plain = _PLAIN_HOSTPORT.match(url)
+    hostports = [plain.group(1)] if plain is not None else [_hostport_of(url), _rfc3986_hostport(url)]
+    names: list[str] = []
+    for hostport in hostports:
+        host = _host(hostport) if isinstance(hostport, str) else None
+        if isinstance(host, tuple) and host[2] is None and host[1] not in names:
+            names.append(host[1])
+    return tuple(names)
 
 
 def _verdict(hostport: str, rules: DomainRules) -> str | None:

@@ -235,7 +235,8 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
     domains = config.routing.domains.rules
     assembly.policies += [
         LoopGuard(config.routing.loop_limit, window, MemoryCallWindows(), upstreams=watched),  # admit
-        *([DomainPolicy(domains, urls)] if domains.active else []),  # admit: URLs; after a search: its results
+        # admit: URLs (a plain tool's names resolved, under rules that refuse addresses); after a search: its results
+        *([DomainPolicy(domains, urls, resolver=http.resolver)] if domains.active else []),
         *([_cache(config)] if config.cache.enabled else []),  # admit: a hit answers; seal: keeps answers
         Routing(routing, usage, latency, by_route),  # route: order, deny, pin
         Ceiling(usage),  # route: max_cost_usd

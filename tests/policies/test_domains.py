@@ -131,3 +131,52 @@ async def test_every_url_of_a_url_argument_that_is_a_list_is_checked() -> None:
     assert fetcher.calls == [] and answer["isError"] is True
     assert "169.254.169.254 is a link-local address" in answer["content"][0]["text"]  # type: ignore[index]
     assert "(argument urls)" in answer["content"][0]["text"]  # type: ignore[index]
+
+
+async def test_a_plain_tools_url_whose_name_resolves_to_a_private_address_is_refused() -> None:
+    """The upstream fetches for itself, with no check of its own: under rules that refuse
+    addresses a URL argument's host name is resolved (a resolver seam here) and each address
+    checked, so a public-looking name that points at loopback or the metadata address is
+    refused before the upstream is called; a name that does not resolve is refused too, and a
+    public one goes ahead."""
+    names = {
+        "loopback.example": ["93.184.216.34", "127.0.0.1"],
+        "metadata.example": ["169.254.169.254"],
+        "public.example": ["93.184.216.34", "2606:2800:220:1::248"],
+    }
+    asked: list[str] = []
+
+    async def resolve(host: str, port: int) -> list[str]:
+        asked.append(host)
+        if host not in names:
+            raise OSError("no such name")
+        return names[host]
+
+    async def fetch(ex: Exchange) -> Outcome:
+        return Outcome("ok", reply=jsonrpc.result(ex.call.request_id, jsonrpc.raw({"content": []})))
+
+    fetcher = FakeProvider("fetcher", fetch)
+    policy = DomainPolicy(RULES, {"fetcher": ["url"]}, resolver=resolve)
+    pipeline = build_pipeline({"fetcher": fetcher}, [policy])
+
+    async def call(url: str) -> str | None:
+        params = {"name": jsonrpc.raw("fetch"), "arguments": jsonrpc.raw({"url": url})}
+        with anyio.fail_after(5):
+            answer = body(await pipeline.run(Exchange(Call(1, "fetch", params), Route("fetch", ("fetcher",)))))
+        return answer["content"][0]["text"] if answer.get("isError") else None  # type: ignore[index, no-any-return]
+
+    assert await call("http://loopback.example:8080/admin") == (
+        "fetch: domains: not fetched: loopback.example: the name resolved to 127.0.0.1, a loopback address "
+        "(routing.domains.deny_private) (argument url); ask for a page the domain policy allows"
+    )
+    assert "metadata.example: the name resolved to 169.254.169.254, a link-local" in (
+        await call("https://metadata.example/latest/") or ""
+    )
+    assert "nowhere.example could not be resolved" in (await call("https://nowhere.example/") or "")
+    assert fetcher.calls == []
+    assert await call("https://public.example/") is None and len(fetcher.calls) == 1
+    asked.clear()
+    assert await call("http://10.0.0.5/") is not None and asked == []  # refused as written, never resolved
+    # Rules that refuse no address (an allow list alone) resolve nothing.
+    allow_only = DomainPolicy(DomainRules.of(allow=["loopback.example"]), {"fetcher": ["url"]}, resolver=resolve)
+    assert allow_only.resolver is None

@@ -132,6 +132,7 @@ def test_the_domain_policy_gets_each_upstreams_url_arguments() -> None:
     assembly = assemble(config=config.loads(text), environ={})
     (domains,) = [policy for policy in assembly.policies if isinstance(policy, DomainPolicy)]
     assert domains.url_arguments == {"fetch": frozenset({"url", "href"})}
+    assert domains.resolver is not None  # deny_private: a plain tool's host names are resolved and checked
 
 
 def test_an_invalid_cooldown_warns_and_falls_back(caplog: pytest.LogCaptureFixture) -> None:
