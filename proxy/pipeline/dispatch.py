@@ -123,7 +123,11 @@ class Dispatch:
 
     async def _kept_back(self, exchange: Exchange, spec: ProviderSpec, before: list[Policy]) -> bool:
         for number, policy in enumerate(before):
-            why = await policy.before_call(exchange, spec)
+            try:
+                why = await policy.before_call(exchange, spec)
+            except BaseException:  # cancelled (or failed) while reserving: give back what the earlier ones reserved
+                await self._settle(exchange, spec, None, before[:number])
+                raise
             if why is not None:
                 exchange.trace.append(
                     Decision("dispatch", policy.name, "skipped", f"skipped {spec.name} ({why})", provider=spec.name)

@@ -103,6 +103,33 @@ async def test_a_client_cancelling_mid_chain_stops_it_and_settles_the_call_in_fl
     assert [a.provider for a in ex.attempts] == ["a"]
 
 
+async def test_a_call_cancelled_while_a_later_policy_reserves_settles_the_earlier_ones() -> None:
+    """A reservation may wait (a shared store, the ledger being read): a client that cancels the
+    call there still has what the earlier policies reserved for it given back, so nothing leaks."""
+    waiting = anyio.Event()
+
+    class Slow(Recorder):
+        reserves = True
+
+        async def before_call(self, exchange: Exchange, spec: ProviderSpec) -> str | None:
+            waiting.set()
+            await anyio.Event().wait()  # a reservation that never comes back in time
+            raise AssertionError("not reached")
+
+    first = Recorder()
+    first.reserves = True
+    provider = FakeProvider("a", answers, capability="search")
+    pipeline = build_pipeline({"a": provider}, [first, Slow()])
+    ex = routed("a")
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pipeline.run, ex)
+            await waiting.wait()
+            tg.cancel_scope.cancel()  # the client cancels the request
+    assert provider.calls == []
+    assert first.seen == [("before", "a", None), ("after", "a", None)]  # it heard that `a` was not called
+
+
 # -- the deadline ---------------------------------------------------------------------------------
 
 
