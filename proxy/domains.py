@@ -18,10 +18,11 @@ IPv4-compatible, 6to4, Teredo and NAT64 forms), plus `localhost`, `.localhost`, 
 
 The host is read the way a browser's URL parser (WHATWG) reads it, so that no spelling slips
 past: tabs and newlines dropped, backslashes taken as slashes, userinfo skipped (the host is
-after the last `@`), percent-encoding decoded, full-width forms and ideographic dots folded,
-the name taken to ASCII (IDNA drops a soft hyphen or a zero-width space) before it is read as
-an address, trailing dots dropped, and IPv4 in every form the parser accepts (decimal
-`2130706433`, octal `0177.0.0.1`, hex `0x7f.1`, short `127.1`). A host it cannot read is refused.
+after the last `@`), percent-encoding decoded, full-width forms and ideographic dots folded, the
+name taken to ASCII as UTS #46 says (not transitional: `faß.de` is xn--fa-hia.de, not fass.de; a
+soft hyphen or a zero-width space dropped) before it is read as an address, trailing dots
+dropped, and IPv4 in every form the parser accepts (decimal `2130706433`, octal `0177.0.0.1`,
+hex `0x7f.1`, short `127.1`). A host it cannot read is refused.
 
 A backslash before an `@` is read past by Python's HTTP clients (httpx, urllib), which take the
 host after the `@` (`http://example.com\\@127.0.0.1/`): where the two readings differ, both
@@ -40,6 +41,8 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import unquote
+
+import idna
 
 IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -221,16 +224,16 @@ def _host(hostport: str) -> tuple[str, str, IP | None] | _Refused:
     if not written:
         return _Refused("the URL has no host")
     decoded = unquote(written) if "%" in written else written
-    decoded = (
-        decoded.lower() if decoded.isascii() else unicodedata.normalize("NFKC", decoded).translate(_DOTS).casefold()
-    )
-    if _FORBIDDEN.search(decoded):
+    ascii_host = decoded.isascii()
+    folded = decoded.lower() if ascii_host else unicodedata.normalize("NFKC", decoded).translate(_DOTS).casefold()
+    if _FORBIDDEN.search(folded):
         return _Refused(f"{written!r} is not a valid host")
-    if not decoded.isascii():  # to ASCII first, as the browser does: IDNA maps a soft hyphen or a
+    if not ascii_host:  # to ASCII first, as the browser does: IDNA maps a soft hyphen or a
         mapped = _name(decoded)  # zero-width space to nothing, and what is left may be an address
         if mapped is None:
             return _Refused(f"{written!r} is not a valid host")
-        decoded = mapped
+        folded = mapped
+    decoded = folded
     ipv4 = _ipv4(decoded)
     if isinstance(ipv4, _Refused):
         return ipv4
@@ -245,12 +248,12 @@ def _host(hostport: str) -> tuple[str, str, IP | None] | _Refused:
 def _name(text: str) -> str | None:
     """A host name in its one lower-case ASCII spelling (IDNA), trailing dots dropped; None if
     it is not one."""
-    stripped = text.rstrip(".")
+    stripped = text.translate(_DOTS).rstrip(".")
     if not stripped:
         return None
-    try:
-        ascii_name = stripped.lower() if stripped.isascii() else stripped.encode("idna").decode("ascii").lower()
-    except UnicodeError:
+    try:  # UTS #46, not transitional: as browsers and httpx read it (`faß.de` is not `fass.de`)
+        ascii_name = stripped.lower() if stripped.isascii() else idna.encode(stripped, uts46=True).decode("ascii")
+    except UnicodeError:  # idna.IDNAError is one
         return None
     labels = ascii_name.split(".")
     return ascii_name if all(_LABEL.fullmatch(label) for label in labels) else None

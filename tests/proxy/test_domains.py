@@ -261,3 +261,17 @@ async def test_the_local_fetchers_hop_check_refuses_a_redirect_to_a_private_addr
         "readability: the redirect to 0xa9fea9fe is not allowed: 169.254.169.254 (written 0xa9fea9fe) is a "
         "link-local address (where cloud metadata services answer) (routing.domains.deny_private)"
     )
+
+
+def test_a_name_is_read_as_browsers_and_httpx_read_it_not_as_idna_2003() -> None:
+    """`faß.de` is xn--fa-hia.de to a browser and to httpx (UTS #46, not transitional), but
+    fass.de to Python's own idna codec: a rule for one must not cover the other."""
+    import httpx2
+
+    assert httpx2.URL("http://faß.de/").raw_host == b"xn--fa-hia.de"  # where a fetch goes
+    assert url_allowed("http://faß.de/", DomainRules.of(allow=["fass.de"])) == (
+        "xn--fa-hia.de (written faß.de) is not in routing.domains.allow"
+    )
+    assert url_allowed("http://faß.de/", DomainRules.of(deny=["xn--fa-hia.de"])) is not None
+    assert url_allowed("http://fass.de/", DomainRules.of(deny=["faß.de"])) is None
+    assert url_allowed("http://BÜCHER.example./", DomainRules.of(allow=["xn--bcher-kva.example"])) is None
