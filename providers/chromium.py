@@ -37,6 +37,8 @@ URL is where it ended), any other request's is followed and its last answer hand
 A page's WebSockets are not requests Playwright routes: they are
 routed on their own (`route_web_socket`), refused under those rules and, under an allow list
 alone, opened only where the check allows their URL (`ws:` read as `http:`, `wss:` as `https:`).
+WebRTC (STUN over UDP, TURN over TCP, to any address) is not routed at all: under any domain
+rules a page has no `RTCPeerConnection`.
 `--host-resolver-rules` would pin names too, but for the whole browser, which is shared by
 calls to different hosts.
 
@@ -109,6 +111,11 @@ ARGS = (
 )
 MAX_PAGES = 4  # concurrent renders; each is a renderer process
 IDLE_WAIT = 3.0  # seconds to wait for the network to go quiet after `load`
+# WebRTC's STUN (UDP) and TURN (TCP) go to any address a page names, past request routing: under
+# domain rules a page (each of its frames, a popup) has no way to start a peer connection.
+NO_WEBRTC = """for (const name of ["RTCPeerConnection", "webkitRTCPeerConnection"]) {
+  try { Object.defineProperty(globalThis, name, {value: undefined, configurable: false}); } catch (e) {}
+}"""
 _NET_ERROR = re.compile(r"net::ERR_[A-Z_]+")
 _SOCKET_SCHEMES = re.compile(r"^ws(s?):", re.IGNORECASE)  # ws: is checked as http:, wss: as https:
 # Headers of the fetched answer that describe its transfer, not its content: the body handed to
@@ -203,6 +210,7 @@ class Chromium:
         if self.check is not None:
             await context.route("**/*", self._guard(refused, moved))
             await context.route_web_socket(_every_url, self._guard_socket())
+            await context.add_init_script(NO_WEBRTC)  # its traffic goes around request routing
         page = await context.new_page()
         deadline = anyio.current_time() + self.setup.timeout
         target = request.url

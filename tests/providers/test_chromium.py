@@ -277,37 +277,53 @@ async def test_a_pinned_page_follows_its_redirects_and_ends_at_the_last_url(page
 
 
 @contextmanager
-def listener(host: str) -> Iterator[tuple[int, list[bytes], threading.Event]]:
-    """A TCP port on `host` that notes what each connection to it sends first (and sets the
-    event once one has)."""
-    connected: list[bytes] = []
+def listener(host: str, kind: int = socket.SOCK_STREAM) -> Iterator[tuple[int, list[bytes], threading.Event]]:
+    """A port on `host` that notes what each TCP connection to it sends first, or each UDP
+    datagram (and sets the event once something has come)."""
+    came: list[bytes] = []
     arrived = threading.Event()
-    server = socket.create_server((host, 0))
+    server = socket.create_server((host, 0)) if kind == socket.SOCK_STREAM else socket.socket(type=kind)
+    if kind != socket.SOCK_STREAM:
+        server.bind((host, 0))
     server.settimeout(0.2)
     done = threading.Event()
+
+    def first_bytes() -> bytes:
+        if kind != socket.SOCK_STREAM:
+            return server.recv(2048)
+        conn, _ = server.accept()
+        with conn:
+            conn.settimeout(2)
+            try:
+                return conn.recv(512)
+            except OSError:
+                return b""
 
     def accept() -> None:
         while not done.is_set():
             try:
-                conn, _ = server.accept()
+                came.append(first_bytes())
             except TimeoutError:
                 continue
-            with conn:
-                conn.settimeout(2)
-                try:
-                    connected.append(conn.recv(512))
-                except OSError:
-                    connected.append(b"")
-                arrived.set()
+            arrived.set()
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
     try:
-        yield server.getsockname()[1], connected, arrived
+        yield server.getsockname()[1], came, arrived
     finally:
         done.set()
         thread.join(5)
         server.close()
+
+
+async def browse_denying(pages: PageServer, path: str) -> Outcome:
+    """A browse of `path` at news.example (the page server, by the resolver seam) under rules
+    that deny 127.0.0.2: the browser connects to nothing itself."""
+    port = pages.base.rsplit(":", 1)[1]
+    names = {"news.example": ["127.0.0.1"]}
+    outcome, _ = await browse_through(names, DomainRules.of(deny=["127.0.0.2"]), f"http://news.example:{port}{path}")
+    return outcome
 
 
 @needs_chromium
@@ -315,14 +331,8 @@ async def test_a_websocket_of_a_pinned_page_is_never_opened(pages: PageServer) -
     """Under rules that refuse addresses the browser connects to nothing itself, and Playwright's
     request routing does not see a WebSocket: the page's socket to a denied address is refused
     before the browser connects to it."""
-    port = pages.base.rsplit(":", 1)[1]
     with listener("127.0.0.2") as (denied_port, connected, _):
-        to = f"ws://127.0.0.2:{denied_port}/feed"
-        outcome, _ = await browse_through(
-            {"news.example": ["127.0.0.1"]},
-            DomainRules.of(deny=["127.0.0.2"]),
-            f"http://news.example:{port}/socket?to={to}",
-        )
+        outcome = await browse_denying(pages, f"/socket?to=ws://127.0.0.2:{denied_port}/feed")
     assert outcome.kind == "ok", outcome.message
     assert connected == []
 
@@ -348,6 +358,19 @@ async def test_a_websocket_is_checked_against_the_allow_list(pages: PageServer) 
         await provider.aclose()
     assert refused == []
     assert allowed[0].startswith(b"GET /feed HTTP/1.1")
+
+
+@needs_chromium
+async def test_a_page_under_domain_rules_cannot_reach_a_host_over_webrtc(pages: PageServer) -> None:
+    """WebRTC's STUN (UDP) and TURN (TCP) traffic goes around request routing, to any address a
+    page names: under domain rules a page has no RTCPeerConnection (not in a frame either), so
+    nothing reaches the denied address."""
+    with listener("127.0.0.2", socket.SOCK_DGRAM) as (stun_port, datagrams, _):
+        with listener("127.0.0.2") as (turn_port, connected, _):
+            ice = f"stun:127.0.0.2:{stun_port},turn:127.0.0.2:{turn_port}?transport=tcp"
+            outcome = await browse_denying(pages, f"/peer?ice={ice}")
+    assert outcome.kind == "ok", outcome.message
+    assert (datagrams, connected) == ([], [])
 
 
 def test_without_playwright_the_provider_is_off_and_says_how_to_install_it(tmp_path: Path) -> None:

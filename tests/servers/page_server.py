@@ -14,6 +14,9 @@ test process; drivers reach them by URL).
     /plain, /pdf, /huge text/plain; application/pdf; an HTML page over the extractor's cap
     /socket?to=<url>    an article whose script opens a WebSocket to `to`; <p id="socket"> says
                         how it ended (`open`, `error`, `closed`), or `waited` after a second
+    /peer?ice=<urls>    an article whose script starts a WebRTC connection with these STUN and
+                        TURN servers (comma-separated); <p id="peer"> says `gathered`, `none`
+                        (no RTCPeerConnection) or `waited` after a second
 
 `requests` lists every path asked for, in order.
 """
@@ -75,24 +78,49 @@ LATIN1_TEXT = "Crème brûlée à la française, déjà vu"
 WINDOWS_TEXT = "Smart “quotes” — and a € sign"
 
 
-SOCKET = f"""<!doctype html>
-<html><head><title>Live</title></head><body><article><h1>Live</h1><p>{PARAGRAPH * 2}</p></article>
+def _reporting(title: str, report: str, script: str) -> str:
+    """An article whose script ends by calling `say(what)`: <p id="{report}"> says it, once."""
+    return f"""<!doctype html>
+<html><head><title>{title}</title></head><body><article><h1>{title}</h1><p>{PARAGRAPH * 2}</p></article>
 <script>
 function say(what) {{
-  if (document.getElementById("socket")) return;
+  if (document.getElementById("{report}")) return;
   const p = document.createElement("p");
-  p.id = "socket";
+  p.id = "{report}";
   p.textContent = what;
   document.body.appendChild(p);
 }}
-try {{
+{script}
+setTimeout(() => say("waited"), 1000);
+</script></body></html>"""
+
+
+SOCKET = _reporting(
+    "Live",
+    "socket",
+    """try {
   const socket = new WebSocket(new URLSearchParams(location.search).get("to"));
   socket.onopen = () => say("open");
   socket.onerror = () => say("error");
   socket.onclose = () => say("closed");
-}} catch (e) {{ say("error"); }}
-setTimeout(() => say("waited"), 1000);
-</script></body></html>"""
+} catch (e) { say("error"); }""",
+)
+PEER = _reporting(
+    "Call",
+    "peer",
+    """const frame = document.createElement("iframe");
+document.body.appendChild(frame);
+const Peer = window.RTCPeerConnection || frame.contentWindow.RTCPeerConnection;
+if (!Peer) {
+  say("none");
+} else {
+  const urls = new URLSearchParams(location.search).get("ice").split(",");
+  const peer = new Peer({iceServers: [{urls, username: "u", credential: "p"}]});
+  peer.createDataChannel("d");
+  peer.onicegatheringstatechange = () => { if (peer.iceGatheringState === "complete") say("gathered"); };
+  peer.createOffer().then((offer) => peer.setLocalDescription(offer));
+}""",
+)
 
 
 def _article_with(text: str) -> str:
@@ -141,6 +169,9 @@ def _app() -> Starlette:
     async def socket(request: Request) -> Response:
         return HTMLResponse(SOCKET)
 
+    async def peer(request: Request) -> Response:
+        return HTMLResponse(PEER)
+
     async def plain(request: Request) -> Response:
         return PlainTextResponse("Just text.\nTwo lines of it.")
 
@@ -162,6 +193,7 @@ def _app() -> Starlette:
             Route("/latin1", latin1),
             Route("/meta-charset", meta_charset),
             Route("/socket", socket),
+            Route("/peer", peer),
             Route("/plain", plain),
             Route("/pdf", pdf),
             Route("/huge", huge),
