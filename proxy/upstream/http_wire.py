@@ -8,6 +8,7 @@ streams and the words for what went wrong (the MCP header rules are protocol/hea
 
 from __future__ import annotations
 
+import datetime
 import email.utils
 import math
 import time
@@ -97,6 +98,8 @@ def retry_after(response: httpx2.Response) -> float | None:
             when = email.utils.parsedate_to_datetime(text)
         except (TypeError, ValueError, IndexError):
             return None
+        if when.tzinfo is None:  # "-0000": an HTTP date is in GMT all the same, never local time
+            when = when.replace(tzinfo=datetime.UTC)
         return max(0.0, when.timestamp() - time.time())
     return seconds if math.isfinite(seconds) and seconds >= 0 else None
 

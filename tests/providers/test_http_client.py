@@ -5,7 +5,7 @@ from __future__ import annotations
 import email.utils
 import functools
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import httpx2
 import msgspec
@@ -37,6 +37,24 @@ def test_a_429_carries_the_wait_the_server_asked_for(headers: dict[str, str], wa
 
 def test_a_retry_after_date_is_read_as_seconds_from_now() -> None:
     later = email.utils.formatdate(time.time() + 30, usegmt=True)
+    outcome = fault("brave", httpx2.Response(429, headers={"Retry-After": later}))
+    assert outcome is not None and outcome.retry_after is not None and 25 < outcome.retry_after <= 30
+
+
+@pytest.fixture
+def far_from_utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The process's local time zone nine hours east of UTC, for this test only."""
+    monkeypatch.setenv("TZ", "JST-9")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.usefixtures("far_from_utc")
+def test_a_retry_after_date_in_minus_0000_is_gmt_not_local_time() -> None:
+    later = email.utils.formatdate(time.time() + 30)  # "... -0000": UTC, as RFC 5322 writes it without a zone
+    assert later.endswith("-0000")
     outcome = fault("brave", httpx2.Response(429, headers={"Retry-After": later}))
     assert outcome is not None and outcome.retry_after is not None and 25 < outcome.retry_after <= 30
 
