@@ -145,6 +145,7 @@ async def serve_http(
             server_header=False,
             timeout_graceful_shutdown=int(DRAIN_SECONDS),
             http=limited_protocol(fit_connections(settings, len(connections))),
+            ws="none",  # no WebSocket: an upgraded connection would leave the connection caps' count
             # uvicorn would believe X-Forwarded-For from 127.0.0.1 (any local process) by default
             proxy_headers=settings.forwarded_allow_ips is not None,
             forwarded_allow_ips=settings.forwarded_allow_ips or [],

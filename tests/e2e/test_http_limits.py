@@ -235,7 +235,7 @@ async def test_a_duplicated_identity_or_routing_header_gets_400_naming_it(faulty
             await stream.send(post(LISTING, *MODERN_HEADERS, *extra, duplicate))
             response = await read_response(stream) if name != "Host" else await read_all(stream)
     assert response.startswith(b"HTTP/1.1 400 "), response
-    if name == "Host":  # h11 refuses it before the guard sees it, in plain text
+    if name == "Host":  # the HTTP protocol refuses it before the guard sees it, in plain text
         assert b"multiple host" in response.lower()
         return
     refusal = body_of(response)

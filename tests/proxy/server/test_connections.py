@@ -1,5 +1,6 @@
 """The connection caps' bookkeeping (the deadlines and the 503s on the wire: tests/e2e/test_http_limits.py),
-and what the protocol gives a request: the disconnect hook, its writes sent together."""
+what the protocol gives a request (the disconnect hook, its writes sent together) and the
+requests it refuses with a 400 saying why."""
 
 from __future__ import annotations
 
@@ -14,19 +15,29 @@ import anyio
 import pytest
 import uvicorn
 
-from frugal_proxy.server.connections import DISCONNECT_HOOK, ConnectionLimits, limited_protocol, plain_response
+from frugal_proxy.server.connections import (
+    DISCONNECT_HOOK,
+    MAX_HEAD_BYTES,
+    ConnectionLimits,
+    limited_protocol,
+    plain_response,
+)
 
 pytestmark = pytest.mark.anyio
 
 
 @asynccontextmanager
-async def serving(app: Callable[..., Any]) -> AsyncIterator[int]:
+async def serving(
+    app: Callable[..., Any], limits: ConnectionLimits | None = None, keep_alive: float = 5.0
+) -> AsyncIterator[int]:
     """`app` served by uvicorn with the proxy's protocol on 127.0.0.1, in this event loop; its port."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     sock.listen(16)
-    protocol = limited_protocol(ConnectionLimits())
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", ws="none", http=protocol)
+    protocol = limited_protocol(limits or ConnectionLimits())
+    config = uvicorn.Config(
+        app, log_level="warning", lifespan="off", ws="none", http=protocol, timeout_keep_alive=keep_alive
+    )
     server = uvicorn.Server(config)
     async with anyio.create_task_group() as tg:
         tg.start_soon(server.serve, [sock])  # the socket listens already: a client's connection waits for it
@@ -102,6 +113,135 @@ async def test_what_a_response_writes_in_pieces_arrives_whole_and_in_order() -> 
     first, _, second = received.partition(b"0\r\n\r\n")
     assert first.startswith(b"HTTP/1.1 200 OK\r\n") and first.endswith(b"4\r\none \r\n4\r\ntwo \r\n5\r\nthree\r\n")
     assert second.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+
+
+async def echo_headers(scope: Any, receive: Any, send: Any) -> None:
+    """An app answering with the request's headers as JSON."""
+    while (await receive()).get("more_body"):
+        pass
+    body = json.dumps([[key.decode(), value.decode()] for key, value in scope["headers"]]).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def exchange(port: int, *pieces: bytes, pause: float = 0.0) -> bytes:
+    """Send `pieces` (`pause` s apart) and return everything received until the server closes
+    the connection or 3 s pass."""
+    received = b""
+    async with await anyio.connect_tcp("127.0.0.1", port) as client:
+        for piece in pieces:
+            await client.send(piece)
+            await anyio.sleep(pause)
+        with anyio.move_on_after(3):
+            try:
+                while True:
+                    received += await client.receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                pass
+    return received
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "reason"),
+    [
+        (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", b"Found multiple Host: headers"),
+        (b"GET / HTTP/1.1\r\nAccept: */*\r\n\r\n", b"Missing mandatory Host: header"),
+        (
+            b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+            b"Only Transfer-Encoding: chunked is supported",
+        ),
+        # what llhttp refuses, with its own reason (uvicorn's 400 says only "invalid")
+        (
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"Transfer-Encoding can't be present with Content-Length",
+        ),
+        (b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx", b"Duplicate Content-Length"),
+        (b"GET / HTTP/1.1\r\nHost: a\r\nX: " + b"y" * MAX_HEAD_BYTES + b"\r\n\r\n", b"over 16384 bytes"),
+    ],
+)
+async def test_a_request_that_cannot_be_served_gets_a_400_saying_why_and_is_closed(
+    request_bytes: bytes, reason: bytes
+) -> None:
+    async with serving(echo_headers) as port:
+        with anyio.fail_after(10):
+            response = await exchange(port, request_bytes)
+    assert response.startswith(b"HTTP/1.1 400 Bad Request\r\n"), response
+    assert b"\r\n\r\nInvalid HTTP request received. " in response and response.endswith(reason)
+    assert b"connection: close" in response
+
+
+async def test_a_method_the_parser_does_not_know_reaches_the_app_under_its_own_name() -> None:
+    seen: list[tuple[str, bytes]] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append((scope["method"], (await receive())["body"]))
+        await send({"type": "http.response.start", "status": 405, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
+    async with serving(app) as port:
+        with anyio.fail_after(10):
+            brew = await exchange(port, b"\r\nBREW /pot HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nhot")
+            lower = await exchange(port, b"get / HTTP/1.1\r\nHost: a\r\n\r\n")
+            not_a_token = await exchange(port, b"BR(W / HTTP/1.1\r\nHost: a\r\n\r\n")
+    assert brew.startswith(b"HTTP/1.1 405 ") and lower.startswith(b"HTTP/1.1 405 ")
+    assert seen == [("BREW", b"hot"), ("get", b"")]
+    assert not_a_token.startswith(b"HTTP/1.1 400 ") and not_a_token.endswith(b"Invalid method encountered")
+
+
+async def test_a_head_that_never_ends_is_refused_once_over_the_bound() -> None:
+    piece = b"y" * 4096
+    async with serving(echo_headers) as port:
+        with anyio.fail_after(10):
+            # one header value, never finished: llhttp buffers it where no callback counts it
+            response = await exchange(port, b"GET / HTTP/1.1\r\nHost: a\r\nX: ", *[piece] * 6, pause=0.05)
+    assert response.startswith(b"HTTP/1.1 400 Bad Request\r\n"), response[:200]
+    assert response.endswith(b"over 16384 bytes")
+
+
+async def test_a_head_just_within_the_bound_is_served() -> None:
+    head = b"GET / HTTP/1.1\r\nHost: a\r\nX: "
+    value = b"y" * (MAX_HEAD_BYTES - len(head) - 20)
+    async with serving(echo_headers) as port:
+        with anyio.fail_after(10):
+            response = await exchange(port, head, value[:9000], value[9000:] + b"\r\n\r\n", pause=0.05)
+    assert response.startswith(b"HTTP/1.1 200 OK\r\n"), response[:200]
+
+
+async def test_header_names_are_lowercased_and_values_lose_surrounding_whitespace() -> None:
+    request = b"GET / HTTP/1.1\r\nHost: a\r\nMCP-Protocol-Version:  2026-07-28 \t\r\nX-Empty:\r\n\r\n"
+    async with serving(echo_headers) as port:
+        with anyio.fail_after(10):
+            response = await exchange(port, request)
+    body = json.loads(response.partition(b"\r\n\r\n")[2])
+    assert body == [["host", "a"], ["mcp-protocol-version", "2026-07-28"], ["x-empty", ""]]
+
+
+async def test_a_late_request_on_a_kept_alive_connection_gets_408() -> None:
+    async with serving(echo_headers, ConnectionLimits(header_timeout=0.5)) as port:
+        with anyio.fail_after(10):
+            response = await exchange(port, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", b"GET / HTTP/1.1\r\n", pause=0.1)
+    first, _, late = response.partition(b"HTTP/1.1 408 ")
+    assert first.startswith(b"HTTP/1.1 200 OK\r\n") and late, response
+    assert b"the request's headers did not arrive within 0.5 s (--header-timeout)" in late
+
+
+async def test_the_body_deadline_waits_while_the_server_itself_stopped_reading() -> None:
+    """A pipelined request waits unread while the one before it is served: its body is late by
+    the server's doing, not the client's."""
+
+    async def slow_first(scope: Any, receive: Any, send: Any) -> None:
+        if scope["path"] == "/slow":
+            await anyio.sleep(1.5)
+        await echo_headers(scope, receive, send)
+
+    first = b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n"
+    second = b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n\r\n{}"
+    async with serving(slow_first, ConnectionLimits(body_timeout=1)) as port:
+        with anyio.fail_after(10):
+            response = await exchange(port, first + second, b"{}", pause=1.2)
+    assert response.count(b"HTTP/1.1 200 OK\r\n") == 2, response
+    assert b"408" not in response
 
 
 def test_each_ip_has_its_share_and_all_share_the_overall_cap() -> None:
