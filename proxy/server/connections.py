@@ -189,6 +189,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._fitted: object = None  # the request cycle last given the coalescer and the hook
         self._on_lost: list[Callable[[], object]] = []
         self._lost = False
+        self._idle_since: float | None = None  # when the last response ended, while no request is read
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -211,6 +212,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
         self._disarm()
+        if self.timeout_keep_alive_task is not None:
+            self.timeout_keep_alive_task.cancel()
+            self.timeout_keep_alive_task = None
         if self._out is not None:
             self._out.pending.clear()  # nobody to send it to
         if self._on_lost and self.cycle is not None and not self.cycle.response_complete:
@@ -321,9 +325,32 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         self._on_lost.clear()  # they were the finished request's: a later one's loss is not theirs
-        super().on_response_complete()  # starts the next pipelined request, if one waits
+        if self.pipeline or self.transport.is_closing():
+            super().on_response_complete()  # starts the next pipelined request
+        else:
+            # uvicorn's, but the keep-alive timer is not made anew for every response (and
+            # cancelled by the next request: a timer, its cancellation and two heap operations
+            # per request): one timer runs while the connection lives and checks when it fires.
+            self.server_state.total_requests += 1
+            self.flow.resume_reading()
+            self._idle_since = self.loop.time()
+            if self.timeout_keep_alive_task is None:
+                self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self._keep_alive_due)
         if self._malformed is not None and self._answered():
             self._send_malformed()
+
+    def _unset_keepalive_if_required(self) -> None:
+        self._idle_since = None  # a request has come: the timer finds the connection busy
+
+    def _keep_alive_due(self) -> None:
+        self.timeout_keep_alive_task = None
+        if self._idle_since is None:
+            return  # busy: the end of its response starts the timer again
+        left = self._idle_since + self.timeout_keep_alive - self.loop.time()
+        if left > 0:
+            self.timeout_keep_alive_task = self.loop.call_later(left, self._keep_alive_due)
+        else:
+            self.timeout_keep_alive_handler()
 
     # -- the disconnect hook -------------------------------------------------------------------------
 

@@ -226,6 +226,22 @@ async def test_a_late_request_on_a_kept_alive_connection_gets_408() -> None:
     assert b"the request's headers did not arrive within 0.5 s (--header-timeout)" in late
 
 
+async def test_an_idle_kept_alive_connection_is_closed_after_the_keep_alive_timeout() -> None:
+    request = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+    async with serving(echo_headers, keep_alive=0.6) as port:
+        with anyio.fail_after(10):
+            async with await anyio.connect_tcp("127.0.0.1", port) as client:
+                for _ in range(4):  # 0.4 s apart: past the timeout in all, within it after each answer
+                    await client.send(request)
+                    assert (await client.receive()).startswith(b"HTTP/1.1 200 OK\r\n")
+                    await anyio.sleep(0.4)
+                began = anyio.current_time()
+                with pytest.raises(anyio.EndOfStream):
+                    await client.receive()
+                idle = anyio.current_time() - began + 0.4
+    assert 0.5 < idle < 1.5
+
+
 async def test_the_body_deadline_waits_while_the_server_itself_stopped_reading() -> None:
     """A pipelined request waits unread while the one before it is served: its body is late by
     the server's doing, not the client's."""
