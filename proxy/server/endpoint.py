@@ -153,7 +153,10 @@ class Endpoint:
         params = jsonrpc.params_of(frame)
         meta = jsonrpc.sub_object(params, "_meta")
         stated = jsonrpc.decode_any(meta[eras.META_VERSION]) if eras.META_VERSION in meta else None
-        missing = [key for key in (eras.META_VERSION, eras.META_CAPABILITIES) if key not in meta]
+        if stated is None or eras.META_CAPABILITIES not in meta:
+            missing = [key for key in (eras.META_VERSION, eras.META_CAPABILITIES) if key not in meta]
+        else:
+            missing = []
         if missing:
             message = (
                 f"params._meta lacks {', '.join(repr(key) for key in missing)}: a 2026-07-28 request "
@@ -173,15 +176,16 @@ class Endpoint:
         removed = removed_in_modern(method, version)
         if removed is not None:  # the router's rule; checked here too, so initialize never reaches a router
             return rpc_error(404, jsonrpc.METHOD_NOT_FOUND, removed, ident)
-        if decode_header_value(headers_of(request).get("mcp-method", "")) != method:
+        headers = headers_of(request)
+        if decode_header_value(headers.get("mcp-method", "")) != method:
             return rpc_error(400, jsonrpc.HEADER_MISMATCH, f"Mcp-Method header does not match method {method!r}", ident)
         key = NAME_KEYS.get(method)
         if key is not None:
             named = jsonrpc.decode_any(params[key]) if key in params else None
-            if decode_header_value(headers_of(request).get("mcp-name", "")) != named:
+            if decode_header_value(headers.get("mcp-name", "")) != named:
                 return rpc_error(400, jsonrpc.HEADER_MISMATCH, f"Mcp-Name header does not match params.{key}", ident)
         if method == "tools/call":
-            sent = {key: value for key, value in headers_of(request).items() if key.startswith("mcp-param-")}
+            sent = {key: value for key, value in headers.items() if key.startswith("mcp-param-")}
             problem = self._param_problem(params, sent)
             if problem is not None:
                 return rpc_error(400, jsonrpc.HEADER_MISMATCH, problem, ident)

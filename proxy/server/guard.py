@@ -3,10 +3,10 @@ protection (Host and Origin), a per-client-IP token bucket, the refusal of dupli
 that decide who a request is and where it goes, the POST media-type checks and the request body
 cap. (The connection caps and read deadlines sit below, in connections.)
 
-`Guard` is plain ASGI middleware; `read_body` enforces the cap while the body arrives. Bearer
-auth maps a request's token to its operator (server.operators) and puts it in the request's ASGI
-scope, where `operator_of` reads it. Refusals are JSON: `{"error": CODE, "message": …}`. Nothing here logs
-a token, a header value or a payload.
+`Guard` is plain ASGI middleware; `read_body` and `receive_body` enforce the cap while the body
+arrives. Bearer auth maps a request's token to its operator (server.operators) and puts it in
+the request's ASGI scope, where `operator_of` reads it. Refusals are JSON:
+`{"error": CODE, "message": …}`. Nothing here logs a token, a header value or a payload.
 """
 
 from __future__ import annotations
@@ -242,6 +242,29 @@ async def read_body(chunks: AsyncIterator[bytes], declared: str | None, cap: int
     return bytes(body)
 
 
+async def receive_body(receive: Receive, declared: str | None, cap: int) -> bytes:
+    """`read_body` straight from ASGI's `receive` (what starlette's `Request.stream()` reads,
+    without its generator): a body that comes in one message is returned as it came.
+    ClientDisconnect when the client leaves first."""
+    if declared is not None and declared.isdigit() and int(declared) > cap:
+        raise BodyTooLarge
+    message = await receive()
+    parts: bytearray | None = None
+    while True:
+        if message["type"] != "http.request":
+            raise ClientDisconnect
+        chunk: bytes = message.get("body", b"")
+        if parts is not None:
+            parts += chunk
+        if len(chunk if parts is None else parts) > cap:
+            raise BodyTooLarge
+        if not message.get("more_body", False):
+            return chunk if parts is None else bytes(parts)
+        if parts is None:
+            parts = bytearray(chunk)
+        message = await receive()
+
+
 def media_type_refusal(request: Request) -> Response | None:
     """415 for a POST whose Content-Type is not JSON, 406 for a request whose Accept rules out
     both JSON and an SSE stream (GET: an SSE stream); None when it may go on.
@@ -297,7 +320,7 @@ async def read_messages(request: Request, cap: int) -> tuple[list[Frame], bool] 
     """A POST's JSON-RPC messages (and whether they came as a batch), each checked for shape;
     or the answer to give instead: 413 over the body cap, 400 for what is not JSON-RPC."""
     try:
-        body = await read_body(request.stream(), headers_of(request).get("content-length"), cap)
+        body = await receive_body(request.receive, headers_of(request).get("content-length"), cap)
     except BodyTooLarge:
         message = f"request body over the {cap}-byte limit"
         refusal = jsonrpc.error(None, jsonrpc.INVALID_REQUEST, message)

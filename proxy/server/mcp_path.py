@@ -5,8 +5,10 @@ router's match over every route and the route's wrapper, about a tenth of the pr
 small call. A POST to the endpoint's path (every MCP request, in both eras) goes to the
 endpoint's handler directly; anything else (GET and DELETE, other methods, other paths) goes to
 the Starlette app as before, so its answers (a 405 with `Allow`, a JSON 404, HEAD) are the same.
-An exception is answered as Starlette's ServerErrorMiddleware answers it (a plain-text 500 when
-nothing was sent yet) and raised on to the server, which logs it.
+A handler that fails is answered as Starlette's ServerErrorMiddleware answers it (a plain-text
+500) and its exception raised on to the server, which logs it; a response that fails is the
+server's to answer (uvicorn's plain-text 500 when nothing was sent yet, else the connection is
+closed), so that `send` needs no wrapper to tell whether anything was sent.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 
 class McpPost:
@@ -30,17 +32,9 @@ class McpPost:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self.path:
             await self.app(scope, receive, send)
             return
-        started = False
-
-        async def sending(message: Message) -> None:
-            nonlocal started
-            started = True
-            await send(message)
-
         try:
-            response = await self.handle(Request(scope, receive, sending))
-            await response(scope, receive, sending)
+            response = await self.handle(Request(scope, receive, send))
         except Exception:
-            if not started:
-                await PlainTextResponse("Internal Server Error", status_code=500)(scope, receive, send)
+            await PlainTextResponse("Internal Server Error", status_code=500)(scope, receive, send)
             raise
+        await response(scope, receive, send)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.types import Message, Receive, Scope, Send
 
 from frugal_proxy.identities import token_hash
@@ -25,6 +26,7 @@ from frugal_proxy.server.guard import (
     operator_of,
     parse_rate,
     read_body,
+    receive_body,
 )
 from frugal_proxy.server.operators import Operators
 
@@ -85,6 +87,30 @@ async def test_the_body_cap_is_checked_as_chunks_arrive() -> None:
         await read_body(_chunks(b"ab", b"cde"), None, 4)
     with pytest.raises(BodyTooLarge):
         await read_body(_chunks(), "5", 4)  # refused on the declared length, before reading
+
+
+def _receiving(*messages: dict[str, Any]) -> Receive:
+    queue = list(messages)
+
+    async def receive() -> dict[str, Any]:
+        return queue.pop(0)
+
+    return receive
+
+
+async def test_the_body_cap_is_checked_as_asgi_messages_arrive() -> None:
+    one = {"type": "http.request", "body": b"abcd"}
+    assert await receive_body(_receiving(one), "4", 4) == b"abcd"
+    first, last = {"type": "http.request", "body": b"ab", "more_body": True}, {"type": "http.request", "body": b"cd"}
+    assert await receive_body(_receiving(first, {**first, "body": b""}, last), None, 4) == b"abcd"
+    with pytest.raises(BodyTooLarge):
+        await receive_body(_receiving(first, {**last, "body": b"cde"}), None, 4)
+    with pytest.raises(BodyTooLarge):
+        await receive_body(_receiving({"type": "http.request", "body": b"abcde"}), None, 4)
+    with pytest.raises(BodyTooLarge):
+        await receive_body(_receiving(), "5", 4)  # refused on the declared length, before reading
+    with pytest.raises(ClientDisconnect):
+        await receive_body(_receiving(first, {"type": "http.disconnect"}), None, 4)
 
 
 async def test_the_guard_hands_each_request_its_operator_in_the_scope(tmp_path: Path) -> None:

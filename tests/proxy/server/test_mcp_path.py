@@ -1,5 +1,6 @@
 """The endpoint's POSTs in front of Starlette, without a socket: a POST to the path reaches the
-handler, anything else the app, and a handler that fails is a plain 500 raised on."""
+handler, anything else the app, a handler that fails is a plain 500 raised on, and a response
+that fails is raised on for the server to answer."""
 
 from __future__ import annotations
 
@@ -69,3 +70,17 @@ async def test_a_failing_handler_is_a_plain_500_and_the_error_goes_on() -> None:
     with pytest.raises(RuntimeError, match="boom"):
         await call(wrapped(handle), "POST", "/mcp", sent=sent)
     assert sent[0]["status"] == 500 and sent[1]["body"] == b"Internal Server Error"
+
+
+async def test_a_response_that_fails_is_raised_on_for_the_server_to_answer() -> None:
+    class Failing(Response):
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            raise RuntimeError("bust")
+
+    async def handle(request: Request) -> Response:
+        return Failing()
+
+    sent: list[Message] = []
+    with pytest.raises(RuntimeError, match="bust"):
+        await call(wrapped(handle), "POST", "/mcp", sent=sent)
+    assert sent == []  # nothing was sent: the server answers 500 (uvicorn's, on a real connection)
