@@ -105,7 +105,8 @@ def _decode(line: bytes | bytearray) -> tuple[list[Frame], bool, Any]:
         value = limits.checked(line)
     except limits.LineRefused as exc:
         raise _refusal(line, exc) from None
-    is_batch = _first_byte(line) == ord("[")
+    # The check's own decode says whether it is an array; a line too long for it is looked at.
+    is_batch = isinstance(value, list) if value is not limits.UNREAD else _first_byte(line) == ord("[")
     try:
         frames = _batch_decoder.decode(line) if is_batch else [_frame_decoder.decode(line)]
     except msgspec.ValidationError as exc:
