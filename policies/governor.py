@@ -18,7 +18,7 @@ import msgspec
 
 from frugal_proxy.config import Budget
 from frugal_proxy.governor.engine import Governor, raw_call_key
-from frugal_proxy.governor.shaping import MARKER_RESERVE
+from frugal_proxy.governor.shaping import MARKER_RESERVE, fits_at_a_glance
 from frugal_proxy.policies import Policy
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.records import Decision, Exchange
@@ -54,6 +54,8 @@ class GovernorPolicy(Policy):
         wanted = getattr(exchange.request, "max_chars", None)  # a routed page's per-call knob
         if isinstance(wanted, int):
             budget = page_budget(budget, wanted)
+        if fits_at_a_glance(raw, budget):
+            return  # what `shape` would say at once, without its coroutine (most small results)
         shaped = await self.governor.shape(route.name, exchange.operator, raw, budget, route.output_schema)
         if shaped is None:
             return

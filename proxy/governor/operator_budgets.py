@@ -20,6 +20,7 @@ from frugal_proxy.config import Budget, GovernorSettings, RouteBudget
 LIMITS = ("max_bytes", "max_records", "max_tokens")
 MAX_ROUTES = 1000
 MAX_ROUTE_CHARS = 256
+MAX_CEILINGS = 4096  # configured budgets kept made, by route name (a name past it is made each call)
 
 
 class BudgetError(ValueError):
@@ -37,10 +38,16 @@ class OperatorBudgets:
     def __init__(self, settings: GovernorSettings) -> None:
         self.settings = settings
         self._own: dict[str, _Own] = {}
+        # Each route's configured budget, made once: the settings do not change while they serve.
+        self._ceilings: dict[str, Budget] = {}
 
     def budget(self, operator: str, route: str) -> Budget:
         """The budget of one route for one operator: its own values, capped by the configured ones."""
-        ceiling = self.settings.budget(route)
+        ceiling = self._ceilings.get(route)
+        if ceiling is None:
+            ceiling = self.settings.budget(route)
+            if len(self._ceilings) < MAX_CEILINGS:
+                self._ceilings[route] = ceiling
         own = self._own.get(operator)
         if own is None:
             return ceiling
