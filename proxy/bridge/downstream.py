@@ -41,6 +41,7 @@ class _Pending:
 class DownstreamPeer:
     def __init__(self, writer: FrameSender) -> None:
         self._writer = writer
+        self._hold: Callable[[], None] | None = getattr(writer, "hold", None)
         self._ids = itertools.count(1)
         self._pending: dict[int, _Pending] = {}
         # Listen streams that have a stream of their own (over HTTP), by subscription id.
@@ -56,6 +57,12 @@ class DownstreamPeer:
             await self._writer.send(frame)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, BrokenPipeError):
             log.info("client went away; a message to it was dropped")
+
+    def hold(self) -> None:
+        """More messages to the client follow in this loop turn: where its writer can, they go
+        out together when the turn ends (stdout's FrameWriter; a no-op elsewhere)."""
+        if self._hold is not None:
+            self._hold()
 
     async def request(self, method: str, params: Any) -> Frame:
         """Ask the client something (sampling, elicitation, roots) and wait for its reply."""

@@ -108,6 +108,7 @@ class UpstreamLink:
         self._resubscribing = False
         upstream.on_server_request = self.on_server_request
         upstream.on_notification = self.on_upstream_notification
+        upstream.on_burst = downstream.hold
 
     # -- forwarding ------------------------------------------------------------------------------
 

@@ -137,6 +137,8 @@ class Router:
         """Handle the client's messages until it closes its side."""
         try:
             async for event in reader:
+                if reader.buffered:  # more of this read's lines follow: what they send upstream
+                    self._hold_upstream_writes()  # goes out together when the loop turn ends
                 if isinstance(event, BadLine):
                     await self._bad_line(event)
                 elif event.batch:
@@ -145,6 +147,10 @@ class Router:
                     await self._on_frame(event.frames[0])
         finally:
             self._answerers.close()
+
+    def _hold_upstream_writes(self) -> None:
+        for link in self.links:
+            link.upstream.hold_writes()
 
     async def drain(self) -> None:
         """End the client's listen streams, then wait until no request is in flight (bound it

@@ -126,6 +126,11 @@ class ChildProcess:
         coalescer.cork()
         return len(data)
 
+    def hold(self) -> None:
+        """Hold what is offered until this loop turn ends, the first message too: more messages
+        are known to follow in this turn (transports.coalesce)."""
+        self._coalescer.hold_turn()
+
     def _send_held(self, data: bytes) -> bool:
         if self._stdin.transport.is_closing():
             return False

@@ -5,6 +5,9 @@ messages offered after it in the same turn are `hold`-ed, and when the turn ends
 by the loop) they go to `send` joined, one system call and one wake-up of the reader. A lone
 message waits for nothing. `send` says whether what it was given went whole; then the next turn
 is corked too, so that replies finished together keep going out together.
+
+A reader that has read several messages at once knows that more writes follow the first:
+`hold_turn` holds that first one too, so that the turn's messages cost one write, not two.
 """
 
 from __future__ import annotations
@@ -35,6 +38,12 @@ class Coalescer:
             self._loop = asyncio.get_running_loop()
         self.corked = True
         self._loop.call_soon(self.uncork)
+
+    def hold_turn(self) -> None:
+        """Hold whatever is offered until this loop turn ends, the first message too (the reader
+        has more to answer in this turn)."""
+        if not self.corked:
+            self.cork()
 
     def uncork(self) -> None:
         """Send what is held, joined (also called before a write that must follow it in order)."""

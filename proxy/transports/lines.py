@@ -81,6 +81,11 @@ class FrameReader:
     def __aiter__(self) -> FrameReader:
         return self
 
+    @property
+    def buffered(self) -> bool:
+        """Whether more lines of what was read are ready, to be handed out without waiting."""
+        return bool(self._ready)
+
     async def __anext__(self) -> Event:
         while not self._ready:
             chunk = await self._source.read()
@@ -111,6 +116,7 @@ class FrameWriter:
         # A sink that takes a small message at once is written to without the lock or an await.
         self._offer = sink.offer if isinstance(sink, OfferingSink) else None
         self._whole = getattr(sink, "takes_whole", False)  # its offer takes a line whole or not at all
+        self._hold: Callable[[], None] | None = getattr(sink, "hold", None)
         # fast_acquire: an uncontended send must not yield to the loop (one loop turn per message)
         self._lock = anyio.Lock(fast_acquire=True)
         self.closed = False
@@ -158,6 +164,12 @@ class FrameWriter:
         if on_writing is not None:
             on_writing()
         return True
+
+    def hold(self) -> None:
+        """More lines follow in this loop turn: the sink holds them all (one write when the turn
+        ends) where it can."""
+        if self._hold is not None:
+            self._hold()
 
     async def close(self) -> None:
         async with self._lock:

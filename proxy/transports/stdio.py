@@ -168,6 +168,14 @@ class FdSink:
             self._coalescer.cork()
         return written
 
+    def hold(self) -> None:
+        """Hold what is offered until this loop turn ends, the first message too: more messages
+        are known to follow in this turn (transports.coalesce)."""
+        if self._pollable:
+            if self._loop is None:
+                self._loop = asyncio.get_running_loop()
+            self._coalescer.hold_turn()
+
     async def write(self, data: bytes) -> None:
         if not self._pollable:
             await anyio.to_thread.run_sync(_write_all, self._fd, data)

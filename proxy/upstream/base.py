@@ -95,6 +95,9 @@ class UpstreamBase(abc.ABC):
         self.probe_timeout = probe_timeout
         self.on_server_request = on_server_request
         self.on_notification = on_notification
+        # Told when the reader has several messages ready at once: what answering them writes to
+        # the client may go out together at the end of the loop turn (DownstreamPeer.hold).
+        self.on_burst: Callable[[], None] | None = None
         self.era: Era | None = None
         self.discover_result: dict[str, Any] | None = None
         self.initialize_result: dict[str, Any] | None = None
@@ -174,6 +177,10 @@ class UpstreamBase(abc.ABC):
                 "answering a call from the upstream's reader failed",
                 extra={"upstream": self.name, "error": f"{type(exc).__name__}: {str(exc)[:200]}"},
             )
+
+    def hold_writes(self) -> None:  # noqa: B027 - a no-op default
+        """More requests follow in this loop turn: where the transport can, they go out together
+        when the turn ends (a stdio child's pipe; a no-op elsewhere)."""
 
     async def withdraw(self, pending: Pending, reason: str) -> None:  # noqa: B027 - a no-op default
         """Give up on a request from `start_request`: it is not settled, and the server is told

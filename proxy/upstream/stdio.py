@@ -252,6 +252,11 @@ class UpstreamConnection(UpstreamBase):
         gen.pending[upstream_id] = pending
         return pending
 
+    def hold_writes(self) -> None:
+        gen = self._gen
+        if gen is not None and not gen.dead:
+            gen.writer.hold()
+
     async def withdraw(self, pending: Pending, reason: str) -> None:
         gen = self._gen
         upstream_id = pending.upstream_id
@@ -310,6 +315,8 @@ class UpstreamConnection(UpstreamBase):
         reader = FrameReader(gen.child, self.max_line_bytes)
         try:
             async for event in reader:
+                if reader.buffered and self.on_burst is not None:
+                    self.on_burst()  # the replies to this read's messages go to the client together
                 if isinstance(event, BadLine):
                     self._bad_line(gen, event)
                     continue

@@ -368,3 +368,76 @@ def test_a_bad_config_file_stops_the_wrap_form_with_its_message(tmp_path: Path) 
         proxy_command(upstream, "--config", str(broken)), capture_output=True, text=True, timeout=30, check=False
     )
     assert done.returncode == 2 and "at governor: max_bytes must be at least 1024" in done.stderr
+
+
+async def test_calls_written_together_are_each_answered_and_a_cancel_among_them_reaches_its_call(
+    upstream: tuple[str, list[str]],
+) -> None:
+    """Requests that arrive in one read go upstream together (held to the end of the loop turn)
+    and the replies that arrive together go to the client together: every call is answered with
+    its own result under its own id, and a `notifications/cancelled` written right after a call,
+    in the same read, cancels it upstream (it is held behind the call, never ahead of it)."""
+    name, command = upstream
+    tool = "add" if name == "notes" else "get-sum"
+    initialize = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+
+    def line(message: dict[str, Any]) -> bytes:
+        return json.dumps(message).encode() + b"\n"
+
+    with anyio.fail_after(40):
+        async with await anyio.open_process(proxy_command(command), stderr=subprocess.DEVNULL) as proxy:
+            assert proxy.stdin is not None and proxy.stdout is not None
+            replies: dict[Any, Any] = {}
+            pending = b""
+
+            async def until(ids: set[int]) -> None:
+                nonlocal pending
+                assert proxy.stdout is not None
+                while not ids <= set(replies):
+                    pending += await proxy.stdout.receive()
+                    *lines, pending = pending.split(b"\n")
+                    for raw in lines:
+                        reply = json.loads(raw)
+                        if "id" in reply and "method" not in reply:
+                            replies[reply["id"]] = reply
+
+            await proxy.stdin.send(line({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize}))
+            await until({1})
+            await proxy.stdin.send(line({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            calls = {
+                n: {
+                    "jsonrpc": "2.0",
+                    "id": n,
+                    "method": "tools/call",
+                    "params": {"name": tool, "arguments": {"a": n, "b": 1000}},
+                }
+                for n in range(10, 40)
+            }
+            await proxy.stdin.send(b"".join(line(call) for call in calls.values()))  # one write
+            await until(set(calls))
+            for n in calls:
+                result = replies[n]["result"]
+                assert result.get("isError") is not True, result
+                assert str(n + 1000) in json.dumps(result["content"]), result
+            if name == "notes":  # its `sleep` counts the cancellations it hears
+                sleep = {"name": "sleep", "arguments": {"seconds": 30}}
+                cancel = {"requestId": 50, "reason": "changed my mind"}
+                await proxy.stdin.send(
+                    line({"jsonrpc": "2.0", "id": 50, "method": "tools/call", "params": sleep})
+                    + line({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel})
+                )
+                count: Any = None
+                for attempt in range(100):
+                    ask = {"name": "cancellations", "arguments": {}}
+                    await proxy.stdin.send(
+                        line({"jsonrpc": "2.0", "id": 100 + attempt, "method": "tools/call", "params": ask})
+                    )
+                    await until({100 + attempt})
+                    count = replies[100 + attempt]["result"].get("structuredContent")
+                    if count == {"result": 1}:
+                        break
+                    await anyio.sleep(0.05)
+                assert count == {"result": 1}
+                assert 50 not in replies  # a cancelled request is not answered
+            await proxy.stdin.aclose()
+            assert await proxy.wait() == 0

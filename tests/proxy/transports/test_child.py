@@ -95,6 +95,19 @@ async def test_messages_offered_in_one_turn_reach_the_child_in_order() -> None:
         assert await child.terminate() == 0
 
 
+async def test_messages_held_for_a_turn_reach_the_child_together_and_in_order() -> None:
+    with anyio.fail_after(10):
+        child = await spawn(ECHO)
+        child.hold()  # the first message of the turn waits for the others
+        for n in range(5):
+            assert child.offer(b"line %d\n" % n) > 0
+        received = b""
+        while not received.endswith(b"LINE 4\n"):
+            received += await child.read()
+        assert received == b"".join(b"LINE %d\n" % n for n in range(5))
+        assert await child.terminate() == 0
+
+
 def open_fds() -> int | None:
     """How many descriptors this process has open (None where /proc does not say)."""
     return len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None

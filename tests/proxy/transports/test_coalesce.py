@@ -1,4 +1,5 @@
-"""Coalescer: the writes offered in one loop turn after the first go out together when it ends."""
+"""Coalescer: the writes offered in one loop turn after the first go out together when it ends
+(and the first too, once a reader says more follow)."""
 
 from __future__ import annotations
 
@@ -67,3 +68,17 @@ async def test_uncork_sends_what_is_held_at_once_for_a_write_that_must_follow_it
         await anyio.lowlevel.checkpoint()
         await anyio.lowlevel.checkpoint()
     assert pipe.sent == [b"a\n"]  # the turn's end finds nothing more
+
+
+async def test_a_turn_held_before_its_first_message_sends_them_all_in_one_when_it_ends() -> None:
+    pipe = Pipe()
+    coalescer = Coalescer(pipe.send)
+    coalescer.hold_turn()  # a reader read several messages: the first is held too
+    assert coalescer.corked
+    coalescer.hold_turn()  # again in the same turn: nothing more to do
+    for data in (b"a\n", b"b\n"):
+        coalescer.hold(data)
+    assert pipe.sent == []
+    with anyio.fail_after(5):
+        await anyio.lowlevel.checkpoint()
+    assert pipe.sent == [b"a\nb\n"]

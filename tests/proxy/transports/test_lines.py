@@ -59,6 +59,30 @@ async def test_lines_split_across_chunks_are_one_event_each() -> None:
     assert isinstance(batch, Frames) and batch.batch and jsonrpc.is_reply(batch.frames[0])
 
 
+async def test_the_reader_says_whether_more_lines_of_a_read_are_ready() -> None:
+    ping = b'{"jsonrpc":"2.0","id":%d,"method":"ping"}\n'
+    reader = FrameReader(Chunks([ping % 1 + ping % 2 + ping % 3, ping % 4]))
+    seen = []
+    with anyio.fail_after(5):
+        async for event in reader:
+            assert isinstance(event, Frames)
+            seen.append((jsonrpc.id_of(event.frames[0]), reader.buffered))
+    assert seen == [(1, True), (2, True), (3, False), (4, False)]
+
+
+async def test_the_writer_asks_a_sink_that_can_hold_a_turn_to_hold_it() -> None:
+    class Holding(Sink):
+        held = 0
+
+        def hold(self) -> None:
+            self.held += 1
+
+    holding = Holding()
+    FrameWriter(holding).hold()
+    FrameWriter(Sink()).hold()  # a sink that cannot: nothing to do
+    assert holding.held == 1
+
+
 async def test_bad_lines_are_events_with_the_error_to_answer() -> None:
     oversized = b'{"jsonrpc": "2.0", "id": "big-1", "method": "x", "params": "' + b"y" * 2000 + b'"}\n'
     read = await events(b"not json\n", b'{"jsonrpc":"2.0","id":3}\n', oversized)

@@ -127,6 +127,29 @@ async def test_held_bytes_are_written_when_the_pipe_is_restored() -> None:
         os.close(write_fd)
 
 
+async def test_a_held_turn_writes_its_messages_together_when_it_ends_in_order_with_a_write() -> None:
+    read_fd, write_fd = os.pipe()
+    sink = FdSink(write_fd)
+    os.set_blocking(read_fd, False)
+    try:
+        sink.hold()  # more messages follow in this turn: the first waits for them
+        assert sink.offer(b"one\n") == 4 and sink.offer(b"two\n") == 4
+        with pytest.raises(BlockingIOError):
+            os.read(read_fd, 100)  # nothing written yet
+        with anyio.fail_after(5):
+            await anyio.lowlevel.checkpoint()  # the turn ends
+        assert os.read(read_fd, 100) == b"one\ntwo\n"  # in one write
+        sink.hold()
+        assert sink.offer(b"three\n") == 6
+        with anyio.fail_after(5):
+            await sink.write(b"four\n")  # a write that must wait its turn goes after what is held
+        assert os.read(read_fd, 100) == b"three\nfour\n"
+    finally:
+        sink.restore()
+        os.close(read_fd)
+        os.close(write_fd)
+
+
 async def test_a_stdout_nobody_reads_does_not_hold_the_exit() -> None:
     read_fd, write_fd = os.pipe()
     sink = FdSink(write_fd)
