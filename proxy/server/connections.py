@@ -235,7 +235,6 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             return
         if self._malformed is not None:
             return  # the connection closes once the requests before the refused one are answered
-        self._unset_keepalive_if_required()
         fresh, in_head, begun = self._reading == _DONE, self._reading == _HEAD, self._begun
         reason = self._feed(data)
         if reason == _UNKNOWN_METHOD and fresh and self._begun == begun + 1:
@@ -274,6 +273,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        # A request has begun: the keep-alive timer finds the connection busy. (Not on any read:
+        # llhttp passes over empty lines before a request, and a connection sending only those
+        # would have neither the keep-alive timer nor a header deadline.)
+        self._idle_since = None
         self._reading = _HEAD
         self._begun += 1
         self._head_size = self._fed_in_head = 0

@@ -297,3 +297,20 @@ def test_a_flood_of_refusals_is_logged_once_per_period(caplog: pytest.LogCapture
             limits.warn("connection refused", float(second), status=503)
     records = [record for record in caplog.records if record.getMessage() == "connection refused"]
     assert [record.__dict__["also_since_last"] for record in records] == [0, 9, 9]
+
+
+async def test_empty_lines_after_a_response_do_not_keep_a_connection_open_past_every_deadline() -> None:
+    """llhttp passes over empty lines before a request without beginning one: they must not
+    stop the keep-alive timer while no header deadline runs (a connection held for ever)."""
+    async with serving(echo_headers, ConnectionLimits(header_timeout=0.5), keep_alive=0.5) as port:
+        with anyio.fail_after(10):
+            async with await anyio.connect_tcp("127.0.0.1", port) as client:
+                await client.send(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+                assert (await client.receive()).startswith(b"HTTP/1.1 200 OK\r\n")
+                await client.send(b"\r\n")
+                began = anyio.current_time()
+                with anyio.move_on_after(4), pytest.raises(anyio.EndOfStream):
+                    while True:
+                        await client.receive()
+                waited = anyio.current_time() - began
+    assert waited < 2, f"the connection was still open after {waited:.1f} s"
