@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 log = logging.getLogger("frugal_proxy.http_connections")
 
@@ -185,6 +185,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._host_seen = False
         self._malformed: str | None = None  # why a request was refused: nothing more is read
         self._method: str | None = None  # the method of a request parsed as a GET (_as_get)
+        self._previous: RequestResponseCycle | None = None  # the request cycle before the newest one
+        self._broken: RequestResponseCycle | None = None  # the cycle whose body was refused: it is never answered
         self._out: _Coalescer | None = None
         self._fitted: object = None  # the request cycle last given the coalescer and the hook
         self._on_lost: list[Callable[[], object]] = []
@@ -310,6 +312,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._reading = _BODY
         if self._waiting_for == "headers":
             self._disarm()
+        self._previous = self.cycle
         super().on_headers_complete()
         if self._method is not None:
             self.scope["method"], self._method = self._method, None
@@ -386,14 +389,23 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self._out.flush()
 
     def _answered(self) -> bool:
-        """Whether every request parsed so far has its complete response."""
-        return not self.pipeline and (self.cycle is None or self.cycle.response_complete)
+        """Whether every request parsed so far has its complete response (but one whose body
+        was refused, which never will)."""
+        cycle = self._previous if self.cycle is not None and self.cycle is self._broken else self.cycle
+        return not self.pipeline and (cycle is None or cycle.response_complete)
 
     def _refuse_malformed(self, reason: str) -> None:
         """Answer a request that cannot be served with a 400 naming why, once the requests
         before it on the connection are answered, and close the connection."""
         self._malformed = reason
         self._disarm()
+        if self._reading == _BODY and self.cycle is not None:
+            # Refused in the newest request's body: that request is never answered (its handler
+            # would wait for the rest of the body with no deadline running), so the 400 waits
+            # only for the requests before it; one still queued behind them never starts.
+            self._broken = self.cycle
+            if self.pipeline and self.pipeline[0][0] is self.cycle:
+                self.pipeline.popleft()
         self.limits.warn("malformed HTTP request refused", self.loop.time(), status=400, reason=reason)
         if self._answered():
             self._send_malformed()

@@ -242,20 +242,24 @@ async def test_an_idle_kept_alive_connection_is_closed_after_the_keep_alive_time
     assert 0.5 < idle < 1.5
 
 
+async def slow_first(scope: Any, receive: Any, send: Any) -> None:
+    """`echo_headers`, 1.5 s late for the path /slow."""
+    if scope["path"] == "/slow":
+        await anyio.sleep(1.5)
+    await echo_headers(scope, receive, send)
+
+
+SLOW = b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n"
+
+
 async def test_the_body_deadline_waits_while_the_server_itself_stopped_reading() -> None:
     """A pipelined request waits unread while the one before it is served: its body is late by
     the server's doing, not the client's."""
 
-    async def slow_first(scope: Any, receive: Any, send: Any) -> None:
-        if scope["path"] == "/slow":
-            await anyio.sleep(1.5)
-        await echo_headers(scope, receive, send)
-
-    first = b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n"
     second = b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n\r\n{}"
     async with serving(slow_first, ConnectionLimits(body_timeout=1)) as port:
         with anyio.fail_after(10):
-            response = await exchange(port, first + second, b"{}", pause=1.2)
+            response = await exchange(port, SLOW + second, b"{}", pause=1.2)
     assert response.count(b"HTTP/1.1 200 OK\r\n") == 2, response
     assert b"408" not in response
 
@@ -314,3 +318,27 @@ async def test_empty_lines_after_a_response_do_not_keep_a_connection_open_past_e
                         await client.receive()
                 waited = anyio.current_time() - began
     assert waited < 2, f"the connection was still open after {waited:.1f} s"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"zz\r\n", b"2\r\n{}xx\r\n"],
+    ids=["chunk size", "chunk end"],
+)
+async def test_a_body_the_parser_refuses_gets_a_400_at_once_not_a_connection_held_open(body: bytes) -> None:
+    """The request whose body is refused can never be answered: its 400 must not wait for it
+    (nor may the connection stay open with no deadline running)."""
+    head = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+    async with serving(echo_headers, ConnectionLimits(body_timeout=60)) as port:
+        with anyio.fail_after(10):
+            response = await exchange(port, head, body, pause=0.1)
+    assert response.startswith(b"HTTP/1.1 400 Bad Request\r\n"), response
+
+
+async def test_a_refused_body_is_answered_after_the_request_before_it() -> None:
+    broken = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
+    async with serving(slow_first, ConnectionLimits(body_timeout=60)) as port:
+        with anyio.fail_after(10):
+            response = await exchange(port, SLOW + broken)
+    ok, _, refused = response.partition(b"HTTP/1.1 400 Bad Request\r\n")
+    assert ok.startswith(b"HTTP/1.1 200 OK\r\n") and refused, response
