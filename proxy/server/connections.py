@@ -289,6 +289,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_size += len(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._reading == _BODY:
+            # A chunked body's trailer field: llhttp hands it on like a header, after the guard
+            # has read the headers. Dropped, as h11 dropped it (no `Authorization` comes late).
+            return
         self._head_size += len(name) + len(value) + 4
         name = name.lower()
         if value and value[-1] in _WHITESPACE:  # llhttp keeps a value's trailing whitespace

@@ -342,3 +342,17 @@ async def test_a_refused_body_is_answered_after_the_request_before_it() -> None:
             response = await exchange(port, SLOW + broken)
     ok, _, refused = response.partition(b"HTTP/1.1 400 Bad Request\r\n")
     assert ok.startswith(b"HTTP/1.1 200 OK\r\n") and refused, response
+
+
+async def test_trailer_fields_do_not_join_the_request_headers() -> None:
+    """A chunked body's trailer fields come after the guard read the headers: h11 dropped them,
+    and so must the proxy (`Authorization` in a trailer is no header of the request)."""
+    request = (
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"2\r\n{}\r\n0\r\nAuthorization: Bearer x\r\nMcp-Method: tools/call\r\n\r\n"
+    )
+    async with serving(echo_headers) as port:
+        with anyio.fail_after(10):
+            response = await exchange(port, request)
+    body = json.loads(response.partition(b"\r\n\r\n")[2])
+    assert body == [["host", "a"], ["transfer-encoding", "chunked"]]
