@@ -11,7 +11,8 @@ every client out. `LimitedHttpToolsProtocol` adds, per connection:
   connection over either is answered 503 with what limit was hit and the flag that raises it,
   then closed;
 - a header deadline from the connection's start (or from the first byte of a kept-alive
-  connection's next request) to its request's complete headers, and a body deadline from the
+  connection's next request, or from the end of the answer before it for a request that came
+  while it was answered) to its request's complete headers, and a body deadline from the
   headers to the body's end: a late connection gets 408 while a response is still possible, and
   is closed;
 - a 400 naming why for a request that cannot be served: what llhttp refuses (with its reason,
@@ -343,9 +344,14 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             # per request): one timer runs while the connection lives and checks when it fires.
             self.server_state.total_requests += 1
             self.flow.resume_reading()
-            self._idle_since = self.loop.time()
-            if self.timeout_keep_alive_task is None:
-                self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self._keep_alive_due)
+            if self._reading == _HEAD:
+                # The next request's head began while this one was answered: its deadline runs
+                # from now, and the connection is not idle.
+                self._arm("headers")
+            else:
+                self._idle_since = self.loop.time()
+                if self.timeout_keep_alive_task is None:
+                    self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self._keep_alive_due)
         if self._malformed is not None and self._answered():
             self._send_malformed()
 
@@ -453,9 +459,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._waiting_for = ""
         if self.transport.is_closing():
             return
-        if self.flow.read_paused:
+        if self.flow.read_paused or (what == "headers" and not self._answered()):
             # The proxy stopped reading (a pipelined request waits for the one before it, or a
-            # body for its handler): the client is not the one who is late.
+            # body for its handler), or is still answering the requests before this head: the
+            # client is not the one who is late (and a 408 now would read as their answer).
             self._arm(what)
             return
         seconds = self.limits.header_timeout if what == "headers" else self.limits.body_timeout

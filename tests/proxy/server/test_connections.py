@@ -356,3 +356,12 @@ async def test_trailer_fields_do_not_join_the_request_headers() -> None:
             response = await exchange(port, request)
     body = json.loads(response.partition(b"\r\n\r\n")[2])
     assert body == [["host", "a"], ["transfer-encoding", "chunked"]]
+
+
+async def test_the_header_deadline_of_a_pipelined_request_waits_for_the_answer_before_it() -> None:
+    """A request's head that comes behind one still being answered is not late by the client's
+    doing, and a 408 written then would read as the answer to the request before it."""
+    async with serving(slow_first, ConnectionLimits(header_timeout=0.5)) as port:
+        with anyio.fail_after(10):
+            response = await exchange(port, SLOW + b"GET / HTTP/1.1\r\n", b"Host: a\r\n\r\n", pause=1.8)
+    assert response.count(b"HTTP/1.1 200 OK\r\n") == 2, response
