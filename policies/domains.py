@@ -30,7 +30,7 @@ from frugal_proxy.records import Decision, Exchange, Outcome, ProviderSpec
 
 # (host, port) -> the addresses it resolves to: the providers' resolver, a seam for tests
 Resolver = Callable[[str, int], Awaitable[list[str]]]
-RESOLVE_TIMEOUT = 5.0  # seconds for the look-up of a plain tool's URL; a name not resolved by then is refused
+RESOLVE_TIMEOUT = 5.0  # seconds for the look-ups of a plain tool call's URLs; a name not resolved by then is refused
 
 
 class DomainPolicy(Policy):
@@ -73,9 +73,16 @@ class DomainPolicy(Policy):
             why = url_allowed(url, self.rules)
             if why is not None:
                 return why, f" (argument {name})"
+        # One bound for all the call's look-ups: a list of slow names must not hold the call in
+        # admission for the bound times its length (the plain call's deadline starts later).
+        deadline = anyio.current_time() + RESOLVE_TIMEOUT
+        looked_up: set[str] = set()
         for name, url in urls if self.resolver is not None else ():
             for host in names_of(url):
-                why = await self._resolved(host)
+                if host in looked_up:
+                    continue
+                looked_up.add(host)
+                why = await self._resolved(host, deadline)
                 if why is not None:
                     return why, f" (argument {name})"
         return None
@@ -97,11 +104,12 @@ class DomainPolicy(Policy):
                 found += [(name, url) for url in values if isinstance(url, str)]
         return found
 
-    async def _resolved(self, host: str) -> str | None:
-        """Why a fetch of `host` may not go where it resolves to; None when every address is allowed."""
+    async def _resolved(self, host: str, deadline: float) -> str | None:
+        """Why a fetch of `host` may not go where it resolves to (looked up by `deadline`); None
+        when every address is allowed."""
         assert self.resolver is not None
         try:
-            with anyio.fail_after(RESOLVE_TIMEOUT):
+            with anyio.fail_after(max(0.0, deadline - anyio.current_time())):
                 addresses = await self.resolver(host, 443)
         except (OSError, TimeoutError):
             addresses = []

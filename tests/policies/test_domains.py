@@ -180,3 +180,28 @@ async def test_a_plain_tools_url_whose_name_resolves_to_a_private_address_is_ref
     # Rules that refuse no address (an allow list alone) resolve nothing.
     allow_only = DomainPolicy(DomainRules.of(allow=["loopback.example"]), {"fetcher": ["url"]}, resolver=resolve)
     assert allow_only.resolver is None
+
+
+async def test_the_look_ups_of_a_list_of_urls_are_bounded_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each name of a URL list is looked up: a list of names that each take almost the look-up
+    bound would keep the call in admission for that bound times the list's length (the plain
+    call's deadline starts later). The bound is for the call's look-ups together."""
+    monkeypatch.setattr("frugal_proxy.policies.domains.RESOLVE_TIMEOUT", 0.5)
+
+    async def slow(host: str, port: int) -> list[str]:
+        await anyio.sleep(0.4)
+        return ["93.184.216.34"]
+
+    async def never(ex: Exchange) -> Outcome:
+        raise AssertionError("a URL no look-up could check was fetched")
+
+    fetcher = FakeProvider("fetcher", never)
+    pipeline = build_pipeline({"fetcher": fetcher}, [DomainPolicy(RULES, {"fetcher": ["urls"]}, resolver=slow)])
+    urls = [f"https://host{number}.example/" for number in range(10)]
+    params = {"name": jsonrpc.raw("batch"), "arguments": jsonrpc.raw({"urls": urls})}
+    began = anyio.current_time()
+    with anyio.fail_after(10):
+        answer = body(await pipeline.run(Exchange(Call(1, "batch", params), Route("batch", ("fetcher",)))))
+    assert anyio.current_time() - began < 1.5
+    assert fetcher.calls == [] and answer["isError"] is True
+    assert "could not be resolved" in answer["content"][0]["text"]  # type: ignore[index]
