@@ -59,11 +59,11 @@ PROXY_CLIENT_INFO = {"name": "frugal-proxy", "version": "0.1.0"}
 
 @dataclass(eq=False)
 class Pending:
-    """A request waiting for its reply. `done` is asyncio's own event: anyio's wrapper costs a
-    wrapper object and a checkpoint per call, and cancel scopes reach this wait alike."""
+    """A request waiting for its reply. Its event is asyncio's own (anyio's wrapper costs a
+    wrapper object and a checkpoint per call, and cancel scopes reach this wait alike), made
+    only when a task waits: a request settled through `on_settled` has nobody waiting."""
 
     method: str
-    done: asyncio.Event = field(default_factory=asyncio.Event)
     reply: Frame | None = None
     failure: Exception | None = None
     progress_token: int | None = None
@@ -72,9 +72,25 @@ class Pending:
     # reply or the failure is in, in place of a task woken to take it.
     on_settled: Callable[[Pending], Coroutine[Any, Any, None]] | None = None
     upstream_id: int | None = None  # set for such a request, which `withdraw` takes back by it
+    settled: bool = False  # its reply or its failure is in
+    _event: asyncio.Event | None = field(default=None, repr=False)
 
     def mark_sent(self) -> None:
         self.sent = True
+
+    def set_done(self) -> None:
+        """The reply or the failure is in: wake the task waiting for it, if one is."""
+        self.settled = True
+        if self._event is not None:
+            self._event.set()
+
+    async def wait(self) -> None:
+        """Wait until `set_done` (at once, without a checkpoint, if it was called already)."""
+        if self.settled:
+            return
+        if self._event is None:
+            self._event = asyncio.Event()
+        await self._event.wait()
 
 
 class UpstreamBase(abc.ABC):
@@ -488,7 +504,7 @@ class UpstreamBase(abc.ABC):
 
     def _settle_soon(self, waiting: Pending) -> None:
         """Wake what waits for a request settled outside the reader's own await."""
-        waiting.done.set()
+        waiting.set_done()
         if waiting.on_settled is not None:
             assert self._tg is not None
             self._tg.start_soon(self.settle, waiting)  # what goes wrong there is that call's alone
@@ -507,7 +523,7 @@ class UpstreamBase(abc.ABC):
                 )
                 return
             waiting.reply = frame
-            waiting.done.set()
+            waiting.set_done()
             if waiting.on_settled is not None:
                 await self.settle(waiting)  # the reply goes on from here: no task to wake
             return

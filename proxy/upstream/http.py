@@ -202,7 +202,7 @@ class HttpUpstreamConnection(SessionMode, SseMode):
     def _fail_pending(self, failure: Exception) -> None:
         for pending in self._pending.values():
             pending.failure = failure
-            pending.done.set()
+            pending.set_done()
         self._pending.clear()
 
     # -- detection -------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ class SseMode(PostExchange):
         try:
             await self._post_message(jsonrpc.request(upstream_id, method, params), on_sent=pending.mark_sent)
             with anyio.fail_after(None if method in STREAMING_METHODS else self.read_timeout):
-                await pending.done.wait()
+                await pending.wait()
         except TimeoutError:
             self._pending.pop(upstream_id, None)
             self._abandoned.add(upstream_id)

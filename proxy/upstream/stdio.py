@@ -203,7 +203,7 @@ class UpstreamConnection(UpstreamBase):
         gen.pending[upstream_id] = pending
         try:
             await gen.writer.send(jsonrpc.request(upstream_id, method, params), on_writing=pending.mark_sent)
-            await pending.done.wait()
+            await pending.wait()
         except anyio.get_cancelled_exc_class():
             # A request still waiting for its turn to be written never reached the upstream:
             # there is nothing to cancel there (it would hear of an id it never saw).
@@ -362,7 +362,7 @@ class UpstreamConnection(UpstreamBase):
         gen.pending.clear()
         for pending in settled:
             pending.failure = down
-            pending.done.set()
+            pending.set_done()
         for pending in settled:
             if pending.on_settled is not None:
                 await self.settle(pending)

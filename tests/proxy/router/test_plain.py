@@ -40,7 +40,7 @@ async def test_a_failing_answer_on_the_upstreams_reader_is_that_calls_alone(capl
             await upstream.ensure_ready()
             first = upstream.start_request("tools/call", params, failing)
             assert first is not None
-            await first.done.wait()
+            await first.wait()
             second = upstream.start_request("tools/call", params, fine)
             assert second is not None
             await second_answered.wait()
