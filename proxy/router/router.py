@@ -344,9 +344,10 @@ class Router:
             if not link.passes_through(client):
                 return None
             name = jsonrpc.decode_any(params["name"]) if "name" in params else None
-            if origin is not STDIO and jsonrpc.progress_token(params) is not None:
+            token = jsonrpc.progress_token(params)
+            if origin is not STDIO and token is not None:
                 return None  # its progress goes on the request's own response stream
-            progress = self._progress_sink(params, None)
+            progress = self._sink_for(token, None)
         except jsonrpc.MessageError:
             return None  # the slow path says what is wrong
         if client_id is None or client_id in self._inflight or not isinstance(name, str):
@@ -612,7 +613,10 @@ class Router:
     # -- notifications -----------------------------------------------------------------------------
 
     def _progress_sink(self, params: dict[str, msgspec.Raw], stream: ProgressSink | None) -> ProgressSink | None:
-        token = jsonrpc.progress_token(params)
+        return self._sink_for(jsonrpc.progress_token(params), stream)
+
+    def _sink_for(self, token: msgspec.Raw | None, stream: ProgressSink | None) -> ProgressSink | None:
+        """Where the progress of a request with this progress token goes; None without one."""
         if token is None:
             return None
         downstream = self.downstream
