@@ -131,7 +131,7 @@ class Endpoint:
         if method == "initialize" and not modern:
             return await self._initialize(request, frame)
         if modern or eras.modern_meta(jsonrpc.params_of(frame)) is not None:
-            return await self._modern(request, frame, version)
+            return await self._modern(request, frame, version, method or "")
         sse = prefers_event_stream(headers_of(request).get("accept"))
         if self.sessions is None:
             return await self._take(self.shared, frame, version, operator=operator_of(request), sse=sse)
@@ -143,13 +143,12 @@ class Endpoint:
 
     # -- 2026-07-28 ----------------------------------------------------------------------------------
 
-    async def _modern(self, request: Request, frame: Frame, version: str | None) -> Response:
+    async def _modern(self, request: Request, frame: Frame, version: str | None, method: str) -> Response:
         ident = jsonrpc.id_of(frame)
         if jsonrpc.is_reply(frame):
             return rpc_error(400, jsonrpc.INVALID_REQUEST, "2026-07-28 clients do not POST responses")
         if jsonrpc.is_notification(frame):
             return Response(status_code=202)  # over HTTP the core protocol has no client notifications
-        method = jsonrpc.method_of(frame) or ""
         params = jsonrpc.params_of(frame)
         meta = jsonrpc.sub_object(params, "_meta")
         stated = jsonrpc.decode_any(meta[eras.META_VERSION]) if eras.META_VERSION in meta else None
@@ -195,7 +194,9 @@ class Endpoint:
         operator = operator_of(request)
         if method == "subscriptions/listen":
             return self._listen(inner, ident, operator)
-        return await self._request(self.shared, inner, ident, modern=True, operator=operator, headers=sent or None)
+        return await self._request(
+            self.shared, inner, ident, modern=True, operator=operator, headers=sent or None, meta=meta
+        )
 
     def _param_problem(self, params: dict[str, msgspec.Raw], sent: dict[str, str]) -> str | None:
         """Check a tools/call's `Mcp-Param-*` headers against its arguments, for the tools whose
@@ -417,15 +418,19 @@ class Endpoint:
         operator: str | None = None,
         headers: Mapping[str, str] | None = None,
         sse: bool = False,
+        meta: dict[str, msgspec.Raw] | None = None,
     ) -> Response:
         """The response to one request: an SSE stream when it asked for progress, or when a
         session-era client prefers one (`sse`: its Accept ranks text/event-stream above JSON);
-        plain JSON otherwise, the cheaper answer, which the SDK clients (JSON listed first) get."""
+        plain JSON otherwise, the cheaper answer, which the SDK clients (JSON listed first) get.
+        `meta` is the request's `params._meta` where the caller has read it already."""
 
         async def answer(stream: ProgressSink) -> Frame | None:
             return await self.answer(session, frame, ident, entry, operator, stream, headers)
 
-        if sse or "progressToken" in jsonrpc.sub_object(jsonrpc.params_of(frame), "_meta"):
+        if sse or "progressToken" in (
+            meta if meta is not None else jsonrpc.sub_object(jsonrpc.params_of(frame), "_meta")
+        ):
             if entry is None:  # 2026-07-28, or a stateless session-era client: nothing to resume
                 return ReplyStream(answer, EventLog("request"), resumable=False)
             prime = version is not None and version >= "2025-11-25"
