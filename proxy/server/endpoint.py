@@ -179,13 +179,14 @@ class Endpoint:
         if decode_header_value(headers.get("mcp-method", "")) != method:
             return rpc_error(400, jsonrpc.HEADER_MISMATCH, f"Mcp-Method header does not match method {method!r}", ident)
         key = NAME_KEYS.get(method)
+        named: Any = None
         if key is not None:
             named = jsonrpc.decode_any(params[key]) if key in params else None
             if decode_header_value(headers.get("mcp-name", "")) != named:
                 return rpc_error(400, jsonrpc.HEADER_MISMATCH, f"Mcp-Name header does not match params.{key}", ident)
         if method == "tools/call":
             sent = {key: value for key, value in headers.items() if key.startswith("mcp-param-")}
-            problem = self._param_problem(params, sent)
+            problem = self._param_problem(named, params, sent)
             if problem is not None:
                 return rpc_error(400, jsonrpc.HEADER_MISMATCH, problem, ident)
         else:
@@ -198,11 +199,11 @@ class Endpoint:
             self.shared, inner, ident, modern=True, operator=operator, headers=sent or None, meta=meta
         )
 
-    def _param_problem(self, params: dict[str, msgspec.Raw], sent: dict[str, str]) -> str | None:
+    def _param_problem(self, name: Any, params: dict[str, msgspec.Raw], sent: dict[str, str]) -> str | None:
         """Check a tools/call's `Mcp-Param-*` headers against its arguments, for the tools whose
-        listing (seen by this endpoint) declares `x-mcp-header` arguments. The headers go on with
-        the call (an HTTP upstream gets the unrecognised ones as they came)."""
-        name = jsonrpc.decode_any(params["name"]) if "name" in params else None
+        listing (seen by this endpoint) declares `x-mcp-header` arguments; `name` is its
+        `params.name`, decoded. The headers go on with the call (an HTTP upstream gets the
+        unrecognised ones as they came)."""
         declared = self._param_headers.get(name) if isinstance(name, str) else None
         if declared is None:
             return None  # a tool not listed here: the upstream checks its own
