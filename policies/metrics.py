@@ -88,6 +88,18 @@ def outcome_of(exchange: Exchange) -> str:
     raw = answer.get("result")
     if raw is None:
         return "rpc_error"
+    # Worked out once per result: the metrics and the ledger both ask, and the flags' decode
+    # reads the whole result.
+    known = exchange.derived.get("outcome")
+    if known is not None and known[0] is raw:
+        label: str = known[1]
+        return label
+    label = _result_label(raw)
+    exchange.derived["outcome"] = (raw, label)
+    return label
+
+
+def _result_label(raw: msgspec.Raw) -> str:
     try:
         flags = _flags.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError):
