@@ -351,6 +351,21 @@ async def open_session(http: httpx2.AsyncClient, url: str, version: str = "2025-
     return headers
 
 
+async def session_counting_cancellations(
+    http: httpx2.AsyncClient, url: str
+) -> tuple[dict[str, str], Cancellations, int]:
+    """A session-era session, its count of upstream cancellations, and that count now."""
+    headers = await open_session(http, url)
+    counted = Cancellations(http, url, headers)
+    return headers, counted, await counted.count()
+
+
+def legacy_sleep(ident: int, seconds: float) -> dict[str, Any]:
+    """A session-era tools/call of the notes server's `sleep`."""
+    params = {"name": "sleep", "arguments": {"seconds": seconds}}
+    return {"jsonrpc": "2.0", "id": ident, "method": "tools/call", "params": params}
+
+
 async def test_closing_the_connection_of_a_plain_json_call_cancels_it_upstream(notes_proxy: Proxy) -> None:
     """A plain tools/call answered as JSON is sent upstream from the request's own task; a client
     that goes away before its reply still has it cancelled upstream, and others go on."""
@@ -371,11 +386,8 @@ async def test_a_session_era_plain_call_is_cancelled_by_its_clients_notification
     url = notes_proxy.url
     with anyio.fail_after(30):
         async with httpx2.AsyncClient(timeout=20) as http:
-            headers = await open_session(http, url)
-            counted = Cancellations(http, url, headers)
-            before = await counted.count()
-            arguments = {"name": "sleep", "arguments": {"seconds": 30}}
-            sleep = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": arguments}
+            headers, counted, before = await session_counting_cancellations(http, url)
+            sleep = legacy_sleep(3, 30)
             replies: list[httpx2.Response] = []
 
             async def call() -> None:

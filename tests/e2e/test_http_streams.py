@@ -25,12 +25,13 @@ from tests.conftest import everything_command, modern_only_command, notes_comman
 from tests.e2e import test_http_upstream
 from tests.e2e.test_http_downstream import (
     INITIALIZE,
-    Cancellations,
     Proxy,
+    legacy_sleep,
     modern_body,
     modern_headers,
     open_session,
     sdk_client,
+    session_counting_cancellations,
     start,
 )
 from tests.e2e.test_subscriptions import hear_a_note_change
@@ -267,11 +268,8 @@ async def test_the_request_timeout_answers_a_session_era_call_and_cancels_it_ups
         url = slow.url
         with anyio.fail_after(30):
             async with httpx2.AsyncClient(timeout=20) as http:
-                headers = await open_session(http, url)
-                counted = Cancellations(http, url, headers)
-                before = await counted.count()
-                arguments = {"name": "sleep", "arguments": {"seconds": 20}}
-                sleep = {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": arguments}
+                headers, counted, before = await session_counting_cancellations(http, url)
+                sleep = legacy_sleep(9, 20)
                 reply = (await http.post(url, json=sleep, headers=headers)).json()
                 assert reply["id"] == 9 and reply["result"]["isError"] is True, reply
                 assert "--request-timeout" in reply["result"]["content"][0]["text"]
