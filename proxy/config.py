@@ -49,8 +49,11 @@ def parse_duration(text: str) -> float:
 
 
 def format_duration(seconds: float) -> str:
-    """A duration as Go writes it, to the second: `48s`, `1m0s`, `1h2m3s` (rounded up, so a
-    wait it names is never too short)."""
+    """A duration as Go writes it: `48s`, `1m0s`, `1h2m3s`, and under a second `500ms`; rounded
+    up (to the second, or the millisecond under one), so a wait it names is never too short."""
+    millis = math.ceil(seconds * 1000 - 1e-6)
+    if 0 < millis < 1000:
+        return f"{millis}ms"
     whole = max(0, math.ceil(seconds - 1e-9))
     hours, rest = divmod(whole, 3600)
     minutes, secs = divmod(rest, 60)

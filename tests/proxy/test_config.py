@@ -146,8 +146,10 @@ def test_provider_tables_read_prices_exactly() -> None:
 
 
 def test_durations_are_written_back_as_go_does_rounded_up() -> None:
-    assert [config.format_duration(s) for s in (0, 0.2, 5, 47.1, 60, 90, 3723)] == [
+    assert [config.format_duration(s) for s in (0, 0.0004, 0.2, 0.9999, 5, 47.1, 60, 90, 3723)] == [
         "0s",
+        "1ms",
+        "200ms",
         "1s",
         "5s",
         "48s",
