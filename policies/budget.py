@@ -5,8 +5,10 @@ skipped youcom (…)`), and a call that pins it is refused; a call that lands ex
 goes ahead. The counters reset at UTC midnight. Exact under concurrency: dispatch reserves the
 price just before the provider is called (`before_call`; a cap that other calls' spend leaves no
 room under meanwhile is a skip there) and releases it when the provider did not bill
-(`after_call`: an error, a cancelled call, a call cut by the deadline), so no number of
-concurrent calls takes a provider past its cap. A free provider never spends, so its cap
+(`after_call`: an error status, a call cut or cancelled before its request went out), so no
+number of concurrent calls takes a provider past its cap. A call cut by the deadline or a cancel
+after its request may have reached the provider keeps it: it may have been billed
+(`Outcome.maybe_billed`), and the cap counts it. A free provider never spends, so its cap
 never bites, nor a call that holds a unit of its free monthly quota (billed $0; routing reserves
 the unit first). Caps are per capability table: the key is `capability/provider`. Dispatch runs
 the hooks only for providers that have a cap (`takes_part`), so a plain tool pays nothing here.
@@ -21,7 +23,7 @@ from frugal_proxy import money
 from frugal_proxy.config import format_duration
 from frugal_proxy.policies import Policy
 from frugal_proxy.policies.routing import has_quota
-from frugal_proxy.records import Decision, Exchange, Outcome, ProviderSpec
+from frugal_proxy.records import Decision, Exchange, Outcome, ProviderSpec, billed
 from frugal_proxy.state.seeding import StillSeeding
 from frugal_proxy.state.spend import SpendBook, seconds_to_midnight, spend_key
 
@@ -96,7 +98,7 @@ class Budget(Policy):
 
     async def after_call(self, exchange: Exchange, spec: ProviderSpec, outcome: Outcome | None) -> Outcome | None:
         day = exchange.reservations.pop((self.name, spec.name), None)
-        if day is not None and (outcome is None or outcome.kind not in ("ok", "empty")):
+        if day is not None and not billed(outcome):
             await self.book.release(spend_key(spec.capability, spec.name), spec.price_micros, day)  # it did not bill
         return None
 

@@ -118,8 +118,11 @@ def line_of(facts: Facts, rack: RackRates) -> UsageLine:
     tables: dict[str, dict[str, int]] = {}  # provider -> capability table -> what it billed there
     served: dict[str, float] = {}
     free: list[str] = []
+    maybe = 0
     table = capability or "tool"
     for attempt in facts.attempts:  # one pass: a line is made for every call
+        if attempt.maybe_billed:
+            maybe += attempt.cost_micros
         if attempt.cost_micros:
             billed[attempt.provider] = billed.get(attempt.provider, 0) + attempt.cost_micros
             split = tables.setdefault(attempt.provider, {})
@@ -154,6 +157,7 @@ def line_of(facts: Facts, rack: RackRates) -> UsageLine:
             for name, split in tables.items()
             if split.keys() != {table}
         },
+        maybe_billed_usd=usd(maybe),
     )
 
 

@@ -19,16 +19,17 @@ latency book that the next calls order by.
 Free quotas are exact: just before a paid provider with `free_quota_monthly` is called
 (`before_call`), a unit of its quota is reserved if one is left, and that call is billed $0
 (`Exchange.free_quota`); once the quota is used up, its list price. A call that did not bill
-gives its unit back (`after_call`). So N concurrent calls against a quota Q < N bill exactly Q
-at $0 and N - Q at the list price, and the receipt, the ledger line, the daily budget and the
-ceiling (which re-checks a provider whose unit others took meanwhile) all see the same price.
+gives its unit back (`after_call`); one cut after its request may have gone out keeps it. So N
+concurrent calls against a quota Q < N bill exactly Q at $0 and N - Q at the list price, and the
+receipt, the ledger line, the daily budget and the ceiling (which re-checks a provider whose unit
+others took meanwhile) all see the same price.
 """
 
 from __future__ import annotations
 
 from frugal_proxy.config import CapabilityRouting
 from frugal_proxy.policies import Policy
-from frugal_proxy.records import Decision, Exchange, Outcome, ProviderSpec
+from frugal_proxy.records import Decision, Exchange, Outcome, ProviderSpec, billed
 from frugal_proxy.state.latency import LatencyBook
 from frugal_proxy.state.seeding import StillSeeding
 from frugal_proxy.state.usage import UsageCounter
@@ -86,8 +87,8 @@ class Routing(Policy):
 
     async def after_call(self, exchange: Exchange, spec: ProviderSpec, outcome: Outcome | None) -> Outcome | None:
         month = exchange.reservations.pop((self.name, spec.name), None)
-        if outcome is not None and outcome.kind in ("ok", "empty"):
-            return None  # billed on its quota: the unit is spent
+        if billed(outcome):
+            return None  # billed on its quota (or may have been: its request went out): the unit is spent
         if month is not None:
             exchange.free_quota.discard(spec.name)
             await self.usage.release(spec.name, month)  # it did not bill

@@ -81,6 +81,7 @@ class Browserless:
             params={"token": self.setup.key or ""},
             json=body,
             request_timeout=self.setup.timeout,
+            call=exchange,
         )
         if isinstance(response, Outcome):
             return response

@@ -74,6 +74,7 @@ class Firecrawl:
             json=body,
             headers={"Authorization": f"Bearer {self.setup.key or ''}"},
             request_timeout=self.setup.timeout,
+            call=exchange,
         )
         if isinstance(found, Outcome):
             return found

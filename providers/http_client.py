@@ -43,7 +43,7 @@ import httpx2
 import msgspec
 
 from frugal_proxy import __version__
-from frugal_proxy.records import Outcome
+from frugal_proxy.records import Exchange, Outcome
 from frugal_proxy.upstream.http_wire import retry_after
 
 log = logging.getLogger("frugal_proxy.providers")
@@ -141,10 +141,20 @@ class HttpClient:
         content: bytes | None = None,
         headers: Mapping[str, str] | None = None,
         follow_redirects: bool = False,
+        call: Exchange | None = None,
     ) -> httpx2.Response:
         """One request, bounded by `request_timeout` (httpx2's per-operation timeout: connect,
         each read); the body is read up to MAX_BODY_BYTES. Raises httpx2 errors and BodyTooLarge,
-        which `network_fault` classifies."""
+        which `network_fault` classifies.
+
+        `call` is the exchange whose attempt this is: its `request_state` follows the request, for
+        what a paid call cut on the way may have billed. It is "unsent" until a byte of the request
+        may have been written (httpcore's trace says when its headers start to go out, so a call
+        cut while it waits for a connection or connects stays unsent; a transport of a test's own
+        counts from the hand-off, and back to unsent when it says it could not connect), then
+        "sent", and "refused" once a failure status came back."""
+        if call is not None:
+            call.request_state = "unsent"
         client = await self.client()
         request = client.build_request(
             method,
@@ -155,7 +165,19 @@ class HttpClient:
             headers=dict(headers or {}),
             timeout=request_timeout,
         )
-        response = await client.send(request, stream=True, follow_redirects=follow_redirects)
+        if call is not None:
+            if self._transport is None:  # httpx2's own transport, over httpcore: it traces
+                request.extensions["trace"] = _tracing(call)
+            else:
+                call.request_state = "sent"
+        try:
+            response = await client.send(request, stream=True, follow_redirects=follow_redirects)
+        except NOT_SENT:
+            if call is not None:
+                call.request_state = "unsent"
+            raise
+        if call is not None and not 200 <= response.status_code < 300:
+            call.request_state = "refused"
         try:
             body = bytearray()
             async for chunk in response.aiter_bytes():
@@ -179,13 +201,14 @@ class HttpClient:
         headers: Mapping[str, str] | None = None,
         refine: Refine | None = None,
         reread: Reread | None = None,
+        call: Exchange | None = None,
     ) -> httpx2.Response | Outcome:
         """One request whose 2xx answer is handed back as it came; anything else is its Outcome:
         no answer (`network_fault`), or a failure status (`reread` of the answer, else `fault`
-        then the driver's `refine`)."""
+        then the driver's `refine`). `call`: as for `send`."""
         try:
             response = await self.send(
-                method, url, request_timeout=request_timeout, params=params, json=json, headers=headers
+                method, url, request_timeout=request_timeout, params=params, json=json, headers=headers, call=call
             )
         except NETWORK_ERRORS as exc:
             return network_fault(provider, exc)
@@ -210,6 +233,7 @@ class HttpClient:
         headers: Mapping[str, str] | None = None,
         refine: Refine | None = None,
         reread: Reread | None = None,
+        call: Exchange | None = None,
     ) -> T | Outcome:
         """`fetch`, its 2xx answer decoded as `kind`; a body that is not the documented JSON is
         `reread`'s Outcome when the driver has one for it, else transient."""
@@ -223,6 +247,7 @@ class HttpClient:
             headers=headers,
             refine=refine,
             reread=reread,
+            call=call,
         )
         if isinstance(response, Outcome):
             return response
@@ -301,6 +326,21 @@ def _guarded_transport(check: AddressCheck, resolver: Resolver) -> httpx2.AsyncH
         network_backend=_CheckedBackend(check, resolver),
     )
     return transport
+
+
+# What httpx2 raises when the request was not sent: no connection could be had or made.
+NOT_SENT: tuple[type[Exception], ...] = (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout)
+
+
+def _tracing(call: Exchange) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
+    """httpcore's trace hook for one request: the call's request counts as sent from the moment
+    its headers start to be written (HTTP/1.1 and HTTP/2 alike)."""
+
+    async def trace(event: str, info: dict[str, Any]) -> None:
+        if event.endswith(".send_request_headers.started"):
+            call.request_state = "sent"
+
+    return trace
 
 
 # What `send` raises when no usable HTTP answer came: a driver catches these and hands them to

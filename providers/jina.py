@@ -79,6 +79,7 @@ class Jina:
             headers=headers,
             request_timeout=self.setup.timeout,
             reread=lambda response: _over_limit(name, response.status_code, response.content, retry_after(response)),
+            call=exchange,
         )
         if isinstance(found, Outcome):
             return found

@@ -54,16 +54,16 @@ class WebSearch(Generic[Body]):
         assert isinstance(request, SearchRequest)
         query = self.query(request)
         if self._slots is None:
-            found = await self._fetch(query)
+            found = await self._fetch(query, exchange)
         else:
             async with self._slots:
-                found = await self._fetch(query)
+                found = await self._fetch(query, exchange)
         if isinstance(found, Outcome):
             return found
         hits = self.hits(found)
         return hits if isinstance(hits, Outcome) else answer(self.spec.name, hits, request.max_results)
 
-    async def _fetch(self, query: Query) -> Body | Outcome:
+    async def _fetch(self, query: Query, exchange: Exchange) -> Body | Outcome:
         return await self.setup.http.fetch_json(
             self.spec.name,
             self.method,
@@ -74,6 +74,7 @@ class WebSearch(Generic[Body]):
             headers=query.headers,
             request_timeout=self.setup.timeout,
             refine=self.refine,
+            call=exchange,
         )
 
     def query(self, request: SearchRequest) -> Query:

@@ -59,6 +59,7 @@ class Wikipedia:
                 _Pages,
                 params=params,
                 request_timeout=self.setup.timeout,
+                call=exchange,
             )
         if isinstance(found, Outcome):
             return found

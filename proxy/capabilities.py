@@ -197,6 +197,8 @@ _ATTEMPT = {
         "latency_ms": {"type": "number"},
         "cost_usd": {"type": "number"},
         "retries": {"type": "integer"},
+        "free_quota": {"type": "boolean"},
+        "maybe_billed": {"type": "boolean"},
     },
     "required": ["provider", "outcome", "latency_ms", "cost_usd"],
 }

@@ -17,6 +17,10 @@ import msgspec
 from frugal_proxy.protocol.jsonrpc import Frame, RequestId
 
 OutcomeKind = Literal["ok", "transient", "rate_limited", "permanent", "empty"]
+# How far an attempt's request to its provider got, as the shared HTTP client tells it: "unsent"
+# (provably nothing sent yet: before the hand-off, while connecting), "sent" (it may have reached
+# the provider), "refused" (the provider answered with a failure status: it did not bill).
+RequestState = Literal["unsent", "sent", "refused"]
 Phase = Literal["admit", "route", "dispatch", "govern", "seal"]
 ProgressSink = Callable[[dict[str, msgspec.Raw]], Awaitable[None]]
 
@@ -77,6 +81,10 @@ class Attempt(msgspec.Struct, frozen=True):
     retries: int = 0  # how often dispatch tried it again (a free provider, a transient error)
     free_quota: bool = False  # it answered on a unit of its free monthly quota: billed $0
     capability: str = "tool"  # the table it was tried from (search, extract, browse; tool: a plain tool)
+    # A paid request that may have reached the provider and got no answer that says it failed (cut
+    # by the deadline or a cancel, a timeout, a dropped connection): `cost_micros` is its price (or
+    # its free quota unit is kept), counted as spent, though the provider may not have billed it.
+    maybe_billed: bool = False
 
 
 class Outcome(msgspec.Struct, frozen=True):
@@ -89,6 +97,15 @@ class Outcome(msgspec.Struct, frozen=True):
     message: str = ""
     retry_after: float | None = None
     data: Any = None
+    # Set by dispatch: a paid provider's request went out and no answer said it failed, so it may
+    # have billed (see Attempt.maybe_billed); what it reserved is kept as spend.
+    maybe_billed: bool = False
+
+
+def billed(outcome: Outcome | None) -> bool:
+    """Whether an attempt with this outcome billed, or may have: an answer (`ok`, `empty`), or a
+    paid request that may have reached its provider; what was reserved for it is then spent."""
+    return outcome is not None and (outcome.kind in ("ok", "empty") or outcome.maybe_billed)
 
 
 class Decision(msgspec.Struct, frozen=True):
@@ -184,6 +201,10 @@ class Exchange(msgspec.Struct):
     # (budget: the price, routing: a quota unit): (policy, provider) -> the day or month it
     # counts in. On the exchange, so that a call that never settles holds nothing elsewhere.
     reservations: dict[tuple[str, str], str] = msgspec.field(default_factory=dict)
+    # How far the current attempt's request got (RequestState), told by the shared HTTP client;
+    # None: the provider does not say (dispatch resets it before each attempt). A paid attempt
+    # cut after its request may have gone out is counted as billed.
+    request_state: RequestState | None = None
     # What several phases derive from the call, worked out once (policies.derived): name ->
     # (the request, or the route and the request, it was derived from; the value).
     derived: dict[str, tuple[Any, Any]] = msgspec.field(default_factory=dict)

@@ -37,6 +37,10 @@ FOOTNOTE = (
     "* rack rate = list price of each capability's premium provider, snapshotted at call time.\n"
     "  failed calls excluded."
 )
+MAYBE_FOOTNOTE = (
+    "† paid calls cut (deadline, cancel) or failed after their request went out: the provider may\n"
+    "  have billed them, so they count as spent and against the daily budgets."
+)
 _NOTES = {
     "cached": "cached",
     "denied": "refused",
@@ -97,6 +101,15 @@ def note(outcome: str) -> str:
     return _NOTES.get(outcome, f"failed: {outcome}")
 
 
+def row_note(row: Row) -> str:
+    """A row's outcome note, and what of its paid amount may have been billed."""
+    said = note(row.outcome)
+    if not row.maybe_billed:
+        return said
+    maybe = f"{money.format_usd(row.maybe_billed)} may have been billed†"
+    return f"{said}; {maybe}" if said else maybe
+
+
 def render(figures: MonthTally) -> Text:
     """The receipt as the terminal shows it."""
     out = Text()
@@ -109,7 +122,7 @@ def render(figures: MonthTally) -> Text:
             out.append(f"\n{ledger.STATS_ENV}=off: this machine records no calls", style="yellow")
         return out
     rows = [
-        (tool_name(r.tool), provider_name(r), f"{r.calls:,}", money.format_usd(r.paid), note(r.outcome))
+        (tool_name(r.tool), provider_name(r), f"{r.calls:,}", money.format_usd(r.paid), row_note(r))
         for r in figures.rows
     ]
     total = ("total", "", f"{figures.calls:,}", money.format_usd(figures.paid), "")
@@ -129,6 +142,9 @@ def render(figures: MonthTally) -> Text:
     percent = figures.saved_percent
     out.append(f"{'same calls at premium rack rate*':<{label}}  {money.format_usd(figures.rack):>{widths[3]}}\n")
     out.append(f"{'you paid':<{label}}  {money.format_usd(figures.paid):>{widths[3]}}\n")
+    if figures.maybe_billed:
+        maybe = money.format_usd(figures.maybe_billed)
+        out.append(f"{'  of which may have been billed†':<{label}}  {maybe:>{widths[3]}}\n", style="yellow")
     verb = "you saved" if figures.saved >= 0 else "you paid more by"
     out.append(f"{verb:<{label}}  ", style="bold")
     out.append(f"{saved:>{widths[3]}}", style="bold green" if figures.saved > 0 else "bold")
@@ -137,6 +153,8 @@ def render(figures: MonthTally) -> Text:
     out.append(f"{'context kept out of the model':<{label}}  {tokens:>{widths[3]}} tokens")
     out.append(" (cut by the governor, fetchable while spilled)\n", style="dim")
     out.append(FOOTNOTE + "\n", style="dim")
+    if figures.maybe_billed:
+        out.append(MAYBE_FOOTNOTE + "\n", style="dim")
     if figures.skipped_lines:
         out.append(f"{figures.skipped_lines} unreadable ledger line(s) skipped\n", style="yellow")
     out.append("\n")
@@ -199,6 +217,7 @@ def as_json(figures: MonthTally) -> dict[str, Any]:
         "calls": figures.calls,
         "failed_calls": figures.failed,
         "paid_usd": usd(figures.paid),
+        "maybe_billed_usd": usd(figures.maybe_billed),
         "rack_usd": usd(figures.rack),
         "saved_usd": usd(figures.saved),
         "saved_percent": None if percent is None else round(percent, 2),
@@ -211,6 +230,7 @@ def as_json(figures: MonthTally) -> dict[str, Any]:
                 "credited": row.outcome in CREDITED,
                 "calls": row.calls,
                 "paid_usd": usd(row.paid),
+                "maybe_billed_usd": usd(row.maybe_billed),
             }
             for row in figures.rows
         ],

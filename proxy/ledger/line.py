@@ -53,6 +53,9 @@ class UsageLine(msgspec.Struct, frozen=True, kw_only=True):
     # table other than the line's `capability` (an extraction that fell forward to a paid render
     # bills its extract provider under extract); the daily budgets are per table
     billed_under: dict[str, dict[str, float]] = {}
+    # the part of total_cost_usd that may have been billed: paid requests cut (deadline, cancel) or
+    # failed after they went out, with no answer saying whether the provider billed them
+    maybe_billed_usd: float = 0.0
     v: int = 1
 
 

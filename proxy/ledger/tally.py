@@ -3,6 +3,8 @@ apart from `tally_month`, which reads the month's file.
 
     calls       every line: answered, cached, failed and refused calls alike
     paid        what every attempt billed (failed attempts bill $0; a paid empty answer bills)
+    maybe       the part of paid that may have been billed: paid requests cut or failed after
+                they went out, with no answer saying whether the provider billed them
     rack        the premium rack rate of each call that produced a result (outcome ok or cached),
                 as snapshotted in its line; failed, refused and empty calls earn none, and a call
                 earns it once however many providers it tried
@@ -38,6 +40,7 @@ class Tallied(msgspec.Struct, frozen=True, gc=False):
     provider: str | None = None
     outcome: str = "ok"
     total_cost_usd: float = 0.0
+    maybe_billed_usd: float = 0.0
     rack_usd: float = 0.0
     tokens_total: int = 0
     tokens_returned: int = 0
@@ -50,6 +53,7 @@ class Row:
     outcome: str
     calls: int = 0
     paid: int = 0  # micro-dollars, like every amount here
+    maybe_billed: int = 0  # the part of paid that may have been billed
 
 
 @dataclass
@@ -69,6 +73,7 @@ class MonthTally:
     month: str
     calls: int = 0
     paid: int = 0
+    maybe_billed: int = 0
     rack: int = 0
     tokens_kept_out: int = 0
     rows: list[Row] = field(default_factory=list)
@@ -94,7 +99,7 @@ def tally(month: str, batches: Iterable[list[Tallied]]) -> MonthTally:
     Lines are counted by their distinct (tool, provider, outcome, amounts, day) with C-level
     iteration, and turned into micro-dollars once per distinct key: a million lines hold a few
     thousand of them."""
-    counted: Counter[tuple[tuple[str, str | None, str, float, float], str]] = Counter()
+    counted: Counter[tuple[tuple[str, str | None, str, float, float, float], str]] = Counter()
     kept_out = 0
     for batch in batches:
         counted.update(zip(map(_key, batch), map(_day, map(_ts, batch)), strict=True))
@@ -102,7 +107,7 @@ def tally(month: str, batches: Iterable[list[Tallied]]) -> MonthTally:
         kept_out += sum(map(max, map(_total, batch), returned)) - sum(returned)  # per line, never below 0
     rows: dict[tuple[str, str | None, str], Row] = {}
     days: dict[str, Day] = {}
-    for ((tool, provider, outcome, paid, rack), name), calls in counted.items():
+    for ((tool, provider, outcome, paid, maybe, rack), name), calls in counted.items():
         row = rows.get((tool, provider, outcome))
         if row is None:
             row = rows[(tool, provider, outcome)] = Row(tool, provider, outcome)
@@ -112,6 +117,7 @@ def tally(month: str, batches: Iterable[list[Tallied]]) -> MonthTally:
         spent = calls * micros(paid)
         row.calls += calls
         row.paid += spent
+        row.maybe_billed += calls * micros(maybe)
         day.calls += calls
         day.paid += spent
         if outcome in CREDITED:
@@ -121,11 +127,12 @@ def tally(month: str, batches: Iterable[list[Tallied]]) -> MonthTally:
     result.days = [days[key] for key in sorted(days)]
     result.calls = sum(day.calls for day in result.days)
     result.paid = sum(day.paid for day in result.days)
+    result.maybe_billed = sum(row.maybe_billed for row in result.rows)
     result.rack = sum(day.rack for day in result.days)
     return result
 
 
-_key = operator.attrgetter("tool", "provider", "outcome", "total_cost_usd", "rack_usd")
+_key = operator.attrgetter("tool", "provider", "outcome", "total_cost_usd", "maybe_billed_usd", "rack_usd")
 _ts = operator.attrgetter("ts")
 _day = operator.itemgetter(slice(0, 10))
 _total = operator.attrgetter("tokens_total")

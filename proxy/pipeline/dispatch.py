@@ -21,6 +21,12 @@ each attempt gets only what remains, none starts once it has run out, and the ca
 with `frugal: call deadline exceeded; search failover stopped after N attempt(s): …` naming
 each attempt's error. A plain tool keeps its upstream's own deadline. A client that cancels the
 call stops the chain at once: nothing further is called or paid.
+
+A paid attempt whose request may have reached its provider and that got no answer saying it
+failed (cut by the deadline or a cancel, a timeout or a dropped connection after sending) may have
+been billed: its outcome is marked `maybe_billed`, so the policies keep what they reserved for it
+and its attempt costs its price (`_billing`). How far a request got is the shared HTTP client's
+word (`Exchange.request_state`); a provider that does not say counts as sent once it was called.
 """
 
 from __future__ import annotations
@@ -31,12 +37,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import anyio
+import msgspec
 
+from frugal_proxy import money
 from frugal_proxy.config import format_duration
 from frugal_proxy.policies import Policy
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers import Provider
-from frugal_proxy.records import Attempt, Decision, Exchange, Outcome, ProviderSpec
+from frugal_proxy.records import Attempt, Decision, Exchange, Outcome, ProviderSpec, billed
 
 RETRIED = frozenset({"transient", "rate_limited"})  # 429, 408, 5xx, timeouts, resets
 ANSWERED = frozenset({"ok", "empty"})  # a provider answered: it billed what was reserved
@@ -141,7 +149,7 @@ class Dispatch:
         started = time.monotonic()
         retries = 0
         while True:
-            outcome, cut = await self._try(exchange, spec, after)
+            outcome, cut = await self._try(exchange, spec, after, started, retries)
             delay = None if cut else self._retry_delay(exchange, spec, outcome, retries)
             if delay is None:
                 break
@@ -157,20 +165,21 @@ class Dispatch:
 
     @staticmethod
     def _record(exchange: Exchange, spec: ProviderSpec, outcome: Outcome, started: float, retries: int) -> None:
-        """The attempt in the exchange's list, with what it billed."""
-        answered = outcome.kind in ("ok", "empty")
-        free = answered and spec.name in exchange.free_quota  # a unit of its free quota is held
-        billed = spec.price_micros if answered and not free else 0
+        """The attempt in the exchange's list, with what it billed (or may have)."""
+        charged = billed(outcome)
+        free = charged and spec.name in exchange.free_quota  # a unit of its free quota is held
+        cost = spec.price_micros if charged and not free else 0
         exchange.attempts.append(
             Attempt(
                 provider=spec.name,
                 outcome=outcome.kind,
                 latency_ms=round((time.monotonic() - started) * 1000, 3),
-                cost_micros=billed,
+                cost_micros=cost,
                 error=outcome.message or None,
                 retries=retries,
                 free_quota=free,
                 capability=spec.capability,
+                maybe_billed=outcome.maybe_billed,
             )
         )
 
@@ -227,21 +236,53 @@ class Dispatch:
             return None
         return delay
 
-    async def _try(self, exchange: Exchange, spec: ProviderSpec, after: list[Policy]) -> tuple[Outcome, bool]:
-        """One call of the provider, settled with every policy."""
-        answered: Outcome | None = None
+    async def _try(
+        self, exchange: Exchange, spec: ProviderSpec, after: list[Policy], started: float, retries: int
+    ) -> tuple[Outcome, bool]:
+        """One call of the provider, settled with every policy. A paid call cancelled after its
+        request may have gone out is recorded as an attempt that may have billed (`_billing`)
+        before the cancel goes on; one cancelled before that holds nothing and leaves no attempt."""
+        exchange.request_state = None
         try:
             answered = await self._call(exchange, spec)
-            cut = answered is None
-            if answered is None:
-                within = format_duration(self.settings.deadline or 0)
-                late = f"{spec.name} did not answer within the call deadline ({within})"
-                answered = Outcome("transient", message=late)
-        finally:
+        except BaseException:  # cancelled (the client, the router's end), or a fault of our own
+            lost = self._billing(exchange, spec, Outcome("transient", message=f"{spec.name} was cancelled"), True)
             if after:
-                answered = await self._settle(exchange, spec, answered, after)
-        assert answered is not None
+                with anyio.CancelScope(shield=True):
+                    await self._settled(exchange, spec, lost if lost.maybe_billed else None, after)
+            if lost.maybe_billed:
+                exchange.outcome = lost
+                self._record(exchange, spec, lost, started, retries)
+            raise
+        cut = answered is None
+        if answered is None:
+            within = format_duration(self.settings.deadline or 0)
+            answered = Outcome("transient", message=f"{spec.name} did not answer within the call deadline ({within})")
+        answered = self._billing(exchange, spec, answered, cut)
+        if after:
+            settled = await self._settle(exchange, spec, answered, after)
+            assert settled is not None
+            answered = settled
         return answered, cut
+
+    @staticmethod
+    def _billing(exchange: Exchange, spec: ProviderSpec, outcome: Outcome, cut: bool) -> Outcome:
+        """A paid attempt's outcome that is not an answer, marked `maybe_billed` when its request
+        may have reached the provider and no answer said it failed: the HTTP client says it went
+        out, or the call was cut (deadline, cancel) and the provider does not say how far it got.
+        One provably not sent yet (waiting for or opening a connection) or refused with a failure
+        status did not bill."""
+        if spec.free or outcome.kind in ANSWERED:
+            return outcome
+        state = exchange.request_state
+        if not (state == "sent" or (state is None and cut)):
+            return outcome
+        if spec.name in exchange.free_quota:
+            what = "may have used a unit of its free monthly quota (counted as used)"
+        else:
+            what = f"may have been billed ({money.format_usd(spec.price_micros)}, counted as spent)"
+        message = f"{outcome.message}; its request had gone out, so it {what}"
+        return msgspec.structs.replace(outcome, message=message, maybe_billed=True)
 
     async def _call(self, exchange: Exchange, spec: ProviderSpec) -> Outcome | None:
         """One call of the provider with what remains of the deadline; None when it ran out."""
@@ -260,7 +301,7 @@ class Dispatch:
         shielded when one of them gives back a reservation (`Policy.reserves`: the provider did
         not answer), so that a cancelled call still releases what it reserved (an answer, or
         policies that reserve nothing, need no cancel scope)."""
-        if (outcome is not None and outcome.kind in ANSWERED) or not any(policy.reserves for policy in policies):
+        if billed(outcome) or not any(policy.reserves for policy in policies):
             outcome = await Dispatch._settled(exchange, spec, outcome, policies, shielded=False)
             return outcome
         with anyio.CancelScope(shield=True):
@@ -276,7 +317,7 @@ class Dispatch:
         shielded: bool = True,
     ) -> Outcome | None:
         for number, policy in enumerate(policies):
-            if not shielded and policy.reserves and outcome is not None and outcome.kind not in ANSWERED:
+            if not shielded and policy.reserves and outcome is not None and not billed(outcome):
                 return await Dispatch._settle(exchange, spec, outcome, policies[number:])  # no longer an answer
             replaced = await policy.after_call(exchange, spec, outcome)
             if replaced is not None and outcome is not None:

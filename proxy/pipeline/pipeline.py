@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import anyio
 import msgspec
 
 from frugal_proxy.capabilities import PAYLOAD_SCHEMAS, Page, browse_from
@@ -67,11 +68,21 @@ class Pipeline:
     async def proceed(self, exchange: Exchange) -> Frame:
         """After `open`: dispatch (unless a policy answered), then govern and seal."""
         if exchange.answer is None and exchange.cached is None:
-            await self.dispatch.run(exchange)
-            then = exchange.route.then
-            # A nearly empty page is still an answer: with no time left it is not rendered again.
-            if then is not None and self._needs_a_browser(exchange) and not self.dispatch.expired(exchange):
-                await self._fall_forward(exchange, then)
+            try:
+                await self.dispatch.run(exchange)
+                then = exchange.route.then
+                # A nearly empty page is still an answer: with no time left it is not rendered again.
+                if then is not None and self._needs_a_browser(exchange) and not self.dispatch.expired(exchange):
+                    await self._fall_forward(exchange, then)
+            except BaseException:
+                # Cancelled: a call that billed (or may have: a paid request cut after it went
+                # out), or held a unit of free quota, still gets its receipt and its ledger line,
+                # so that stats and the spend rebuilt after a restart count it.
+                if any(attempt.cost_micros or attempt.free_quota for attempt in exchange.attempts):
+                    with anyio.CancelScope(shield=True):
+                        exchange.receipt = self._receipt(exchange)
+                        await self.seal(exchange)
+                raise
         return await self._close(exchange)
 
     async def answer(self, exchange: Exchange, spec: ProviderSpec, outcome: Outcome, started: float) -> Frame:

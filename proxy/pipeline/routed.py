@@ -11,7 +11,9 @@ JSON in its text block:
     attempts[]          provider, outcome (won / empty / error), error_kind, error, latency_ms,
                         cost_usd (a failed attempt is $0; a paid zero-hit answer is its price),
                         retries (when a free provider was tried again), free_quota (an
-                        answer billed $0 on a unit of the provider's free monthly quota)
+                        answer billed $0 on a unit of the provider's free monthly quota),
+                        maybe_billed (a paid request that went out and got no answer saying it
+                        failed: its cost_usd is its price, counted as spent)
     est_tokens          the answer's size as the governor counts it (characters / 4)
     reason              one line: what routed it and who won
     warnings, skipped   what was dropped, and each candidate a policy removed before any call
@@ -56,6 +58,8 @@ def attempt_view(attempt: Attempt) -> dict[str, Any]:
         view["retries"] = attempt.retries
     if attempt.free_quota:
         view["free_quota"] = True
+    if attempt.maybe_billed:
+        view["maybe_billed"] = True
     return view
 
 

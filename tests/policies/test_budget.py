@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 from frugal_proxy.capabilities import SearchHit
+from frugal_proxy.pipeline.dispatch import DispatchSettings
 from frugal_proxy.pipeline.pipeline import build_pipeline
 from frugal_proxy.policies.budget import Budget
 from frugal_proxy.providers import FakeProvider
@@ -147,6 +148,21 @@ async def test_a_call_that_would_pass_the_cap_is_skipped_and_one_that_lands_on_i
     )
 
 
+async def hammer(
+    policy: Budget, youcom: FakeProvider, settings: DispatchSettings | None = None
+) -> tuple[list[Exchange], int, int]:
+    """100 concurrent searches over youcom, then a free provider: the exchanges, what their
+    receipts billed together and what the budget's book says youcom spent."""
+    pipeline = build_pipeline({"youcom": youcom, "wiki": provider("wiki", 0)}, [policy], settings)
+    exchanges = [routed("youcom", "wiki") for _ in range(100)]
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for ex in exchanges:
+                tg.start_soon(pipeline.run, ex)
+    billed = sum(ex.receipt.total_micros for ex in exchanges if ex.receipt is not None)
+    return exchanges, billed, policy.book.spent(YOUCOM)
+
+
 async def test_a_hundred_concurrent_calls_never_pass_a_cap() -> None:
     """$0.0100 a day at $0.0030 a call: 3 calls go ahead ($0.0090), never more, and what the
     book says was spent is what the receipts billed. Every other call fails over to a free
@@ -167,14 +183,7 @@ async def test_a_hundred_concurrent_calls_never_pass_a_cap() -> None:
             return Outcome("ok", data=found("youcom"))
 
         youcom = FakeProvider("youcom", answer, 3_000, capability="search")
-        pipeline = build_pipeline({"youcom": youcom, "wiki": provider("wiki", 0)}, [policy])
-        exchanges = [routed("youcom", "wiki") for _ in range(100)]
-        with anyio.fail_after(10):
-            async with anyio.create_task_group() as tg:
-                for ex in exchanges:
-                    tg.start_soon(pipeline.run, ex)
-        billed = sum(ex.receipt.total_micros for ex in exchanges if ex.receipt is not None)
-        spent = policy.book.spent(YOUCOM)
+        exchanges, billed, spent = await hammer(policy, youcom)
         assert spent == billed
         assert spent <= 10_000
         assert all(ex.receipt is not None and ex.receipt.provider_used for ex in exchanges)
@@ -182,3 +191,37 @@ async def test_a_hundred_concurrent_calls_never_pass_a_cap() -> None:
             assert (calls, spent) == (3, 9_000)
         else:
             assert calls == 3 and spent == 3_000  # one of the three billed; the other two gave theirs back
+
+
+async def test_a_hundred_concurrent_calls_with_cut_ones_never_pass_a_cap_and_count_exactly() -> None:
+    """The same hammer with calls cut by the deadline mixed in: one in three hangs after its
+    request went out (it keeps its reservation: it may have been billed), one in three hangs while
+    still connecting (it gives its reservation back), the rest answer. The cap holds, and the book
+    counts exactly what the receipts say was billed or may have been."""
+    clock = clock_at(EVENING)
+    policy = budget(clock, youcom=10_000)
+    calls = 0
+    outcomes: dict[int, str] = {}
+
+    async def answer(ex: Exchange) -> Outcome:
+        nonlocal calls
+        calls += 1
+        number = calls
+        kind = ("answers", "cut after sending", "cut while connecting")[number % 3]
+        outcomes[number] = kind
+        if kind == "answers":
+            for _ in range(3):
+                await anyio.lowlevel.checkpoint()
+            return Outcome("ok", data=found("youcom"))
+        ex.request_state = "sent" if kind == "cut after sending" else "unsent"
+        await anyio.sleep_forever()
+        raise AssertionError("not reached")
+
+    youcom = FakeProvider("youcom", answer, 3_000, capability="search")
+    exchanges, billed, spent = await hammer(policy, youcom, DispatchSettings(deadline=0.3))
+    kept = sum(1 for kind in outcomes.values() if kind != "cut while connecting")
+    assert spent == billed == kept * 3_000
+    assert spent <= 10_000 and len(youcom.calls) == 3  # three reservations fit under the cap
+    maybe = [a for ex in exchanges for a in ex.attempts if a.maybe_billed]
+    assert len(maybe) == sum(1 for kind in outcomes.values() if kind == "cut after sending") >= 1
+    assert all(a.cost_micros == 3_000 for a in maybe)

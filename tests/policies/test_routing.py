@@ -19,7 +19,7 @@ from frugal_proxy.policies.ceiling import Ceiling
 from frugal_proxy.policies.ledger import Ledger
 from frugal_proxy.policies.routing import MIN_SAMPLES, Routing
 from frugal_proxy.providers import FakeProvider
-from frugal_proxy.records import Attempt, Call, Decision, Exchange, Outcome, ProviderSpec, Route
+from frugal_proxy.records import Attempt, Call, Decision, Exchange, Outcome, ProviderSpec, RequestState, Route
 from frugal_proxy.state.latency import MemoryLatency
 from frugal_proxy.state.spend import MemorySpend, spend_key
 from frugal_proxy.state.usage import MemoryUsage, utc_month
@@ -218,11 +218,18 @@ def test_a_name_given_twice_in_order_is_one_candidate() -> None:
     assert order(ex) == ["serper", "youcom-free", "marginalia", "youcom", "brave"]
 
 
-async def test_a_cancelled_call_gives_its_quota_unit_back() -> None:
+@pytest.mark.parametrize(("state", "kept"), [("unsent", 0), ("sent", 1), (None, 1)])
+async def test_a_cancelled_call_gives_its_quota_unit_back_unless_its_request_went_out(
+    state: RequestState | None, kept: int
+) -> None:
+    """Cancelled while its request provably had not gone out (still connecting), the call gives
+    its unit back; once it may have reached the provider (or the provider does not say), the
+    unit may have been used, and stays used."""
     routing = policy()
     started = anyio.Event()
 
     async def hangs(ex: Exchange) -> Outcome:
+        ex.request_state = state
         started.set()
         await anyio.sleep_forever()
         raise AssertionError("not reached")
@@ -235,4 +242,4 @@ async def test_a_cancelled_call_gives_its_quota_unit_back() -> None:
             await started.wait()
             assert routing.usage.calls_this_month("serper") == 1  # held while the call runs
             tg.cancel_scope.cancel()
-    assert routing.usage.calls_this_month("serper") == 0
+    assert routing.usage.calls_this_month("serper") == kept

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from frugal_proxy.cli.stats import as_json, render, stats_command
+from frugal_proxy.ledger.line import encode
 from frugal_proxy.ledger.tally import tally_month
+from tests.ledger_lines import usage_line
 from tests.ledger_month import write_month
 
 RECEIPT = """\
@@ -76,7 +78,9 @@ def test_json_has_the_same_figures(month: Path, capsys: pytest.CaptureFixture[st
         "credited": False,
         "calls": 1,
         "paid_usd": 0,
+        "maybe_billed_usd": 0,
     }
+    assert figures["maybe_billed_usd"] == 0
 
 
 def test_an_empty_month_says_so(frugal_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -98,3 +102,31 @@ def test_a_month_is_yyyy_mm(frugal_home: Path, capsys: pytest.CaptureFixture[str
         stats_command(["--month", "July"])
     assert exited.value.code == 2
     assert "'July' is not a month; write it as YYYY-MM" in capsys.readouterr().err
+
+
+def test_spend_that_may_have_been_billed_is_counted_and_flagged(
+    frugal_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A paid call cut after its request went out is in `paid` (it counts against the budgets),
+    and its row, the total and the JSON say how much of it may have been billed."""
+    usage = frugal_home / "usage"
+    usage.mkdir(parents=True)
+    cut = usage_line(
+        ts="2026-07-03T08:00:00.000Z",
+        provider="serper",
+        outcome="transient",
+        total_cost_usd=0.001,
+        maybe_billed_usd=0.001,
+        billed={"serper": 0.001},
+        served_ms={},
+    )
+    served = usage_line(ts="2026-07-03T08:00:01.000Z", provider="serper", total_cost_usd=0.001, cost_usd=0.001)
+    (usage / "2026-07.jsonl").write_bytes(encode(cut) + encode(served))
+    out = render(tally_month("2026-07")).plain
+    assert "search    serper                  1     $0.0010  failed: transient; $0.0010 may have been billed†\n" in out
+    assert "you paid                                $0.0020\n  of which may have been billed†        $0.0010\n" in out
+    assert "† paid calls cut (deadline, cancel) or failed after their request went out" in out
+    assert stats_command(["--month", "2026-07", "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert (figures["paid_usd"], figures["maybe_billed_usd"]) == (0.002, 0.001)
+    assert [(row["outcome"], row["maybe_billed_usd"]) for row in figures["rows"]] == [("ok", 0), ("transient", 0.001)]

@@ -1,22 +1,40 @@
 """Dispatch's hooks around each provider: a policy keeping one back just before it is called,
 every after_call told of each answer (or of none), an outcome replaced, and a client that
 cancels mid-chain: nothing further is called and what was reserved is settled. Then the
-deadline over a routed call's chain, on a fake clock."""
+deadline over a routed call's chain, on a fake clock. Last, what a paid call cut on its way
+costs: Serper's driver, over the shared HTTP client, against a loopback Serper slower than the
+call's deadline (tests/servers/slow_serper.py): once its request may have reached the provider, a
+call cut by the deadline or cancelled keeps its reservation as spend (the daily cap counts it),
+and its attempt, receipt and ledger line say it may have been billed; a call cut while it was
+still connecting, and a failure status, cost $0."""
 
 from __future__ import annotations
+
+import time
+from collections.abc import Iterator
 
 import anyio
 import pytest
 
 from frugal_proxy.capabilities import SearchHit
+from frugal_proxy.config import ProviderConfig
+from frugal_proxy.ledger.line import UsageLine
 from frugal_proxy.pipeline.dispatch import DispatchSettings
 from frugal_proxy.pipeline.pipeline import Pipeline, build_pipeline
 from frugal_proxy.policies import Policy
+from frugal_proxy.policies.budget import Budget
+from frugal_proxy.policies.ledger import Ledger
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers import FakeProvider
+from frugal_proxy.providers.http_client import HttpClient
+from frugal_proxy.providers.registry import Setup
+from frugal_proxy.providers.serper import Serper
 from frugal_proxy.records import Call, Decision, Exchange, Outcome, ProviderSpec, Route
+from frugal_proxy.state.spend import MemorySpend, spend_key
 from tests.fake_clock import Clock
+from tests.routed_calls import error_text
 from tests.routed_calls import search as routed
+from tests.servers.slow_serper import SlowSerper, slow_serper, unopened_port
 
 pytestmark = pytest.mark.anyio
 
@@ -328,3 +346,152 @@ async def test_a_retry_never_sleeps_past_the_deadline() -> None:
     assert [(a.provider, a.retries) for a in ex.attempts] == [("wiki", 1), ("next", 0)]
     assert Decision("dispatch", "retries", "not retried", "wiki: a wait of 0.80s would pass the deadline") in ex.trace
     assert clock.now - 1_000_000.0 < 1.2
+
+
+# -- what a paid call cut on its way costs ------------------------------------------------------
+
+SERPER = spend_key("search", "serper")
+PRICE = 1_000  # serper's list price, $0.001
+DEADLINE = 0.5
+
+
+@pytest.fixture
+def serper_api() -> Iterator[SlowSerper]:
+    with slow_serper() as running:
+        yield running
+
+
+class Rig:
+    """Serper's driver at `base_url` under a daily cap of `cap`, the budget and the ledger (its
+    lines in `lines`), dispatch's deadline DEADLINE."""
+
+    def __init__(self, base_url: str, cap: int, timeout: float = 20.0) -> None:
+        self.http = HttpClient()
+        spec = ProviderSpec("serper", "search", PRICE)
+        setup = Setup(spec, base_url, "sk-test", timeout, self.http, ProviderConfig(), {})
+        self.budget = Budget({SERPER: cap}, MemorySpend(time.time))
+        self.lines: list[UsageLine] = []
+
+        async def found(ex: Exchange) -> Outcome:
+            return Outcome("ok", data=[SearchHit("MCP", "https://modelcontextprotocol.io/", "s", "wikipedia")])
+
+        providers = {"serper": Serper(setup), "wikipedia": FakeProvider("wikipedia", found, capability="search")}
+        self.pipeline: Pipeline = build_pipeline(
+            providers, [self.budget, Ledger(self.lines)], DispatchSettings(deadline=DEADLINE)
+        )
+
+    @property
+    def spent(self) -> int:
+        return self.budget.book.spent(SERPER)
+
+
+async def test_a_call_cut_by_the_deadline_after_its_request_went_out_counts_against_the_cap(
+    serper_api: SlowSerper,
+) -> None:
+    rig = Rig(serper_api.base, cap=2 * PRICE)
+    calls = [routed("serper") for _ in range(3)]
+    with anyio.fail_after(10):
+        answers = [await rig.pipeline.run(ex) for ex in calls]
+    await rig.http.close()
+    assert serper_api.requests == 2  # the third call found the cap reached by the two cut ones
+    assert rig.spent == 2 * PRICE
+    first = calls[0]
+    assert first.receipt is not None and first.receipt.total_micros == PRICE
+    (attempt,) = first.attempts
+    assert (attempt.outcome, attempt.cost_micros, attempt.maybe_billed) == ("transient", PRICE, True)
+    assert error_text(answers[0]) == (
+        "frugal: call deadline exceeded; search failover stopped after 1 attempt(s): serper did not answer "
+        "within the call deadline (500ms); its request had gone out, so it may have been billed "
+        "($0.0010, counted as spent)"
+    )
+    assert "budget: skipped serper (it has spent $0.0020 of its $0.0020 daily budget" in error_text(answers[2])
+    line = rig.lines[0]
+    assert (line.outcome, line.total_cost_usd, line.maybe_billed_usd, line.billed) == (
+        "transient",
+        0.001,
+        0.001,
+        {"serper": 0.001},
+    )
+    assert rig.lines[2].total_cost_usd == 0 and rig.lines[2].maybe_billed_usd == 0
+
+
+async def test_a_call_cancelled_after_its_request_went_out_counts_and_has_its_ledger_line(
+    serper_api: SlowSerper,
+) -> None:
+    rig = Rig(serper_api.base, cap=PRICE)
+    ex = routed("serper")
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(rig.pipeline.run, ex)
+            await anyio.to_thread.run_sync(serper_api.received.wait, 5)
+            tg.cancel_scope.cancel()  # what the router does when the client cancels the request
+        after = routed("serper")
+        refused = await rig.pipeline.run(after)
+    await rig.http.close()
+    assert rig.spent == PRICE and serper_api.requests == 1
+    (attempt,) = ex.attempts
+    assert attempt.maybe_billed and attempt.cost_micros == PRICE
+    assert attempt.error == (
+        "serper was cancelled; its request had gone out, so it may have been billed ($0.0010, counted as spent)"
+    )
+    assert [(line.provider, line.maybe_billed_usd, line.billed) for line in rig.lines] == [
+        ("serper", 0.001, {"serper": 0.001}),  # the cancelled call, sealed as it was cancelled
+        (None, 0.0, {}),
+    ]
+    assert "budget: skipped serper" in error_text(refused)
+
+
+async def test_a_paid_request_that_timed_out_fails_over_and_its_receipt_says_it_may_have_billed(
+    serper_api: SlowSerper,
+) -> None:
+    """Serper's own read timeout, shorter than the deadline: no answer came for a request that
+    went out, so the next provider answers and the receipt shows the first attempt's price."""
+    rig = Rig(serper_api.base, cap=PRICE, timeout=0.1)
+    ex = routed("serper", "wikipedia")
+    with anyio.fail_after(10):
+        answer = await rig.pipeline.run(ex)
+    await rig.http.close()
+    body = jsonrpc.decode_any(answer["result"])["structuredContent"]
+    first, second = body["attempts"]
+    assert (first["provider"], first["cost_usd"], first["maybe_billed"]) == ("serper", 0.001, True)
+    assert first["error"] == (
+        "serper did not answer in time (ReadTimeout); its request had gone out, so it may have been billed "
+        "($0.0010, counted as spent)"
+    )
+    assert second["provider"] == "wikipedia" and "maybe_billed" not in second
+    assert (body["provider_used"], body["cost_usd"], body["total_cost_usd"]) == ("wikipedia", 0, 0.001)
+    assert rig.spent == PRICE and rig.lines[0].maybe_billed_usd == 0.001
+
+
+@pytest.mark.parametrize("cancelled", [False, True])
+async def test_a_call_cut_while_it_was_still_connecting_costs_nothing(cancelled: bool) -> None:
+    with unopened_port() as base:
+        rig = Rig(base, cap=PRICE)
+        ex = routed("serper")
+        with anyio.fail_after(10):
+            if cancelled:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(rig.pipeline.run, ex)
+                    await anyio.sleep(0.2)  # connecting: the port takes no connection
+                    tg.cancel_scope.cancel()
+            else:
+                await rig.pipeline.run(ex)
+        await rig.http.close()
+    assert rig.spent == 0
+    assert all(not a.maybe_billed and a.cost_micros == 0 for a in ex.attempts)
+    assert len(ex.attempts) == (0 if cancelled else 1)
+    assert [line.total_cost_usd for line in rig.lines] == ([] if cancelled else [0.0])
+
+
+async def test_a_failure_status_costs_nothing() -> None:
+    from tests.servers.fake_apis import fake_apis
+
+    with fake_apis() as apis:
+        rig = Rig(apis.base + "/down", cap=PRICE)  # 503 for every request
+        ex = routed("serper")
+        with anyio.fail_after(10):
+            await rig.pipeline.run(ex)
+        await rig.http.close()
+    (attempt,) = ex.attempts
+    assert (attempt.error, attempt.cost_micros, attempt.maybe_billed) == ("serper failed (503)", 0, False)
+    assert rig.spent == 0 and ex.request_state == "refused"
