@@ -13,9 +13,15 @@ is its first half, for an API that answers something else than JSON (browserless
 
     429                          rate_limited, with the server's Retry-After (retry-after-ms,
                                  delta-seconds or an HTTP date)
+    503 with a Retry-After       rate_limited too: the API says how long it will be unavailable
     401 402 403, other 4xx       permanent: a key, credits or the request itself; never retried
     408, 5xx, timeouts, resets   transient
     a body that is not JSON      transient (the API answered something else than it documents)
+
+`fault` reads the provider API's own status: a rate_limited outcome is what fences the provider
+off (policies.cooldown). The status of a page a fetcher fetched (readability's, chromium's, the
+page status firecrawl reports) is not the provider's and is read by `page_fetch.page_fault`,
+which never answers rate_limited, so a site's 429 or 503 does not fence its fetcher.
 
 Messages name the provider and the status, never a key or the request's query.
 
@@ -359,7 +365,11 @@ def fault(provider: str, response: httpx2.Response) -> Outcome | None:
         return Outcome("rate_limited", message=f"{provider} is rate-limiting (429){hint}", retry_after=wait)
     meaning = _MEANING.get(status) or (f"failed ({status})" if status >= 500 else f"refused the request ({status})")
     if status == 408 or status >= 500:
-        return Outcome("transient", message=f"{provider} {meaning}", retry_after=retry_after(response))
+        wait = retry_after(response)
+        if status == 503 and wait is not None:  # down for a time it names: fenced off like a rate limit
+            message = f"{provider} is unavailable (503); it asks to wait {wait:g} s"
+            return Outcome("rate_limited", message=message, retry_after=wait)
+        return Outcome("transient", message=f"{provider} {meaning}", retry_after=wait)
     return Outcome("permanent", message=f"{provider} {meaning}")
 
 

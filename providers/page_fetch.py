@@ -154,7 +154,9 @@ def page_fault(provider: str, host: str, status: int, wait: float | None) -> Out
     the caller has dealt with). `wait` is the page's Retry-After in seconds, if it sent one."""
     if status < 400:
         return None
-    if status == 429:  # the site's limit, not the provider's: transient, so no cooldown fences the provider off
+    # The site's faults, not the provider's: never rate_limited (which would fence the provider off
+    # for a site's 429, or its 503 with a Retry-After), only transient; the wait is kept for a retry.
+    if status == 429:
         hint = f"; it asks to wait {wait:g} s" if wait is not None else ""
         return Outcome("transient", message=f"{provider}: {host} is rate-limiting (429){hint}", retry_after=wait)
     if status == 408 or status >= 500:

@@ -1,8 +1,11 @@
 """The cooldown fences a provider off after a rate limit: the window, Retry-After extending it up
 to ten minutes, skips and refusals with the time to wait, a fence another call set while this
-one was routed, and an answer lifting it. Wall time is a fake clock."""
+one was routed, and an answer lifting it; a web API's own 503 with Retry-After fencing it, a
+fetched page's not. Wall time is a fake clock."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import anyio
 import pytest
@@ -10,12 +13,17 @@ import pytest
 from frugal_proxy.capabilities import SearchHit
 from frugal_proxy.pipeline.pipeline import build_pipeline
 from frugal_proxy.policies.cooldown import MAX_FENCE, Cooldown
-from frugal_proxy.providers import FakeProvider
+from frugal_proxy.providers import FakeProvider, readability, wikipedia
+from frugal_proxy.providers.http_client import HttpClient
+from frugal_proxy.providers.page_fetch import allow_every_hop
 from frugal_proxy.records import Call, Decision, Exchange, Outcome, Route
 from frugal_proxy.state.cooldowns import MemoryCooldowns
 from tests.fake_clock import Clock
+from tests.providers.api_fakes import exchange, loopback_setup
 from tests.routed_calls import error_text
 from tests.routed_calls import search as routed
+from tests.servers.fake_apis import fake_apis
+from tests.servers.page_server import page_server
 
 pytestmark = pytest.mark.anyio
 
@@ -128,3 +136,29 @@ async def test_an_answer_lifts_the_fence_and_retry_after_is_kept() -> None:
     spec = FakeProvider("busy", answers, capability="search").spec
     await policy.after_call(routed("busy"), spec, Outcome("ok", data=hit("busy")))
     assert policy.book.until("busy") is None
+
+
+async def test_a_web_apis_503_with_retry_after_fences_it_and_a_fetched_pages_does_not() -> None:
+    """A provider API's own 503 with a Retry-After (a loopback Wikimedia API down for maintenance)
+    fences the provider for the time it asks, as a 429 does; the same answer from a page the local
+    fetcher fetched is that site's fault, and fences nothing."""
+    clock = Clock()
+    policy = cooldown(clock)
+    http = HttpClient()
+    with fake_apis() as apis, page_server() as pages:
+        api = dataclasses.replace(loopback_setup(wikipedia.BUILTINS[0], http), base_url=f"{apis.base}/unavailable")
+        reader = readability.Readability(loopback_setup(readability.BUILTINS[0], http), allow_every_hop)
+        pipeline = build_pipeline({"wikipedia": wikipedia.Wikipedia(api), "readability": reader}, [policy])
+        page = exchange("extract", {"url": f"{pages.base}/status/503?retry_after=120"})
+        page.route = Route("frugal__extract", ("readability",), capability="extract")
+        with anyio.fail_after(10):
+            searched = await pipeline.run(routed("wikipedia"))
+            read = await pipeline.run(page)
+        await http.close()
+    assert apis.requests["unavailable"] == 1
+    assert error_text(searched) == "frugal__search failed on every provider (1 attempt(s)): " + (
+        "wikipedia is unavailable (503); it asks to wait 120 s"
+    )
+    assert policy.book.until("wikipedia") == clock.now + 120
+    assert "readability: 127.0.0.1 answered 503" in error_text(read)
+    assert policy.book.until("readability") is None

@@ -68,12 +68,24 @@ def test_a_retry_after_date_in_minus_0000_is_gmt_not_local_time() -> None:
         (418, "permanent", "refused the request (418)"),
         (408, "transient", "timed out (408)"),
         (502, "transient", "failed (502)"),
+        (503, "transient", "failed (503)"),
     ],
 )
 def test_statuses_are_classified_by_what_the_caller_can_do(status: int, kind: str, words: str) -> None:
     outcome = fault("jina", httpx2.Response(status))
     assert outcome is not None and outcome.kind == kind and words in outcome.message
     assert fault("jina", httpx2.Response(204)) is None
+
+
+def test_a_503_that_says_when_to_come_back_is_a_rate_limit_of_the_api() -> None:
+    """RFC 9110 §10.2.3: a 503's Retry-After is how long the service expects to be unavailable;
+    the cooldown fences the provider for it. Another 5xx keeps its wait for a retry only."""
+    outcome = fault("serper", httpx2.Response(503, headers={"Retry-After": "120"}))
+    assert outcome == Outcome(
+        "rate_limited", message="serper is unavailable (503); it asks to wait 120 s", retry_after=120.0
+    )
+    other = fault("serper", httpx2.Response(502, headers={"Retry-After": "2"}))
+    assert other is not None and (other.kind, other.retry_after) == ("transient", 2.0)
 
 
 async def test_every_request_names_the_project_and_a_huge_body_is_refused() -> None:

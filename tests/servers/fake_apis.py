@@ -7,6 +7,8 @@ through each provider's `base_url`).
                                            a query with "nothing" finds nothing
     /down/...                              503 for every request
     /busy/...                              429 with Retry-After: 7
+    /unavailable/...                       503 with Retry-After: 120 (RFC 9110 §10.2.3: how long the
+                                           service is expected to be unavailable)
 
 `requests` counts what each path prefix was asked, so a test can say a provider was not called.
 """
@@ -65,11 +67,16 @@ def _app(counts: collections.Counter[str]) -> Starlette:
         counts["busy"] += 1
         return Response("slow down", status_code=429, headers={"Retry-After": "7"})
 
+    async def unavailable(request: Request) -> Response:
+        counts["unavailable"] += 1
+        return Response("down for maintenance", status_code=503, headers={"Retry-After": "120"})
+
     return Starlette(
         routes=[
             Route("/wikipedia/w/rest.php/v1/search/page", wikipedia),
             Route("/down/{rest:path}", down, methods=["GET", "POST"]),
             Route("/busy/{rest:path}", busy, methods=["GET", "POST"]),
+            Route("/unavailable/{rest:path}", unavailable, methods=["GET", "POST"]),
         ]
     )
 

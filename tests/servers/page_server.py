@@ -8,7 +8,7 @@ test process; drivers reach them by URL).
     /empty              navigation and a footer, no readable text
     /redirect/<n>       302 to /redirect/<n-1>; /redirect/0 to /article
     /to?location=<url>  302 to whatever `location` says (relative, file:, another host …)
-    /status/<code>      that status; 429 carries Retry-After: 3
+    /status/<code>      that status; 429 carries Retry-After: 3, any status ?retry_after=N
     /latin1             ISO-8859-1 bytes, charset in the Content-Type
     /meta-charset       windows-1252 bytes, charset only in a <meta>
     /plain, /pdf, /huge text/plain; application/pdf; an HTML page over the extractor's cap
@@ -156,7 +156,8 @@ def _app() -> Starlette:
 
     async def status(request: Request) -> Response:
         code = int(request.path_params["code"])
-        headers = {"Retry-After": "3"} if code == 429 else {}
+        wait = request.query_params.get("retry_after", "3" if code == 429 else None)
+        headers = {"Retry-After": wait} if wait is not None else {}
         return HTMLResponse(f"<html><body><h1>Status {code}</h1></body></html>", status_code=code, headers=headers)
 
     async def latin1(request: Request) -> Response:
