@@ -18,9 +18,14 @@ every client out. `LimitedHttpToolsProtocol` adds, per connection:
 - a 400 naming why for a request that cannot be served: what llhttp refuses (with its reason,
   where uvicorn says only "invalid"), and what h11 refused that llhttp lets through: a second
   Host header, none in HTTP/1.1, a transfer coding other than chunked, a request line and
-  headers over `MAX_HEAD_BYTES` (16 KiB, h11's bound). A refused request on a kept-alive
-  connection is answered after the requests before it. A method llhttp does not know (any token
-  h11 took) still reaches the app, which answers it (405) as before.
+  headers over `MAX_HEAD_BYTES` (16 KiB, h11's bound); and one h11 served that llhttp cannot: a
+  request with `Upgrade` and a body (llhttp ends it at its headers: the body would be lost). A
+  refused request on a kept-alive connection is answered after the
+  requests before it. A method llhttp does not know (any token h11 took) still reaches the app,
+  which answers it (405) as before, wherever it comes in a read; `CONNECT` gets a 405 of its own
+  and the connection is closed (llhttp would take what follows as the tunnel's bytes); and since
+  nothing is upgraded to, an `Upgrade:` request is served as it is and the requests after it in
+  the same read too (llhttp stops at it);
 
 and, for the speed of every small call:
 
@@ -165,6 +170,20 @@ class _Malformed(Exception):
     """A request breaks a rule llhttp does not check (raised from a parser callback)."""
 
 
+class _NotServed(_Malformed):
+    """A request for a method this server never serves (CONNECT): answered 405, not 400."""
+
+
+class _Completions:
+    """A parser's callbacks that only count the requests it completed (`_start_of`)."""
+
+    def __init__(self) -> None:
+        self.complete = 0
+
+    def on_message_complete(self) -> None:
+        self.complete += 1
+
+
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with connection caps, header and body read deadlines, and
     the request checks h11 made that llhttp does not (one Host header, and one at all in
@@ -185,6 +204,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._fed_in_head = 0  # bytes of whole reads that came while the head was incomplete
         self._host_seen = False
         self._malformed: str | None = None  # why a request was refused: nothing more is read
+        self._not_served = False  # that request's method is never served (CONNECT): a 405, not a 400
         self._method: str | None = None  # the method of a request parsed as a GET (_as_get)
         self._previous: RequestResponseCycle | None = None  # the request cycle before the newest one
         self._broken: RequestResponseCycle | None = None  # the cycle whose body was refused: it is never answered
@@ -238,18 +258,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             return
         if self._malformed is not None:
             return  # the connection closes once the requests before the refused one are answered
-        fresh, in_head, begun = self._reading == _DONE, self._reading == _HEAD, self._begun
-        reason = self._feed(data)
-        if reason == _UNKNOWN_METHOD and fresh and self._begun == begun + 1:
-            # The read's first request has a method llhttp does not know, which h11 took (any
-            # token): parsed again as a GET and handed on under its own name, so that the app
-            # answers it (a 405) as before.
-            renamed = _as_get(data)
-            if renamed is not None:
-                data, self._method = renamed
-                self.parser = httptools.HttpRequestParser(self)
-                self.parser.set_dangerous_leniencies(lenient_data_after_close=True)  # as uvicorn's
-                reason = self._feed(data)
+        in_head, begun = self._reading == _HEAD, self._begun
+        reason = self._feed(data, fresh=self._reading == _DONE)
         if reason is not None:
             self._refuse_malformed(reason)
             return
@@ -262,15 +272,47 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
                 return
         self._follow()
 
-    def _feed(self, data: bytes) -> str | None:
-        """Parse `data`; why the request cannot be served, or None."""
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._unsupported_upgrade_warning()  # the app serves no WebSocket (uvicorn's ws="none")
-        except httptools.HttpParserError as exc:
-            return str(exc.__context__) if isinstance(exc.__context__, _Malformed) else str(exc)
-        return None
+    def _feed(self, data: bytes, fresh: bool) -> str | None:
+        """Parse `data`, a read (`fresh`: it begins where a request begins); why a request in it
+        cannot be served, or None. Two things llhttp stops at are carried on past, as h11 did:
+
+        - a method it does not know (any token h11 took): that request is parsed again as a GET
+          and handed on under its own name, so that the app answers it (a 405), wherever in the
+          read it begins;
+        - an `Upgrade:` request (the app serves no WebSocket, and nothing else is upgraded to):
+          served as a plain request, which llhttp completed at its headers, and the bytes after
+          it parsed as the requests that follow."""
+        while True:
+            begun = self._begun
+            try:
+                self.parser.feed_data(data)
+            except httptools.HttpParserUpgrade as exc:
+                self._unsupported_upgrade_warning()  # the app serves no WebSocket (uvicorn's ws="none")
+                data, fresh = data[exc.args[0] :], True
+                self._new_parser()  # llhttp stays paused after an upgrade
+                if not data:
+                    return None
+                continue
+            except httptools.HttpParserError as exc:
+                cause = exc.__context__
+                if isinstance(cause, _Malformed):
+                    self._not_served = isinstance(cause, _NotServed)
+                    return str(cause)
+                if str(exc) != _UNKNOWN_METHOD or not fresh:
+                    return str(exc)
+                # Every request begun before the refused one in this read is complete: it begins
+                # where the last of them ends.
+                renamed = _as_get(data[_start_of(data, self._begun - begun - 1) :])
+                if renamed is None:
+                    return str(exc)
+                data, self._method = renamed
+                self._new_parser()
+                continue
+            return None
+
+    def _new_parser(self) -> None:
+        self.parser = httptools.HttpRequestParser(self)
+        self.parser.set_dangerous_leniencies(lenient_data_after_close=True)  # as uvicorn's
 
     # -- the parser's callbacks ----------------------------------------------------------------------
 
@@ -310,6 +352,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        if self.parser.get_method() == b"CONNECT":  # a tunnel: llhttp would take what follows as its bytes
+            target = self.url.decode("latin-1")[:200]
+            raise _NotServed(f"CONNECT {target}: CONNECT is not served here (this is no forward proxy)")
+        if self.parser.should_upgrade() and _carries_body(self.headers):
+            # llhttp ends an Upgrade request at its headers: its body would be lost
+            raise _Malformed("a request with Upgrade and a body is not served; send it without Upgrade")
         if self._head_size > MAX_HEAD_BYTES:
             raise _Malformed(_head_too_large())
         if not self._host_seen and self.parser.get_http_version() == "1.1":
@@ -426,6 +474,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         self._flush()  # what an earlier response wrote goes first
+        if self._not_served:  # no resource here allows it: an empty Allow (RFC 9110 10.2.1)
+            why = self._malformed or ""
+            self.transport.write(plain_response(405, "Method Not Allowed", "method_not_allowed", why, "allow: \r\n"))
+            self.transport.close()
+            return
         self.send_400_response(f"Invalid HTTP request received. {self._malformed}")
 
     # -- the read deadlines --------------------------------------------------------------------------
@@ -493,6 +546,35 @@ def _as_get(data: bytes) -> tuple[bytes, str] | None:
     if end < 0 or not _TOKEN.fullmatch(data, start, end):
         return None
     return data[:start] + b"GET" + data[end:], data[start:end].decode("ascii")
+
+
+def _start_of(data: bytes, complete: int) -> int:
+    """Where in `data` (a read that begins where a request begins) the request after the first
+    `complete` ones begins: the shortest prefix in which a parser of its own completes them."""
+    low, high = 0, len(data)
+    view = memoryview(data)
+    while low < high:
+        middle = (low + high) // 2
+        counted = _Completions()
+        parser = httptools.HttpRequestParser(counted)
+        parser.set_dangerous_leniencies(lenient_data_after_close=True)
+        try:
+            parser.feed_data(view[:middle])
+        except httptools.HttpParserError:
+            pass  # what follows them (the request llhttp refused) is not this count's concern
+        if counted.complete >= complete:
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+def _carries_body(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether a request's headers announce a body (a Content-Length over 0, or chunked)."""
+    for name, value in headers:
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip(b" \t0")):
+            return True
+    return False
 
 
 def _head_too_large() -> str:

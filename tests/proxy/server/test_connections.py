@@ -365,3 +365,94 @@ async def test_the_header_deadline_of_a_pipelined_request_waits_for_the_answer_b
         with anyio.fail_after(10):
             response = await exchange(port, SLOW + b"GET / HTTP/1.1\r\n", b"Host: a\r\n\r\n", pause=1.8)
     assert response.count(b"HTTP/1.1 200 OK\r\n") == 2, response
+
+
+async def method_and_body(scope: Any, receive: Any, send: Any) -> None:
+    """An app answering 200 with the request's method, path and body, or 405 to a method it does
+    not know (as the proxy's app does)."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    status = 200 if scope["method"] in ("GET", "POST") else 405
+    text = f"{scope['method']} {scope['path']} {body.decode()}".encode()
+    headers = [(b"content-length", str(len(text)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": text})
+
+
+def statuses_and_bodies(received: bytes) -> list[tuple[bytes, bytes]]:
+    """The status lines and bodies of the Content-Length responses in `received`, in order."""
+    answers = []
+    while received:
+        head, _, rest = received.partition(b"\r\n\r\n")
+        length = int(head.lower().partition(b"content-length: ")[2].partition(b"\r\n")[0])
+        answers.append((head.partition(b"\r\n")[0], rest[:length]))
+        received = rest[length:]
+    return answers
+
+
+async def test_a_method_the_parser_does_not_know_reaches_the_app_wherever_it_is_pipelined() -> None:
+    """Pipelined in one read behind other requests (and before more), each unknown method is
+    answered by the app, in order, as h11 did."""
+    pipelined = (
+        b"GET /a HTTP/1.1\r\nHost: a\r\n\r\n"
+        b"BREW /pot HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nhot"
+        b"POST /b HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n"
+        b"\r\nPROPFIND /c HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+    )
+    async with serving(method_and_body) as port:
+        with anyio.fail_after(10):
+            response = await exchange(port, pipelined)
+    assert statuses_and_bodies(response) == [
+        (b"HTTP/1.1 200 OK", b"GET /a "),
+        (b"HTTP/1.1 405 Method Not Allowed", b"BREW /pot hot"),
+        (b"HTTP/1.1 200 OK", b"POST /b hi"),
+        (b"HTTP/1.1 405 Method Not Allowed", b"PROPFIND /c "),
+    ]
+
+
+async def test_connect_is_answered_405_naming_the_method_after_the_requests_before_it() -> None:
+    async with serving(method_and_body) as port:
+        with anyio.fail_after(10):
+            alone = await exchange(port, b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
+            behind = await exchange(
+                port, b"GET /a HTTP/1.1\r\nHost: a\r\n\r\nCONNECT example.com:443 HTTP/1.1\r\nHost: a\r\n\r\nhello"
+            )
+    assert alone.startswith(b"HTTP/1.1 405 Method Not Allowed\r\n") and b"\r\nallow: \r\n" in alone
+    assert b"connection: close" in alone
+    assert json.loads(alone.partition(b"\r\n\r\n")[2]) == {
+        "error": "method_not_allowed",
+        "message": "CONNECT example.com:443: CONNECT is not served here (this is no forward proxy)",
+    }
+    first, second = statuses_and_bodies(behind)
+    assert first == (b"HTTP/1.1 200 OK", b"GET /a ") and second[0] == b"HTTP/1.1 405 Method Not Allowed"
+
+
+async def test_requests_pipelined_behind_an_upgrade_request_are_served() -> None:
+    """No protocol is upgraded to: an `Upgrade:` request is served as it is, and the requests
+    behind it in the same read are served too, as h11 did. One with a body is refused, saying why
+    (llhttp ends it at its headers, so its body would be lost)."""
+    upgrade = (
+        b"GET /u HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n"
+    )
+    async with serving(method_and_body) as port:
+        with anyio.fail_after(10):
+            served = await exchange(
+                port,
+                upgrade + b"GET /next HTTP/1.1\r\nHost: a\r\n\r\n" + upgrade + b"BREW /x HTTP/1.1\r\nHost: a\r\n\r\n",
+            )
+            with_body = await exchange(
+                port,
+                b"POST /u HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: h2c\r\nContent-Length: 2\r\n\r\n{}",
+            )
+    assert statuses_and_bodies(served) == [
+        (b"HTTP/1.1 200 OK", b"GET /u "),
+        (b"HTTP/1.1 200 OK", b"GET /next "),
+        (b"HTTP/1.1 200 OK", b"GET /u "),
+        (b"HTTP/1.1 405 Method Not Allowed", b"BREW /x "),
+    ]
+    assert with_body.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    assert with_body.endswith(b"a request with Upgrade and a body is not served; send it without Upgrade")
