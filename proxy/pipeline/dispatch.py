@@ -200,6 +200,17 @@ class Dispatch:
         if not self._ends(exchange, spec, outcome):
             exchange.answer = jsonrpc.result(exchange.call.request_id, jsonrpc.tool_error_result(failure(exchange)))
 
+    def conclude_cancelled(self, exchange: Exchange, spec: ProviderSpec, started: float) -> bool:
+        """What `run` makes of the one candidate `alone` named when its caller's call of it,
+        sent at `started`, was cancelled: a paid one may have billed (`_billing`), and its attempt
+        is recorded; whether it was (then the exchange is to be sealed, with no answer)."""
+        outcome = self._billing(exchange, spec, Outcome("transient", message=f"{spec.name} was cancelled"), True)
+        if not outcome.maybe_billed:
+            return False
+        exchange.outcome = outcome
+        self._record(exchange, spec, outcome, started, 0)
+        return True
+
     @staticmethod
     def _ends(exchange: Exchange, spec: ProviderSpec, outcome: Outcome) -> bool:
         """Take in one candidate's outcome: whether it ends the chain (an answer, or a paid

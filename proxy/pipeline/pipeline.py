@@ -93,6 +93,13 @@ class Pipeline:
         self.dispatch.conclude(exchange, spec, outcome, started)
         return await self._shape(exchange)
 
+    async def cancelled(self, exchange: Exchange, spec: ProviderSpec, started: float) -> None:
+        """After `open` named `spec` and its caller called it at `started`, the call was
+        cancelled: a paid one may have billed, so it gets its receipt and seal (no answer)."""
+        if self.dispatch.conclude_cancelled(exchange, spec, started):
+            exchange.receipt = self._receipt(exchange)
+            await self.seal(exchange)
+
     async def seal(self, exchange: Exchange) -> None:
         """The seal phase of an exchange whose answer `answer` made."""
         for policy in self.sealing:

@@ -125,8 +125,18 @@ class PlainCall:
             with anyio.CancelScope(shield=True):
                 if self.pending is not None:
                     await self.link.upstream.withdraw(self.pending, "cancelled by the client")
+                    await self._sent_and_cancelled()
         finally:
             self.release()
+
+    async def _sent_and_cancelled(self) -> None:
+        """A paid tool may have billed a call that was sent: its receipt and ledger line say so."""
+        spec = self.router._plain_spec
+        assert spec is not None
+        try:
+            await self.router.pipeline.cancelled(self.exchange, spec, self.started)
+        except Exception:
+            log.exception("sealing a cancelled call failed", extra={"tool": self.exchange.call.tool})
 
     def expire(self) -> None:
         if not self.done:

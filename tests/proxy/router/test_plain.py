@@ -16,7 +16,7 @@ from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.records import Exchange
 from frugal_proxy.upstream.stdio import UpstreamConnection
 from tests.conftest import notes_command
-from tests.proxy.router.test_router import result, served
+from tests.proxy.router.test_router import Recorder, result, served
 
 pytestmark = pytest.mark.anyio
 
@@ -166,3 +166,41 @@ async def test_a_plain_calls_objects_are_freed_as_it_ends_without_the_garbage_co
             await upstream.shutdown()
     finally:
         gc.enable()
+
+
+async def test_a_priced_plain_call_cancelled_after_it_was_sent_is_sealed_as_maybe_billed() -> None:
+    """A plain call of a priced upstream (`cost_per_call`) that the client cancels once it was
+    sent may have been billed: it gets no reply, and is sealed with an attempt that costs its
+    price, marked maybe_billed, so the ledger counts it. One of a free upstream is not sealed."""
+    session_era = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+    for price in (2_500, 0):
+        recorder = Recorder()
+        upstream = UpstreamConnection(notes_command(), name="notes")
+        upstream.follow_client()
+        async with (
+            upstream,
+            served(upstream, seconds=30, prices={"notes": price}, assembly=Assembly(policies=[recorder])) as (
+                router,
+                wire,
+            ),
+        ):
+            assert "result" in await wire.request(0, "initialize", session_era, modern=False)
+            await wire.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            sleep = {"name": "sleep", "arguments": {"seconds": 30}}
+            await wire.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": sleep})
+            await anyio.sleep(0.3)
+            await wire.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}})
+            with anyio.fail_after(10):
+                await router.drain()  # the cancelled call leaves the table once withdrawn (and sealed)
+            await upstream.shutdown()
+        assert 2 not in [message.get("id") for message in wire.seen]
+        if not price:
+            assert recorder.seen == []
+            continue
+        (sealed,) = recorder.seen
+        (attempt,) = sealed.attempts
+        assert (attempt.provider, attempt.cost_micros, attempt.maybe_billed) == ("notes", 2_500, True)
+        assert attempt.error == (
+            "notes was cancelled; its request had gone out, so it may have been billed ($0.0025, counted as spent)"
+        )
+        assert sealed.receipt is not None and sealed.receipt.total_micros == 2_500
