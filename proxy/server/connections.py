@@ -72,6 +72,7 @@ _HEAD, _BODY, _DONE = "head", "body", "done"  # how far the request being read h
 _WHITESPACE = (0x20, 0x09)
 _UNKNOWN_METHOD = "Invalid method encountered"  # llhttp's reason
 _TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")  # RFC 9110's token: what h11 took as a method
+_FIRST_STEP = 64  # bytes: where the look for a request's start begins (most requests fit)
 
 
 @dataclass
@@ -205,7 +206,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._host_seen = False
         self._malformed: str | None = None  # why a request was refused: nothing more is read
         self._not_served = False  # that request's method is never served (CONNECT): a 405, not a 400
-        self._method: str | None = None  # the method of a request parsed as a GET (_as_get)
+        self._method: str | None = None  # the method of a request parsed as a GET (_method_at)
         self._previous: RequestResponseCycle | None = None  # the request cycle before the newest one
         self._broken: RequestResponseCycle | None = None  # the cycle whose body was refused: it is never answered
         self._out: _Coalescer | None = None
@@ -281,16 +282,24 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
           read it begins;
         - an `Upgrade:` request (the app serves no WebSocket, and nothing else is upgraded to):
           served as a plain request, which llhttp completed at its headers, and the bytes after
-          it parsed as the requests that follow."""
+          it parsed as the requests that follow.
+
+        The read is never copied: what is fed next is `head` (the GET that renamed a method),
+        then the read from `at`; so however many such requests a read packs, its work stays
+        linear in its size."""
+        view = memoryview(data)
+        at, head = 0, b""
         while True:
             begun = self._begun
             try:
-                self.parser.feed_data(data)
+                if head:
+                    self.parser.feed_data(head)
+                self.parser.feed_data(view[at:] if at else data)
             except httptools.HttpParserUpgrade as exc:
                 self._unsupported_upgrade_warning()  # the app serves no WebSocket (uvicorn's ws="none")
-                data, fresh = data[exc.args[0] :], True
+                at, head, fresh = at + exc.args[0], b"", True
                 self._new_parser()  # llhttp stays paused after an upgrade
-                if not data:
+                if at >= len(data):
                     return None
                 continue
             except httptools.HttpParserError as exc:
@@ -300,12 +309,14 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
                     return str(cause)
                 if str(exc) != _UNKNOWN_METHOD or not fresh:
                     return str(exc)
-                # Every request begun before the refused one in this read is complete: it begins
+                # Every request begun before the refused one in this feed is complete: it begins
                 # where the last of them ends.
-                renamed = _as_get(data[_start_of(data, self._begun - begun - 1) :])
-                if renamed is None:
+                start = _start_of(head, view, at, self._begun - begun - 1)
+                method = _method_at(data, start)
+                if method is None:
                     return str(exc)
-                data, self._method = renamed
+                at, self._method = method
+                head = b"GET"
                 self._new_parser()
                 continue
             return None
@@ -538,35 +549,48 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
 
 
-def _as_get(data: bytes) -> tuple[bytes, str] | None:
-    """`data` with its first request's method (a token, as h11 required) replaced by GET, and
-    that method; None when it does not begin with a whole token and a space."""
-    start = len(data) - len(data.lstrip(b"\r\n"))  # llhttp passes over empty lines before a request
+def _method_at(data: bytes, start: int) -> tuple[int, str] | None:
+    """The method of the request that begins at `start` in `data` (a token, as h11 required),
+    and where it ends; None when no whole token and a space begin it there."""
+    while start < len(data) and data[start] in b"\r\n":  # llhttp passes over empty lines before a request
+        start += 1
     end = data.find(b" ", start)
     if end < 0 or not _TOKEN.fullmatch(data, start, end):
         return None
-    return data[:start] + b"GET" + data[end:], data[start:end].decode("ascii")
+    return end, data[start:end].decode("ascii")
 
 
-def _start_of(data: bytes, complete: int) -> int:
-    """Where in `data` (a read that begins where a request begins) the request after the first
-    `complete` ones begins: the shortest prefix in which a parser of its own completes them."""
-    low, high = 0, len(data)
-    view = memoryview(data)
-    while low < high:
-        middle = (low + high) // 2
+def _start_of(head: bytes, view: memoryview, at: int, complete: int) -> int:
+    """Where in `view` the request after the first `complete` ones of `head` + `view[at:]`
+    (which begins where a request begins) begins: after the shortest part of it in which a parser
+    of its own completes them. Looked for from `at` in steps that double, then halved, so that
+    finding it parses a few times the length of those requests, not of all that follows."""
+
+    def completed(size: int) -> int:
         counted = _Completions()
         parser = httptools.HttpRequestParser(counted)
         parser.set_dangerous_leniencies(lenient_data_after_close=True)
         try:
-            parser.feed_data(view[:middle])
+            if head:
+                parser.feed_data(head)
+            parser.feed_data(view[at : at + size])
         except httptools.HttpParserError:
             pass  # what follows them (the request llhttp refused) is not this count's concern
-        if counted.complete >= complete:
+        return counted.complete
+
+    if complete <= 0:
+        return at
+    rest = len(view) - at
+    low, high = 0, min(_FIRST_STEP, rest)
+    while high < rest and completed(high) < complete:
+        low, high = high + 1, min(2 * high, rest)
+    while low < high:
+        middle = (low + high) // 2
+        if completed(middle) >= complete:
             high = middle
         else:
             low = middle + 1
-    return low
+    return at + low
 
 
 def _carries_body(headers: list[tuple[bytes, bytes]]) -> bool:

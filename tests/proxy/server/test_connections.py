@@ -12,13 +12,16 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import httptools
 import pytest
 import uvicorn
 
+from frugal_proxy.server import connections
 from frugal_proxy.server.connections import (
     DISCONNECT_HOOK,
     MAX_HEAD_BYTES,
     ConnectionLimits,
+    LimitedHttpToolsProtocol,
     limited_protocol,
     plain_response,
 )
@@ -456,3 +459,36 @@ async def test_requests_pipelined_behind_an_upgrade_request_are_served() -> None
     ]
     assert with_body.startswith(b"HTTP/1.1 400 Bad Request\r\n")
     assert with_body.endswith(b"a request with Upgrade and a body is not served; send it without Upgrade")
+
+
+class _CountingParser(httptools.HttpRequestParser):
+    """llhttp's parser, counting the bytes each parser made to find where a request begins is fed."""
+
+    probed = 0
+
+    def __init__(self, protocol: Any) -> None:
+        super().__init__(protocol)
+        self._probe = not isinstance(protocol, LimitedHttpToolsProtocol)
+
+    def feed_data(self, data: Any) -> None:
+        if self._probe:
+            _CountingParser.probed += len(data)
+        super().feed_data(data)
+
+
+async def test_finding_where_each_unknown_method_begins_reads_a_few_bytes_around_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each request with a method llhttp does not know is looked for near where the request
+    before it ended, not from the read's start: the bytes parsed again to find it stay within a
+    small multiple of the read's, however many such requests one read packs (from the start,
+    they grew as the square of their number: a crafted read held the event loop for seconds)."""
+    monkeypatch.setattr(connections.httptools, "HttpRequestParser", _CountingParser)
+    _CountingParser.probed = 0
+    count = 200
+    read = b"X / HTTP/1.1\r\nHost: a\r\n\r\n" * count
+    async with serving(method_and_body) as port:
+        with anyio.fail_after(10):
+            response = await exchange(port, read)
+    assert statuses_and_bodies(response) == [(b"HTTP/1.1 405 Method Not Allowed", b"X / ")] * count
+    assert 0 < _CountingParser.probed <= 16 * len(read)
