@@ -282,8 +282,9 @@ class Dispatch:
         may have reached the provider and no answer said it failed: the HTTP client says it went
         out, or the call was cut (deadline, cancel) and the provider does not say how far it got.
         One provably not sent yet (waiting for or opening a connection) or refused with a failure
-        status did not bill."""
-        if spec.free or outcome.kind in ANSWERED:
+        status did not bill, nor one the provider said was rate-limited (a rate limit is an
+        answer, whatever its status: You.com's `error` and Jina's over-limit text come in a 200)."""
+        if spec.free or outcome.kind in ANSWERED or outcome.kind == "rate_limited":
             return outcome
         state = exchange.request_state
         if not (state == "sent" or (state is None and cut)):

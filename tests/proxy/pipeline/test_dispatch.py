@@ -14,9 +14,10 @@ import time
 from collections.abc import Iterator
 
 import anyio
+import httpx2
 import pytest
 
-from frugal_proxy.capabilities import SearchHit
+from frugal_proxy.capabilities import ExtractRequest, SearchHit
 from frugal_proxy.config import ProviderConfig
 from frugal_proxy.ledger.line import UsageLine
 from frugal_proxy.pipeline.dispatch import DispatchSettings
@@ -27,8 +28,10 @@ from frugal_proxy.policies.ledger import Ledger
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers import FakeProvider
 from frugal_proxy.providers.http_client import HttpClient
+from frugal_proxy.providers.jina import Jina
 from frugal_proxy.providers.registry import Setup
 from frugal_proxy.providers.serper import Serper
+from frugal_proxy.providers.youcom import Youcom
 from frugal_proxy.records import Call, Decision, Exchange, Outcome, ProviderSpec, Route
 from frugal_proxy.state.spend import MemorySpend, spend_key
 from tests.fake_clock import Clock
@@ -495,3 +498,33 @@ async def test_a_failure_status_costs_nothing() -> None:
     (attempt,) = ex.attempts
     assert (attempt.error, attempt.cost_micros, attempt.maybe_billed) == ("serper failed (503)", 0, False)
     assert rig.spent == 0 and ex.request_state == "refused"
+
+
+@pytest.mark.parametrize(
+    ("provider", "answer"),
+    [
+        ("youcom", httpx2.Response(200, json={"error": "Rate limit exceeded: too many requests"})),
+        ("jina", httpx2.Response(200, text="Whoa there, turbo! You've hit the rate limit. Slow down.")),
+    ],
+)
+async def test_a_rate_limit_said_in_a_success_status_costs_nothing(provider: str, answer: httpx2.Response) -> None:
+    """A request that went out and came back a 200 saying the API is rate-limiting it (You.com's
+    `error`, Jina's "Whoa there, turbo!") was refused, not billed: its reservation is given back."""
+    http = HttpClient(httpx2.MockTransport(lambda request: answer))
+    capability = "search" if provider == "youcom" else "extract"
+    spec = ProviderSpec(provider, capability, PRICE)
+    setup = Setup(spec, "https://api.example", "sk-test", 5.0, http, ProviderConfig(), {})
+    driver = Youcom(setup) if provider == "youcom" else Jina(setup)
+    key = spend_key(capability, provider)
+    budget = Budget({key: PRICE}, MemorySpend(time.time))
+    pipeline = build_pipeline({provider: driver}, [budget], DispatchSettings(deadline=DEADLINE))
+    ex = routed(provider)
+    if provider == "jina":
+        ex.route = Route("frugal__extract", (provider,), capability="extract")
+        ex.request = ExtractRequest("https://example.org/")
+    with anyio.fail_after(10):
+        await pipeline.run(ex)
+    await http.close()
+    (attempt,) = ex.attempts
+    assert (attempt.outcome, attempt.cost_micros, attempt.maybe_billed) == ("rate_limited", 0, False)
+    assert budget.book.spent(key) == 0
