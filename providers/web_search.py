@@ -53,6 +53,7 @@ class WebSearch(Generic[Body]):
         request = exchange.request
         assert isinstance(request, SearchRequest)
         query = self.query(request)
+        exchange.request_state = "unsent"  # while it waits for a slot too: nothing has gone out yet
         if self._slots is None:
             found = await self._fetch(query, exchange)
         else:

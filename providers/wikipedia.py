@@ -51,6 +51,7 @@ class Wikipedia:
         assert isinstance(request, SearchRequest)
         name = self.spec.name
         params = {"q": request.query, "limit": str(min(request.max_results, MAX_RESULTS))}
+        exchange.request_state = "unsent"  # while it waits for a slot too: nothing has gone out yet
         async with self._slots:
             found = await self.setup.http.fetch_json(
                 name,

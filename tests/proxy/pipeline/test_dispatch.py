@@ -29,6 +29,7 @@ from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers import FakeProvider
 from frugal_proxy.providers.http_client import HttpClient
 from frugal_proxy.providers.jina import Jina
+from frugal_proxy.providers.marginalia import Marginalia
 from frugal_proxy.providers.registry import Setup
 from frugal_proxy.providers.serper import Serper
 from frugal_proxy.providers.youcom import Youcom
@@ -528,3 +529,31 @@ async def test_a_rate_limit_said_in_a_success_status_costs_nothing(provider: str
     (attempt,) = ex.attempts
     assert (attempt.outcome, attempt.cost_micros, attempt.maybe_billed) == ("rate_limited", 0, False)
     assert budget.book.spent(key) == 0
+
+
+async def test_a_call_cut_while_it_waited_for_a_slot_of_its_driver_costs_nothing() -> None:
+    """Marginalia sends two requests at a time; a priced one cut by the deadline while it waited
+    for one of those slots never went out: its reservation is given back. The two in flight,
+    whose requests went out and never came back, may have billed."""
+    released = anyio.Event()
+
+    async def never_answers(request: httpx2.Request) -> httpx2.Response:
+        await released.wait()
+        return httpx2.Response(200, json={"results": []})
+
+    http = HttpClient(httpx2.MockTransport(never_answers))
+    spec = ProviderSpec("marginalia", "search", PRICE)
+    setup = Setup(spec, "https://api.example", "key", 5.0, http, ProviderConfig(), {})
+    key = spend_key("search", "marginalia")
+    budget = Budget({key: 3 * PRICE}, MemorySpend(time.time))
+    pipeline = build_pipeline({"marginalia": Marginalia(setup)}, [budget], DispatchSettings(deadline=DEADLINE))
+    calls = [routed("marginalia") for _ in range(3)]
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for ex in calls:
+                tg.start_soon(pipeline.run, ex)
+    released.set()
+    await http.close()
+    billed = sorted((a.maybe_billed, a.cost_micros) for ex in calls for a in ex.attempts)
+    assert billed == [(False, 0), (True, PRICE), (True, PRICE)]
+    assert budget.book.spent(key) == 2 * PRICE
