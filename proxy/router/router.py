@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 import anyio.abc
@@ -59,6 +59,15 @@ class Origin:
 
 
 STDIO = Origin()
+
+
+class ReadRequest(NamedTuple):
+    """What a caller has decoded of a request already (Router.open_plain): its params, its id
+    and its `params._meta` (None when not read)."""
+
+    params: dict[str, msgspec.Raw]
+    client_id: RequestId | None
+    meta: dict[str, msgspec.Raw] | None
 
 
 class Router:
@@ -292,7 +301,12 @@ class Router:
         return True
 
     async def open_plain(
-        self, frame: Frame, *, operator: str | None = None, on_reply: Callable[[Frame | None], object]
+        self,
+        frame: Frame,
+        *,
+        operator: str | None = None,
+        on_reply: Callable[[Frame | None], object],
+        read: ReadRequest | None = None,
     ) -> PlainCall | Exchange | None:
         """A plain tools/call (as `_plain_call` has it) of a client that is not on stdio, served
         without the cancel scopes, timers and task hops of `reply_to`: the request goes upstream
@@ -300,8 +314,10 @@ class Router:
         `reply_to` returns it; None when it was cancelled) from the upstream's reader. The call
         when it is under way or answered (its `cancel` withdraws it); None when it is not plain
         (`reply_to` serves it); the exchange when the pipeline answered it at admit or has more
-        to do than one plain call: `reply_to` with it as `resume` goes on from there."""
-        exchange = await self._plain_exchange(frame, Origin(operator) if operator is not None else STDIO)
+        to do than one plain call: `reply_to` with it as `resume` goes on from there. `read` is
+        what the caller has decoded of the frame already, so that it is not decoded again."""
+        origin = Origin(operator) if operator is not None else STDIO
+        exchange = await self._plain_exchange(frame, origin, read=read)
         if exchange is None:
             return None
         return await self._start_plain(frame, exchange, on_reply) or exchange
@@ -324,19 +340,24 @@ class Router:
             raise
         return call if call.begin(spec) else None
 
-    async def _plain_exchange(self, frame: Frame, origin: Origin, client: Client | None = None) -> Exchange | None:
+    async def _plain_exchange(
+        self, frame: Frame, origin: Origin, client: Client | None = None, *, read: ReadRequest | None = None
+    ) -> Exchange | None:
         """The exchange of a tools/call that may go by a plain call, opened by neither: None
         when it may not (several upstreams, a client the link must translate for, progress
         asked for on an HTTP response stream, a routed tool, an id in flight already).
-        `client` is the stdio client; over HTTP it is the one the request's _meta describes."""
+        `client` is the stdio client; over HTTP it is the one the request's _meta describes.
+        `read` is what the caller decoded of the frame already."""
         link = self._plain_link
         if link is None or frame.get("method") != _TOOLS_CALL or "id" not in frame:
             return None
         try:
-            params = jsonrpc.params_of(frame)
-            client_id = jsonrpc.id_of(frame)
+            if read is None:
+                params, client_id, meta = jsonrpc.params_of(frame), jsonrpc.id_of(frame), None
+            else:
+                params, client_id, meta = read
             if client is None:
-                client = self._client_of(client_id, "tools/call", params) if client_id is not None else None
+                client = self._client_of(client_id, "tools/call", params, meta) if client_id is not None else None
                 if client is None:
                     return None
             elif "_meta" in params and eras.modern_meta(params) is not None:
@@ -344,7 +365,8 @@ class Router:
             if not link.passes_through(client):
                 return None
             name = jsonrpc.decode_any(params["name"]) if "name" in params else None
-            token = jsonrpc.progress_token(params)
+            # (a _meta read already that has no progressToken needs no second look)
+            token = None if meta is not None and "progressToken" not in meta else jsonrpc.progress_token(params)
             if origin is not STDIO and token is not None:
                 return None  # its progress goes on the request's own response stream
             progress = self._sink_for(token, None)
@@ -439,8 +461,16 @@ class Router:
             return self.listed
         return [*self.listed, *await self.routes.listings(client, params)]
 
-    def _client_of(self, client_id: RequestId, method: str, params: dict[str, msgspec.Raw]) -> Client | None:
-        meta = eras.modern_meta(params)
+    def _client_of(
+        self,
+        client_id: RequestId,
+        method: str,
+        params: dict[str, msgspec.Raw],
+        meta: dict[str, msgspec.Raw] | None = None,
+    ) -> Client | None:
+        """The client a request comes from: the one its _meta describes (`meta`, when the caller
+        has read it already), else the session's."""
+        meta = eras.modern_meta(params) if meta is None else meta if eras.META_VERSION in meta else None
         if meta is not None:
             context = eras.validate_modern(client_id, meta)
             if self.client.era is None:

@@ -34,7 +34,12 @@ and, for the speed of every small call:
 - a request's scope carries `DISCONNECT_HOOK` under `extensions`: a callable that takes a
   callback to run if the client disconnects before the response is complete (at once when it
   already has) and returns the callable that takes it back. A handler can then be cancelled by
-  the disconnect without a task of its own waiting on `receive()` for it.
+  the disconnect without a task of its own waiting on `receive()` for it;
+- and `RESPOND_HOOK`: a callable that writes a whole small response (status, headers, body)
+  as uvicorn's `send` writes a start and a last body message, in one write at once, and notes
+  its status in the request's scope under `RESPONDED_KEY` (where `HttpMetrics` reads it, as it
+  does not see it pass); False, with nothing written, when the response must take `send` (it
+  has started, the client has left, the transport's buffer is full, or an access log is kept).
 
 `limited_protocol` binds a set of limits to the class uvicorn is handed as `http=`.
 """
@@ -51,7 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 log = logging.getLogger("frugal_proxy.http_connections")
 
@@ -67,6 +72,8 @@ REFUSAL_WAIT = 0.5
 MAX_WAITING_REFUSALS = 100
 WARN_EVERY = 10.0  # seconds between two warnings of one kind: a flood must not become a log flood
 DISCONNECT_HOOK = "frugal.on_disconnect"  # the scope["extensions"] key of the disconnect hook
+RESPOND_HOOK = "frugal.respond"  # the scope["extensions"] key of the whole-response writer
+RESPONDED_KEY = "frugal.responded"  # the scope key of the status that writer wrote
 MAX_HEAD_BYTES = 16 * 1024  # a request line and headers over this get a 400 (h11's bound, kept)
 _HEAD, _BODY, _DONE = "head", "body", "done"  # how far the request being read has come
 _WHITESPACE = (0x20, 0x09)
@@ -153,6 +160,14 @@ class _Coalescer:
         pending, self.pending = self.pending, []
         if pending and not self.transport.is_closing():
             self.transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+
+    def write_now(self, data: bytes) -> None:
+        """Send `data` at once, after what this turn wrote before it."""
+        if self.pending:
+            self.pending.append(data)
+            self.flush()
+        elif not self.transport.is_closing():
+            self.transport.write(data)
 
     def close(self) -> None:
         self.flush()
@@ -387,7 +402,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self._fitted = cycle
             cycle.transport = self._out  # type: ignore[assignment]
             scope: dict[str, Any] = self.scope  # type: ignore[assignment]
-            scope["extensions"] = {DISCONNECT_HOOK: self._when_lost}
+
+            def respond(status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
+                return self._respond(cycle, status, headers, body)
+
+            scope["extensions"] = {DISCONNECT_HOOK: self._when_lost, RESPOND_HOOK: respond}
 
     def on_message_complete(self) -> None:
         self._reading = _DONE
@@ -444,6 +463,37 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         return take_back
 
     # -- writing -------------------------------------------------------------------------------------
+
+    def _respond(
+        self, cycle: RequestResponseCycle, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> bool:
+        """`RESPOND_HOOK`: what uvicorn's `send` does for a start and one last body message,
+        in one write. `headers` are the caller's own (known valid, a content-length among them
+        matching `body`)."""
+        if cycle.response_started or cycle.disconnected or cycle.flow.write_paused or cycle.access_log:
+            return False
+        if cycle.scope["method"] == "HEAD":
+            return False
+        cycle.response_started = cycle.response_complete = True
+        cycle.waiting_for_100_continue = False
+        content = [STATUS_LINE[status]]
+        for name, value in cycle.default_headers:
+            content += (name, b": ", value, b"\r\n")
+        for name, value in headers:
+            content += (name, b": ", value, b"\r\n")
+        if not cycle.keep_alive:
+            content.append(b"connection: close\r\n")
+        content += (b"\r\n", body)
+        scope: dict[str, Any] = cycle.scope  # type: ignore[assignment]
+        scope[RESPONDED_KEY] = status
+        out = self._out
+        assert out is not None
+        out.write_now(b"".join(content))
+        cycle.message_event.set()
+        if not cycle.keep_alive:
+            out.close()
+        cycle.on_response()
+        return True
 
     def shutdown(self) -> None:
         self._flush()  # a response completed in this loop turn leaves before the connection closes

@@ -19,6 +19,7 @@ Every request is bounded by `--request-timeout`. Hardening sits in front of all 
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 from collections.abc import Awaitable, Mapping, Sequence
@@ -38,7 +39,7 @@ from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.records import Exchange, ProgressSink
 from frugal_proxy.router.answerers import Deadlines
 from frugal_proxy.router.plain import PlainCall
-from frugal_proxy.router.router import Router, removed_in_modern
+from frugal_proxy.router.router import ReadRequest, Router, removed_in_modern
 from frugal_proxy.server.connections import DEFAULT_KEEP_ALIVE_TIMEOUT, ConnectionLimits
 from frugal_proxy.server.events import EventLog
 from frugal_proxy.server.guard import (
@@ -98,6 +99,7 @@ class Endpoint:
         self._ids = itertools.count(1)
         self._param_headers: dict[str, dict[tuple[str, ...], str]] = {}  # learnt from tools/list
         self._deadlines = Deadlines()  # the request timeouts of the plain calls in flight
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def handle(self, request: Request) -> Response:
         version = headers_of(request).get("mcp-protocol-version")
@@ -130,26 +132,29 @@ class Endpoint:
         method = jsonrpc.method_of(frame)
         if method == "initialize" and not modern:
             return await self._initialize(request, frame)
-        if modern or eras.modern_meta(jsonrpc.params_of(frame)) is not None:
-            return await self._modern(request, frame, version, method or "")
+        params = jsonrpc.params_of(frame)
+        if modern or eras.modern_meta(params) is not None:
+            return await self._modern(request, frame, version, method or "", params)
         sse = prefers_event_stream(headers_of(request).get("accept"))
         if self.sessions is None:
-            return await self._take(self.shared, frame, version, operator=operator_of(request), sse=sse)
+            return await self._take(self.shared, frame, version, operator=operator_of(request), sse=sse, params=params)
         entry = self._session_of(request)
         if isinstance(entry, Response):
             return entry
         entry.touch()
-        return await self._take(entry.session, frame, version, entry, sse=sse)
+        return await self._take(entry.session, frame, version, entry, sse=sse, params=params)
 
     # -- 2026-07-28 ----------------------------------------------------------------------------------
 
-    async def _modern(self, request: Request, frame: Frame, version: str | None, method: str) -> Response:
+    async def _modern(
+        self, request: Request, frame: Frame, version: str | None, method: str, params: dict[str, msgspec.Raw]
+    ) -> Response:
+        """`params` is the frame's, decoded already."""
         ident = jsonrpc.id_of(frame)
         if jsonrpc.is_reply(frame):
             return rpc_error(400, jsonrpc.INVALID_REQUEST, "2026-07-28 clients do not POST responses")
         if jsonrpc.is_notification(frame):
             return Response(status_code=202)  # over HTTP the core protocol has no client notifications
-        params = jsonrpc.params_of(frame)
         meta = jsonrpc.sub_object(params, "_meta")
         stated = jsonrpc.decode_any(meta[eras.META_VERSION]) if eras.META_VERSION in meta else None
         if stated is None or eras.META_CAPABILITIES not in meta:
@@ -191,12 +196,13 @@ class Endpoint:
                 return rpc_error(400, jsonrpc.HEADER_MISMATCH, problem, ident)
         else:
             sent = {}
-        inner = self._unique(frame)
+        inner, inner_id = self._renumbered(frame)
         operator = operator_of(request)
         if method == "subscriptions/listen":
             return self._listen(inner, ident, operator)
+        read = ReadRequest(params, inner_id, meta)
         return await self._request(
-            self.shared, inner, ident, modern=True, operator=operator, headers=sent or None, meta=meta
+            self.shared, inner, ident, modern=True, operator=operator, headers=sent or None, read=read
         )
 
     def _param_problem(self, name: Any, params: dict[str, msgspec.Raw], sent: dict[str, str]) -> str | None:
@@ -299,12 +305,15 @@ class Endpoint:
         *,
         operator: str | None = None,
         sse: bool = False,
+        params: dict[str, msgspec.Raw] | None = None,
     ) -> Response:
+        """`params` is the frame's, where the caller has decoded them."""
         if jsonrpc.is_request(frame):
             ident = jsonrpc.id_of(frame)
-            inner = frame if entry is not None else self._unique(frame)
+            inner, inner_id = (frame, ident) if entry is not None else self._renumbered(frame)
+            read = ReadRequest(params, inner_id, jsonrpc.sub_object(params, "_meta")) if params is not None else None
             return await self._request(
-                session, inner, ident, modern=False, entry=entry, version=version, operator=operator, sse=sse
+                session, inner, ident, modern=False, entry=entry, version=version, operator=operator, sse=sse, read=read
             )
         await session.take_in(frame)
         return Response(status_code=202)
@@ -315,7 +324,12 @@ class Endpoint:
         of them share must neither replace the other's in the Router's in-flight table nor let
         one's `notifications/cancelled` cancel the other's call (a stateless session-era client
         has no session to tell its requests apart, so such a notification cancels nothing)."""
-        return jsonrpc.with_id(frame, f"http-{next(self._ids)}")
+        return self._renumbered(frame)[0]
+
+    def _renumbered(self, frame: Frame) -> tuple[Frame, str]:
+        """`_unique`'s frame, and its new id."""
+        ident = f"http-{next(self._ids)}"
+        return jsonrpc.with_id(frame, ident), ident
 
     def _batches_per_element(self, request: Request, version: str | None) -> bool:
         """Whether a batch with bad elements is answered element by element: a 2025-03-26
@@ -419,26 +433,29 @@ class Endpoint:
         operator: str | None = None,
         headers: Mapping[str, str] | None = None,
         sse: bool = False,
-        meta: dict[str, msgspec.Raw] | None = None,
+        read: ReadRequest | None = None,
     ) -> Response:
         """The response to one request: an SSE stream when it asked for progress, or when a
         session-era client prefers one (`sse`: its Accept ranks text/event-stream above JSON);
         plain JSON otherwise, the cheaper answer, which the SDK clients (JSON listed first) get.
-        `meta` is the request's `params._meta` where the caller has read it already."""
+        `read` is what the caller has decoded of the frame already."""
 
         async def answer(stream: ProgressSink) -> Frame | None:
             return await self.answer(session, frame, ident, entry, operator, stream, headers)
 
-        if sse or "progressToken" in (
-            meta if meta is not None else jsonrpc.sub_object(jsonrpc.params_of(frame), "_meta")
-        ):
+        meta = read.meta if read is not None else None
+        if read is None or meta is None:
+            params = jsonrpc.params_of(frame) if read is None else read.params
+            meta = jsonrpc.sub_object(params, "_meta")
+            read = ReadRequest(params, jsonrpc.id_of(frame), meta)
+        if sse or "progressToken" in meta:
             if entry is None:  # 2026-07-28, or a stateless session-era client: nothing to resume
                 return ReplyStream(answer, EventLog("request"), resumable=False)
             prime = version is not None and version >= "2025-11-25"
             return ReplyStream(answer, entry.outbox.events.open(), resumable=True, prime=prime)
         resume = None
         if headers is None:
-            plain = await self._plain(session, frame, ident, entry, operator, modern)
+            plain = await self._plain(session, frame, ident, entry, operator, modern, read)
             if isinstance(plain, PlainReply):
                 return plain
             resume = plain
@@ -447,7 +464,14 @@ class Endpoint:
         return reply_response(await self.answer(session, frame, ident, entry, operator, None, headers, resume))
 
     async def _plain(
-        self, session: Router, frame: Frame, ident: Any, entry: HttpSession | None, operator: str | None, modern: bool
+        self,
+        session: Router,
+        frame: Frame,
+        ident: Any,
+        entry: HttpSession | None,
+        operator: str | None,
+        modern: bool,
+        read: ReadRequest,
     ) -> PlainReply | Exchange | None:
         """A plain tools/call sent upstream at once (Router.open_plain) and the response that
         waits for its reply; else None, or the exchange the pipeline opened, for `answer`."""
@@ -460,9 +484,12 @@ class Endpoint:
                 entry.touch()
 
         timeout = self.settings.request_timeout
-        reply = PlainReply(ident, modern=modern, timeout=timeout, on_end=ended, deadlines=self._deadlines)
+        loop = self._loop
+        if loop is None:  # kept: on Python 3.11 each get_running_loop() is a getpid() system call
+            loop = self._loop = asyncio.get_running_loop()
+        reply = PlainReply(ident, modern=modern, timeout=timeout, on_end=ended, deadlines=self._deadlines, loop=loop)
         try:
-            opened = await session.open_plain(frame, operator=operator, on_reply=reply.reply)
+            opened = await session.open_plain(frame, operator=operator, on_reply=reply.reply, read=read)
         except BaseException:
             ended()
             raise

@@ -58,6 +58,7 @@ def headers_of(request: Request) -> Mapping[str, str]:
 
 
 MAX_BUCKETS = 10_000
+MAX_HOSTS_SEEN = 256  # Host header values whose verdict the guard remembers
 DEFAULT_RATE, DEFAULT_BURST = 100.0, 1000
 # Headers whose second copy a proxy, a framework and an upstream could each resolve differently
 # (first wins, last wins, joined): who the request is, where it comes from and goes, what it is.
@@ -154,6 +155,7 @@ class Guard:
         self.hosts = LOOPBACK_NAMES | {host.lower() for host in settings.allowed_hosts}
         self.origins = {origin.lower().rstrip("/") for origin in settings.allowed_origins}
         self.buckets = TokenBuckets(settings.rate, settings.burst) if settings.rate is not None else None
+        self._hosts_seen: dict[str, bool] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -170,19 +172,21 @@ class Guard:
             log.warning("request over the rate limit refused", extra={"status": 429})
             await _refuse(send, 429, "rate_limited", message, {"Retry-After": str(retry)})
             return
-        headers: dict[str, str] = {}
-        for raw_key, raw_value in scope["headers"]:
-            key = raw_key.decode("latin-1")
-            if key in headers:
-                if key in SINGLE_HEADERS or key.startswith("mcp-"):
-                    log.warning("request with a duplicated header refused", extra={"status": 400, "header": key})
-                    message = f"the {key} header is sent more than once; send it once"
-                    await _refuse(send, 400, "duplicate_header", message)
-                    return
-                continue  # of any other header the first copy is read, as starlette reads it
-            headers[key] = raw_value.decode("latin-1")
-        host = _host_name(headers.get("host", ""))
-        if host not in self.hosts and not self.settings.any_host:
+        raw_headers = scope["headers"]
+        headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in raw_headers}
+        if len(headers) != len(raw_headers):  # a name sent twice: read again, the first copy kept
+            headers = {}
+            for raw_key, raw_value in raw_headers:
+                key = raw_key.decode("latin-1")
+                if key in headers:
+                    if key in SINGLE_HEADERS or key.startswith("mcp-"):
+                        log.warning("request with a duplicated header refused", extra={"status": 400, "header": key})
+                        message = f"the {key} header is sent more than once; send it once"
+                        await _refuse(send, 400, "duplicate_header", message)
+                        return
+                    continue  # of any other header the first copy is read, as starlette reads it
+                headers[key] = raw_value.decode("latin-1")
+        if not self.settings.any_host and not self._host_allowed(headers.get("host", "")):
             log.warning("request with a Host that is not allowed refused", extra={"status": 403})
             await _refuse(send, 403, "host_not_allowed", "Host not allowed (add it with --allowed-host)")
             return
@@ -204,6 +208,16 @@ class Guard:
         # The operator travels with the request, in its scope; handlers read it with operator_of,
         # and the headers as read here with headers_of.
         await self.app({**scope, OPERATOR_KEY: operator, HEADERS_KEY: headers}, receive, send)
+
+    def _host_allowed(self, host: str) -> bool:
+        """Whether a Host header's name is allowed (each value read once: clients send the same
+        one or two every time, and a bounded number are remembered)."""
+        allowed = self._hosts_seen.get(host)
+        if allowed is None:
+            allowed = _host_name(host) in self.hosts
+            if len(self._hosts_seen) < MAX_HOSTS_SEEN:
+                self._hosts_seen[host] = allowed
+        return allowed
 
     def _origin_allowed(self, origin: str) -> bool:
         if origin.lower().rstrip("/") in self.origins:

@@ -43,6 +43,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from frugal_proxy.server.connections import RESPONDED_KEY
 from frugal_proxy.upstream.base import UpstreamBase
 
 if TYPE_CHECKING:
@@ -236,7 +237,9 @@ class HttpMetrics:
         try:
             await self.app(scope, receive, counted)
         finally:
-            # An app that fails before answering gets uvicorn's 500: count it as that.
+            # A response written whole by the connection (RESPOND_HOOK) noted its status in the
+            # scope instead. An app that fails before answering gets uvicorn's 500: count it as that.
+            status = status or scope.get(RESPONDED_KEY, 0)
             method, path = scope["method"], scope["path"]
             self.metrics.count_request(
                 method if method in METHODS else OTHER, path if path in self.paths else OTHER, status or 500

@@ -20,7 +20,7 @@ from frugal_proxy.protocol.headers import accept_weights
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.records import ProgressSink
 from frugal_proxy.router.answerers import Deadlines
-from frugal_proxy.server.connections import DISCONNECT_HOOK, nothing
+from frugal_proxy.server.connections import DISCONNECT_HOOK, RESPOND_HOOK, nothing
 from frugal_proxy.server.events import EventLog
 from frugal_proxy.server.sessions import HttpSession
 
@@ -166,8 +166,9 @@ class CancellableReply(Response):
 class PlainReply(Response):
     """The JSON reply to a plain tools/call that `Router.open_plain` has sent upstream, waited
     for on the request's own task: no task, cancel scope or timer of its own (the request
-    timeout is one entry in the endpoint's `Deadlines`), and written as two ASGI messages
-    without starlette's header building. A 2026-07-28 client that disconnects first has the
+    timeout is one entry in the endpoint's `Deadlines`), and written whole in one write under
+    the proxy's own server (`RESPOND_HOOK`), else as two ASGI messages, without starlette's
+    header building either way. A 2026-07-28 client that disconnects first has the
     call cancelled, upstream too (the disconnect hook, or a task waiting for the disconnect
     under another server); past the request timeout the call is cancelled upstream and
     answered with a tool error, as `Endpoint.answer` answers it."""
@@ -180,6 +181,7 @@ class PlainReply(Response):
         timeout: float,
         on_end: Callable[[], object],
         deadlines: Deadlines,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         # Response's own __init__ is left out on purpose: nothing reads its headers or body.
         self.status_code = 200
@@ -192,7 +194,7 @@ class PlainReply(Response):
         self.due = 0.0
         self.left = False
         self.cancel: Callable[[], object] = nothing
-        self.reply_frame: asyncio.Future[Frame | None] = asyncio.get_running_loop().create_future()
+        self.reply_frame: asyncio.Future[Frame | None] = (loop or asyncio.get_running_loop()).create_future()
 
     def reply(self, frame: Frame | None) -> None:
         """The router's answer (None: the call was cancelled)."""
@@ -215,7 +217,8 @@ class PlainReply(Response):
         self.cancel()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        hook = scope.get("extensions", {}).get(DISCONNECT_HOOK) if self.modern else None
+        extensions = scope.get("extensions") or {}
+        hook = extensions.get(DISCONNECT_HOOK) if self.modern else None
         take_back = hook(self._disconnected) if hook is not None else nothing
         try:
             if self.modern and hook is None:
@@ -237,8 +240,11 @@ class PlainReply(Response):
         else:
             reply = jsonrpc.with_id(reply, self.ident)
         body = jsonrpc.encode(reply)
-        headers = [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
+        headers = [(b"content-length", b"%d" % len(body)), (b"content-type", b"application/json")]
         status = reply_status(reply, modern=self.modern)
+        respond = extensions.get(RESPOND_HOOK)
+        if respond is not None and respond(status, headers, body):
+            return  # written whole, at once (connections)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 

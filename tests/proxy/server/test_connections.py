@@ -20,6 +20,8 @@ from frugal_proxy.server import connections
 from frugal_proxy.server.connections import (
     DISCONNECT_HOOK,
     MAX_HEAD_BYTES,
+    RESPOND_HOOK,
+    RESPONDED_KEY,
     ConnectionLimits,
     LimitedHttpToolsProtocol,
     limited_protocol,
@@ -31,7 +33,7 @@ pytestmark = pytest.mark.anyio
 
 @asynccontextmanager
 async def serving(
-    app: Callable[..., Any], limits: ConnectionLimits | None = None, keep_alive: float = 5.0
+    app: Callable[..., Any], limits: ConnectionLimits | None = None, keep_alive: float = 5.0, access_log: bool = True
 ) -> AsyncIterator[int]:
     """`app` served by uvicorn with the proxy's protocol on 127.0.0.1, in this event loop; its port."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -39,7 +41,13 @@ async def serving(
     sock.listen(16)
     protocol = limited_protocol(limits or ConnectionLimits())
     config = uvicorn.Config(
-        app, log_level="warning", lifespan="off", ws="none", http=protocol, timeout_keep_alive=keep_alive
+        app,
+        log_level="warning",
+        lifespan="off",
+        ws="none",
+        http=protocol,
+        timeout_keep_alive=keep_alive,
+        access_log=access_log,
     )
     server = uvicorn.Server(config)
     async with anyio.create_task_group() as tg:
@@ -116,6 +124,41 @@ async def test_what_a_response_writes_in_pieces_arrives_whole_and_in_order() -> 
     first, _, second = received.partition(b"0\r\n\r\n")
     assert first.startswith(b"HTTP/1.1 200 OK\r\n") and first.endswith(b"4\r\none \r\n4\r\ntwo \r\n5\r\nthree\r\n")
     assert second.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+
+
+async def test_a_response_written_whole_is_what_send_would_have_written_and_its_status_is_noted() -> None:
+    noted: list[Any] = []
+    body = b'{"ok":true}'
+    headers = [(b"content-length", b"%d" % len(body)), (b"content-type", b"application/json")]
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        if scope["path"] == "/whole":
+            assert scope["extensions"][RESPOND_HOOK](201, headers, body)
+            assert not scope["extensions"][RESPOND_HOOK](201, headers, body)  # once only: it has started
+            noted.append(scope.get(RESPONDED_KEY))
+        else:
+            await send({"type": "http.response.start", "status": 201, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            noted.append(scope.get(RESPONDED_KEY))
+
+    def without_date(response: bytes) -> bytes:
+        return b"\r\n".join(line for line in response.split(b"\r\n") if not line.startswith(b"date: "))
+
+    async with serving(app, access_log=False) as port:  # (with an access log kept, `send` writes it)
+        with anyio.fail_after(10):
+            requests = [
+                b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n%s\r\n{}" % (path, extra)
+                for path in (b"/whole", b"/sent")
+                for extra in (b"", b"Connection: close\r\n")
+            ]
+            answers = [await exchange(port, request) for request in requests]
+    whole, whole_closed, sent, sent_closed = (without_date(answer) for answer in answers)
+    assert whole == sent and whole_closed == sent_closed  # the same bytes either way, a closed connection too
+    assert whole.startswith(b"HTTP/1.1 201 Created\r\n") and whole.endswith(b"\r\n\r\n" + body)
+    assert b"connection: close\r\n" in whole_closed and b"connection: close" not in whole
+    assert all(b"date: " in answer for answer in answers)  # uvicorn's default headers come too
+    assert noted == [201, 201, None, None]
 
 
 async def echo_headers(scope: Any, receive: Any, send: Any) -> None:
