@@ -35,8 +35,9 @@ and, for the speed of every small call:
   callback to run if the client disconnects before the response is complete (at once when it
   already has) and returns the callable that takes it back. A handler can then be cancelled by
   the disconnect without a task of its own waiting on `receive()` for it;
-- and `RESPOND_HOOK`: a callable that writes a whole small response (status, headers, body)
-  as uvicorn's `send` writes a start and a last body message, in one write at once, and notes
+- and `RESPOND_HOOK`: a callable that writes a whole small response (the request's scope,
+  status, headers, body) as uvicorn's `send` writes a start and a last body message, in one
+  write at once, and notes
   its status in the request's scope under `RESPONDED_KEY` (where `HttpMetrics` reads it, as it
   does not see it pass); False, with nothing written, when the response must take `send` (it
   has started, the client has left, the transport's buffer is full, or an access log is kept).
@@ -402,11 +403,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self._fitted = cycle
             cycle.transport = self._out  # type: ignore[assignment]
             scope: dict[str, Any] = self.scope  # type: ignore[assignment]
-
-            def respond(status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
-                return self._respond(cycle, status, headers, body)
-
-            scope["extensions"] = {DISCONNECT_HOOK: self._when_lost, RESPOND_HOOK: respond}
+            # (bound to the connection, not the request: a request's scope that held a callable
+            # holding its cycle would make every request a reference cycle for the collector)
+            scope["extensions"] = {DISCONNECT_HOOK: self._when_lost, RESPOND_HOOK: self._respond}
 
     def on_message_complete(self) -> None:
         self._reading = _DONE
@@ -464,12 +463,17 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     # -- writing -------------------------------------------------------------------------------------
 
-    def _respond(
-        self, cycle: RequestResponseCycle, status: int, headers: list[tuple[bytes, bytes]], body: bytes
-    ) -> bool:
+    def _respond(self, scope: Any, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> bool:
         """`RESPOND_HOOK`: what uvicorn's `send` does for a start and one last body message,
-        in one write. `headers` are the caller's own (known valid, a content-length among them
-        matching `body`)."""
+        in one write, for the request whose `scope` it is (its `extensions` tell it apart from
+        a request pipelined after it). `headers` are the caller's own (known valid, a
+        content-length among them matching `body`)."""
+        extensions = scope.get("extensions")
+        cycle: RequestResponseCycle | None = self.cycle
+        if cycle is None or cycle.scope.get("extensions") is not extensions:
+            cycle = self._previous  # a pipelined request came after it
+            if cycle is None or cycle.scope.get("extensions") is not extensions:
+                return False
         if cycle.response_started or cycle.disconnected or cycle.flow.write_paused or cycle.access_log:
             return False
         if cycle.scope["method"] == "HEAD":
@@ -484,8 +488,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if not cycle.keep_alive:
             content.append(b"connection: close\r\n")
         content += (b"\r\n", body)
-        scope: dict[str, Any] = cycle.scope  # type: ignore[assignment]
-        scope[RESPONDED_KEY] = status
+        own: dict[str, Any] = cycle.scope  # type: ignore[assignment]
+        own[RESPONDED_KEY] = status
         out = self._out
         assert out is not None
         out.write_now(b"".join(content))

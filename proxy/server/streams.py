@@ -232,6 +232,9 @@ class PlainReply(Response):
             take_back()
             self.deadlines.unwatch(self)
             self.on_end()
+            # The call holds this response (its on_reply) as this held the call: without that
+            # cycle, both are freed as the request ends, not by the garbage collector.
+            self.cancel = nothing
         if reply is None:
             if self.left:
                 log.info("client disconnected before its reply; the call is cancelled")
@@ -243,7 +246,7 @@ class PlainReply(Response):
         headers = [(b"content-length", b"%d" % len(body)), (b"content-type", b"application/json")]
         status = reply_status(reply, modern=self.modern)
         respond = extensions.get(RESPOND_HOOK)
-        if respond is not None and respond(status, headers, body):
+        if respond is not None and respond(scope, status, headers, body):
             return  # written whole, at once (connections)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})

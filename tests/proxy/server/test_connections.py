@@ -134,8 +134,8 @@ async def test_a_response_written_whole_is_what_send_would_have_written_and_its_
     async def app(scope: Any, receive: Any, send: Any) -> None:
         await receive()
         if scope["path"] == "/whole":
-            assert scope["extensions"][RESPOND_HOOK](201, headers, body)
-            assert not scope["extensions"][RESPOND_HOOK](201, headers, body)  # once only: it has started
+            assert scope["extensions"][RESPOND_HOOK](scope, 201, headers, body)
+            assert not scope["extensions"][RESPOND_HOOK](scope, 201, headers, body)  # once only: it has started
             noted.append(scope.get(RESPONDED_KEY))
         else:
             await send({"type": "http.response.start", "status": 201, "headers": headers})
