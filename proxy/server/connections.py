@@ -37,10 +37,10 @@ and, for the speed of every small call:
   the disconnect without a task of its own waiting on `receive()` for it;
 - and `RESPOND_HOOK`: a callable that writes a whole small response (the request's scope,
   status, headers, body) as uvicorn's `send` writes a start and a last body message, in one
-  write at once, and notes
-  its status in the request's scope under `RESPONDED_KEY` (where `HttpMetrics` reads it, as it
-  does not see it pass); False, with nothing written, when the response must take `send` (it
-  has started, the client has left, the transport's buffer is full, or an access log is kept).
+  write at once, and notes its status in the request's scope under `RESPONDED_KEY` (where
+  `HttpMetrics` reads it, as it does not see it pass); False, with nothing written, when the
+  response must take `send` (it has started, the client has left, the transport's buffer is
+  full, or an access log is kept).
 
 `limited_protocol` binds a set of limits to the class uvicorn is handed as `http=`.
 """
