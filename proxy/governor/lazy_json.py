@@ -15,7 +15,8 @@ string without `\\u` escapes can be unescaped byte for byte. Sans-IO and pure.
     string_result_block  the same for the block read_string_result gave, without a second walk
     object_fields   an object's fields, its arrays split into raw items in the same pass
     first_value     the first byte of an object's first value, read from its start
-    string_payload  the UTF-8 bytes and character count of a JSON string, decoded piecewise
+    string_payload  the UTF-8 bytes and character count of a JSON string, unescaped in one C pass
+                    (or piecewise by msgspec where that pass cannot read its escapes)
 """
 
 from __future__ import annotations
@@ -235,24 +236,18 @@ def object_fields(raw: bytes | msgspec.Raw, as_raw: Callable[[], dict[str, msgsp
 
 def string_payload(raw: msgspec.Raw | bytes, piece_bytes: int = PIECE_BYTES) -> tuple[bytes, int]:
     """The UTF-8 bytes of a raw JSON string and its length in characters (raises
-    msgspec.DecodeError on invalid UTF-8). An ASCII string without escapes is copied once; an
-    ASCII one with escapes is decoded by msgspec a piece at a time into one buffer, and so is
-    any other (unless escape_decode can read it whole, byte for byte): no `str` of a large
-    string exists whole. Pieces of `piece_bytes` (64 KiB) stay in the processor's cache and in
-    memory the allocator reuses; a `str` of a whole MiB and its encoding would be fresh pages
-    beside the payload (the same speed in the governor bench, a third less peak memory)."""
+    msgspec.DecodeError on invalid UTF-8). A string without escapes is copied once; one with
+    escapes is unescaped byte for byte by escape_decode into one buffer where that reads them
+    as JSON does, else decoded by msgspec a piece at a time into one buffer: no `str` of a
+    large string exists whole. Pieces of `piece_bytes` (64 KiB) stay in the processor's cache
+    and in memory the allocator reuses; a `str` of a whole MiB and its encoding would be fresh
+    pages beside the payload."""
     view = memoryview(raw)
     body = view[1:-1]
-    if _is_ascii(body, piece_bytes):
-        if _BACKSLASH.search(body) is None:
-            return bytes(body), len(body)
-        if len(body) <= piece_bytes:
-            return _decoded(_strings.decode(raw))
-        return _pieces(view, piece_bytes, _decode_piece)
-    if _UNICODE_ESCAPE.search(body) is None:
-        # The escapes left (\" \\ \b \f \n \r \t: msgspec has checked there are no others)
-        # mean the same to escape_decode, which works byte for byte, into one buffer.
-        payload = codecs.escape_decode(body)[0] if _BACKSLASH.search(body) else bytes(body)
+    payload = bytes(body) if _BACKSLASH.search(body) is None else _escape_decoded(body)
+    if payload is not None:
+        if payload.isascii():
+            return payload, len(payload)
         chars = _utf8_chars(payload, piece_bytes)
         if chars is not None:
             return payload, chars
@@ -260,20 +255,27 @@ def string_payload(raw: msgspec.Raw | bytes, piece_bytes: int = PIECE_BYTES) -> 
     return _pieces(view, piece_bytes, _unescape)
 
 
-def _is_ascii(body: memoryview, piece: int) -> bool:
-    """Whether a buffer is ASCII, checked a piece at a time (no copy of it whole)."""
-    return all(bytes(body[start : start + piece]).isascii() for start in range(0, len(body), piece))
+def _escape_decoded(body: memoryview) -> bytes | None:
+    """A JSON string's body with its escapes read by escape_decode (one C pass, one buffer), or
+    None where that would not be what JSON means. escape_decode reads \\" \\\\ \\b \\f \\n
+    \\r \\t as JSON does (msgspec has checked there are no escapes but those, \\/ and \\u),
+    and leaves \\u and \\/ as they were, with a DeprecationWarning (ignored by Python's default
+    filters; an exception where warnings are errors): so a backslash followed by `u` or `/` in
+    what it gives back (one it left, or an escaped backslash before such a letter) sends the
+    string to the general path. No pass over the whole string looks for those escapes first:
+    that search costs as much as the unescaping."""
+    try:
+        payload: bytes = codecs.escape_decode(body)[0]
+    except (DeprecationWarning, ValueError):
+        return None
+    first = payload.find(b"\\")
+    if first >= 0 and _UNICODE_ESCAPE.search(payload, first) is not None:
+        return None
+    return payload
 
 
 def _decoded(text: str) -> tuple[bytes, int]:
     return text.encode("utf-8", "surrogatepass"), len(text)
-
-
-def _decode_piece(body: memoryview) -> tuple[bytes, int]:
-    quoted = bytearray(b'"')
-    quoted += body
-    quoted += b'"'
-    return _decoded(_strings.decode(quoted))
 
 
 def _utf8_chars(payload: bytes, piece_bytes: int) -> int | None:

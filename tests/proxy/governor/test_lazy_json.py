@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import tracemalloc
+import warnings
 
 import msgspec
 import pytest
@@ -184,3 +185,25 @@ def test_a_string_result_read_from_its_length_equals_the_general_read_or_decline
     assert not spaced and other is None
     body, blocks = lazy_json.read_result(raw)
     assert _raw_view(read) == _raw_view((body, blocks)) and list(read[0]) == list(body)
+
+
+@pytest.mark.parametrize("warnings_as", ["error", "ignore"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        'a log line\n"quoted"\tand a tab\n' * 3_000,  # every escape escape_decode reads as JSON does
+        "C:\\users\\new\\table\n" * 3_000,  # escaped backslashes before u, n, t: a backslash stays
+        "café\n" * 3_000 + "\u00e9\u2028 and a slash /",  # \u escapes and \/ (written below)
+        "no escape at all, plain ASCII " * 3_000,
+        "Ωmega and no escape " * 3_000,
+    ],
+)
+def test_a_string_with_escapes_decodes_as_json_whether_or_not_warnings_are_errors(text: str, warnings_as: str) -> None:
+    """escape_decode warns about (and leaves) the \\u and \\/ escapes it does not read: where
+    Python's default filters ignore that warning, what it leaves must still send the string
+    down the general path, exactly as when the warning is raised."""
+    raw = json.dumps(text, ensure_ascii="Ω" not in text).encode().replace(b"/", b"\\/")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error" if warnings_as == "error" else "ignore")
+        payload, chars = lazy_json.string_payload(msgspec.Raw(raw))
+    assert payload == text.encode() and chars == len(text)
