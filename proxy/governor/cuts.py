@@ -64,11 +64,12 @@ def cut_text(payload: bytes, max_bytes: int, max_chars: int) -> int:
     return offset
 
 
-def count_lines(payload: bytes) -> int:
-    """Lines in a text; a trailing newline does not start another one."""
+def count_lines(payload: bytes, newlines: int | None = None) -> int:
+    """Lines in a text; a trailing newline does not start another one. `newlines`, when the
+    caller knows it, saves counting them."""
     if not payload:
         return 0
-    return payload.count(b"\n") + (0 if payload.endswith(b"\n") else 1)
+    return (payload.count(b"\n") if newlines is None else newlines) + (0 if payload.endswith(b"\n") else 1)
 
 
 def is_line_oriented(payload: bytes) -> bool:

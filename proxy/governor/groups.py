@@ -115,7 +115,7 @@ class TextGroup(_Copies):
         self.records: int | None = None
         if forced == "lines" or (forced is None and cuts.is_line_oriented(self.payload)):
             self.mode = "lines"
-            self.records = cuts.count_lines(self.payload)
+            self.records = cuts.count_lines(self.payload, text.newlines())
 
     @property
     def share(self) -> int:

@@ -50,6 +50,8 @@ _STRING_ENDS = (b'"}}', b'"},"isError":false}', b'"},"isError":true}')
 _FIRST_VALUE = re.compile(rb'\s*\{\s*"(?:[^"\\]|\\.)*"\s*:\s*(\S)')
 FIRST_KEY = re.compile(rb'\s*\{\s*"((?:[^"\\]|\\.)*)"\s*:\s*')
 _BACKSLASH = re.compile(rb"\\")
+# What the two-byte JSON escapes other than \n stand for.
+_ESCAPED_NOT_NEWLINE = (b'"', b"\\", b"\t", b"\r", b"\b", b"\f")
 # The JSON escapes that escape_decode reads otherwise (`\u`) or not at all (`\/`); an escaped
 # backslash followed by `u` or `/` matches too, and only sends its piece down the slower path.
 _UNICODE_ESCAPE = re.compile(rb"\\[u/]")
@@ -242,17 +244,37 @@ def string_payload(raw: msgspec.Raw | bytes, piece_bytes: int = PIECE_BYTES) -> 
     large string exists whole. Pieces of `piece_bytes` (64 KiB) stay in the processor's cache
     and in memory the allocator reuses; a `str` of a whole MiB and its encoding would be fresh
     pages beside the payload."""
+    payload, chars, _ = string_read(raw, piece_bytes)
+    return payload, chars
+
+
+def string_read(raw: msgspec.Raw | bytes, piece_bytes: int = PIECE_BYTES) -> tuple[bytes, int, int | None]:
+    """`string_payload`, and how many escapes it held when each was one of two bytes (None
+    when some were not, `\\uXXXX`): see `newlines`."""
     view = memoryview(raw)
     body = view[1:-1]
     payload = bytes(body) if _BACKSLASH.search(body) is None else _escape_decoded(body)
     if payload is not None:
         if payload.isascii():
-            return payload, len(payload)
+            return payload, len(payload), len(body) - len(payload)
         chars = _utf8_chars(payload, piece_bytes)
         if chars is not None:
-            return payload, chars
+            return payload, chars, len(body) - len(payload)
         del payload  # invalid UTF-8: msgspec says what is wrong with it, below
-    return _pieces(view, piece_bytes, _unescape)
+    return *_pieces(view, piece_bytes, _unescape), None
+
+
+def newlines(payload: bytes, escapes: int | None) -> int | None:
+    """The newlines in a string that `string_read` gave with its count of two-byte escapes,
+    where they need no counting: a JSON string holds a newline, `"`, `\\`, tab, CR, backspace
+    or form feed only escaped (the frame's reader checked), so when it holds none of the six
+    others (looked for with memchr, much faster than counting) its escapes are its newlines.
+    None where they must be counted."""
+    if escapes is None:
+        return None
+    if escapes and any(byte in payload for byte in _ESCAPED_NOT_NEWLINE):
+        return None
+    return escapes
 
 
 def _escape_decoded(body: memoryview) -> bytes | None:

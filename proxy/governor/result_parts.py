@@ -33,6 +33,7 @@ class Text:
         self.mime = mime
         self._payload: bytes | None = None
         self._chars = 0
+        self._escapes: int | None = None
 
     @classmethod
     def of(cls, location: tuple[Any, ...], name: str, raw: msgspec.Raw, mime: str | None) -> Text | None:
@@ -40,7 +41,7 @@ class Text:
 
     def _decode(self) -> bytes:
         if self._payload is None:
-            self._payload, self._chars = lazy_json.string_payload(self.raw)
+            self._payload, self._chars, self._escapes = lazy_json.string_read(self.raw)
         return self._payload
 
     @property
@@ -51,6 +52,10 @@ class Text:
     def chars(self) -> int:
         self._decode()
         return self._chars
+
+    def newlines(self) -> int | None:
+        """The newlines in the text where they are known without counting them, else None."""
+        return lazy_json.newlines(self._decode(), self._escapes)
 
 
 class Parts:

@@ -207,3 +207,18 @@ def test_a_string_with_escapes_decodes_as_json_whether_or_not_warnings_are_error
         warnings.simplefilter("error" if warnings_as == "error" else "ignore")
         payload, chars = lazy_json.string_payload(msgspec.Raw(raw))
     assert payload == text.encode() and chars == len(text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    text=st.text(alphabet=st.sampled_from(list('ab \n\t\r\b\f"\\/é\x00\u2028')), max_size=300),
+    ascii_only=st.booleans(),
+)
+def test_newlines_known_without_counting_are_the_newlines(text: str, ascii_only: bool) -> None:
+    raw = json.dumps(text, ensure_ascii=ascii_only).encode()
+    payload, chars, escapes = lazy_json.string_read(msgspec.Raw(raw))
+    known = lazy_json.newlines(payload, escapes)
+    assert payload == text.encode() and chars == len(text)
+    assert known is None or known == text.count("\n")
+    only_newlines_escaped = not set(text) & set('"\\\t\r\b\f\x00') and (text.isascii() or not ascii_only)
+    assert (known is not None) == only_newlines_escaped
