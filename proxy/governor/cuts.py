@@ -11,6 +11,7 @@ the slices always reassemble into the original. Sans-IO and pure.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 # How far back a text cut may move to land on whitespace instead of mid-word.
@@ -22,6 +23,8 @@ _SAMPLE_BYTES = 65_536
 _MIN_LINES = 8
 _MAX_MEAN_LINE = 240
 _MAX_BLANK_SHARE = 0.1
+# A newline followed by another or by whitespace: where a blank line may start.
+_BLANK_START = re.compile(rb"\n[\n \t\r\x0b\x0c]")
 
 
 def rune_start(payload: bytes, offset: int) -> int:
@@ -75,14 +78,27 @@ def count_lines(payload: bytes, newlines: int | None = None) -> int:
 def is_line_oriented(payload: bytes) -> bool:
     """Whether the text reads as a log or a listing rather than prose, judged on its start."""
     sample = payload[:_SAMPLE_BYTES]
-    lines = sample.split(b"\n")
-    if len(payload) > len(sample):
-        lines = lines[:-1]
-    if len(lines) < _MIN_LINES:
+    newlines = sample.count(b"\n")
+    if len(payload) > len(sample):  # the sample's last line is cut short: left out
+        lines, size = newlines, sample.rfind(b"\n") + 1 - newlines
+    else:
+        lines, size = newlines + 1, len(sample) - newlines
+    if lines < _MIN_LINES or size > _MAX_MEAN_LINE * lines:
         return False
-    blank = len(lines) - sum(map(bool, map(bytes.strip, lines)))
-    mean = sum(map(len, lines)) / len(lines)
-    return mean <= _MAX_MEAN_LINE and blank <= _MAX_BLANK_SHARE * len(lines)
+    return _blank_lines(sample, truncated=len(payload) > len(sample)) <= _MAX_BLANK_SHARE * lines
+
+
+def _blank_lines(sample: bytes, truncated: bool) -> int:
+    """Lines of the sample that are empty or only whitespace (the last one left out when it is
+    cut short). Where no line after the first starts with whitespace or is empty (a log), only
+    the first and last are looked at; otherwise every line is."""
+    if _BLANK_START.search(sample) is None:
+        first = sample[: sample.find(b"\n")]
+        return (0 if first.strip() else 1) + (1 if not truncated and sample.endswith(b"\n") else 0)
+    lines = sample.split(b"\n")
+    if truncated:
+        lines = lines[:-1]
+    return len(lines) - sum(map(bool, map(bytes.strip, lines)))
 
 
 def cut_lines(payload: bytes, max_bytes: int, max_chars: int, max_lines: int) -> tuple[int, int]:
