@@ -90,14 +90,23 @@ def decode_frames(line: bytes | bytearray) -> tuple[list[Frame], bool]:
 def read_line(line: bytes | bytearray) -> tuple[list[Frame], bool]:
     """`decode_frames` and `check_frame` of every frame in one: each envelope is read from the
     limits check's own decode of the line, not decoded again. Raises MessageError as they do."""
+    frames, is_batch, _ = read_line_messages(line)
+    return frames, is_batch
+
+
+def read_line_messages(line: bytes | bytearray) -> tuple[list[Frame], bool, list[Any] | None]:
+    """`read_line`, and each frame's message as the limits check decoded it (its id, method and
+    params as Python values, checked as `check_frame` checks them), so that a reader of a few of
+    its values need not decode them again; None for a line too long to have been decoded whole."""
     frames, is_batch, value = _decode(line)
     if value is limits.UNREAD:
         for frame in frames:
             check_frame(frame)
-    else:
-        for frame, message in zip(frames, value if is_batch else [value], strict=True):
-            _check_message(frame, message)
-    return frames, is_batch
+        return frames, is_batch, None
+    messages = value if is_batch else [value]
+    for frame, message in zip(frames, messages, strict=True):
+        _check_message(frame, message)
+    return frames, is_batch, messages
 
 
 def _decode(line: bytes | bytearray) -> tuple[list[Frame], bool, Any]:
@@ -384,6 +393,14 @@ def request(request_id: RequestId, method: str, params: Any = None) -> Frame:
     if params is not None:
         frame["params"] = params if isinstance(params, msgspec.Raw) else raw(params)
     return frame
+
+
+def request_line(request_id: RequestId, method: str, params: Any = None) -> bytes:
+    """`encode(request(request_id, method, params))`, the same bytes, in one encode: no frame of
+    raw values is made first (a request started on every call)."""
+    if params is None:
+        return _encoder.encode({"jsonrpc": "2.0", "id": request_id, "method": method})
+    return _encoder.encode({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
 
 
 def notification(method: str, params: Any = None) -> Frame:

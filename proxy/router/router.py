@@ -146,13 +146,13 @@ class Router:
         """Handle the client's messages until it closes its side."""
         try:
             async for event in reader:
-                if reader.buffered:  # more of this read's lines follow: what they send upstream
+                if reader.starts_burst:  # more of this read's lines follow: what they send upstream
                     self._hold_upstream_writes()  # goes out together when the loop turn ends
                 if isinstance(event, BadLine):
                     await self._bad_line(event)
                 elif event.batch:
                     self._start_batch(event.frames)
-                elif not await self._plain_call(event.frames[0]):
+                elif not await self._plain_call(event.frames[0], event.messages):
                     await self._on_frame(event.frames[0])
         finally:
             self._answerers.close()
@@ -285,15 +285,16 @@ class Router:
             if not self._handed_off:
                 self._idle.set()  # `drain` looks again
 
-    async def _plain_call(self, frame: Frame) -> bool:
+    async def _plain_call(self, frame: Frame, messages: list[Any] | None = None) -> bool:
         """Serve a plain tools/call of the stdio client without a task of its own: the request
         goes upstream from this reader, and the reply comes back from the upstream's reader
         (`PlainCall`). Plain: one upstream, both in the session era, the tool the upstream's
         own, and the pipeline calling it once as it is (`Pipeline.open`). Whatever else, or
-        anything unusual about the request, is left to the tasks that serve the rest (False)."""
+        anything unusual about the request, is left to the tasks that serve the rest (False).
+        `messages`: the line's message as its check decoded it (`Frames.messages`), if it was."""
         if self._handed_off or self._batches or self.client.era != "legacy":
             return False
-        exchange = await self._plain_exchange(frame, STDIO, self.client)
+        exchange = await self._plain_exchange(frame, STDIO, self.client, messages[0] if messages else None)
         if exchange is None:
             return False
         if await self._start_plain(frame, exchange, None) is None:
@@ -341,35 +342,49 @@ class Router:
         return call if call.begin(spec) else None
 
     async def _plain_exchange(
-        self, frame: Frame, origin: Origin, client: Client | None = None, *, read: ReadRequest | None = None
+        self,
+        frame: Frame,
+        origin: Origin,
+        client: Client | None = None,
+        message: Any = None,
+        *,
+        read: ReadRequest | None = None,
     ) -> Exchange | None:
         """The exchange of a tools/call that may go by a plain call, opened by neither: None
         when it may not (several upstreams, a client the link must translate for, progress
         asked for on an HTTP response stream, a routed tool, an id in flight already).
         `client` is the stdio client; over HTTP it is the one the request's _meta describes.
-        `read` is what the caller decoded of the frame already."""
+        `message` is the stdio request's whole message as its line's check decoded it, when it
+        was: its id, tool name and _meta are read from it instead of decoded again. `read` is
+        what an HTTP caller decoded of the frame already."""
         link = self._plain_link
         if link is None or frame.get("method") != _TOOLS_CALL or "id" not in frame:
             return None
         try:
-            if read is None:
-                params, client_id, meta = jsonrpc.params_of(frame), jsonrpc.id_of(frame), None
+            params = jsonrpc.params_of(frame) if read is None else read.params
+            if client is not None and message is not None:
+                body = message.get("params")
+                body = body if isinstance(body, dict) else {}
+                meta = body.get("_meta")
+                if isinstance(meta, dict) and (eras.META_VERSION in meta or "progressToken" in meta):
+                    return await self._plain_exchange(frame, origin, client)  # read as the slow path would
+                client_id, name, progress = message["id"], body.get("name"), None
             else:
-                params, client_id, meta = read
-            if client is None:
-                client = self._client_of(client_id, "tools/call", params, meta) if client_id is not None else None
+                client_id, meta = (jsonrpc.id_of(frame), None) if read is None else (read.client_id, read.meta)
                 if client is None:
-                    return None
-            elif "_meta" in params and eras.modern_meta(params) is not None:
-                return None  # a stdio session-era client's request in 2026-07-28 form
+                    client = self._client_of(client_id, "tools/call", params, meta) if client_id is not None else None
+                    if client is None:
+                        return None
+                elif "_meta" in params and eras.modern_meta(params) is not None:
+                    return None  # a stdio session-era client's request in 2026-07-28 form
+                name = jsonrpc.decode_any(params["name"]) if "name" in params else None
+                # (a _meta read already that has no progressToken needs no second look)
+                token = None if meta is not None and "progressToken" not in meta else jsonrpc.progress_token(params)
+                if origin is not STDIO and token is not None:
+                    return None  # its progress goes on the request's own response stream
+                progress = self._sink_for(token, None)
             if not link.passes_through(client):
                 return None
-            name = jsonrpc.decode_any(params["name"]) if "name" in params else None
-            # (a _meta read already that has no progressToken needs no second look)
-            token = None if meta is not None and "progressToken" not in meta else jsonrpc.progress_token(params)
-            if origin is not STDIO and token is not None:
-                return None  # its progress goes on the request's own response stream
-            progress = self._sink_for(token, None)
         except jsonrpc.MessageError:
             return None  # the slow path says what is wrong
         if client_id is None or client_id in self._inflight or not isinstance(name, str):

@@ -53,6 +53,7 @@ class ChildProcess:
         assert process.stdin is not None
         self._stdout = FdSource(stdout)  # the read end of the child's stdout; closed at its end
         self._stdin = process.stdin
+        self._transport = process.stdin.transport  # the pipe's, for the stream's life (read per message)
         self._closed = False
         self._stdout_closed = False
         # Messages offered in one loop turn after the first are held and go out in one write
@@ -114,7 +115,7 @@ class ChildProcess:
     def offer(self, data: bytes) -> int:
         """Hand bytes to the pipe's transport at once (or hold them to the end of the loop turn)
         unless too much already waits to go."""
-        transport = self._stdin.transport
+        transport = self._transport
         coalescer = self._coalescer
         waiting = transport.get_write_buffer_size() + coalescer.held_bytes
         if self._closed or transport.is_closing() or waiting >= OFFER_LIMIT:
@@ -132,9 +133,9 @@ class ChildProcess:
         self._coalescer.hold_turn()
 
     def _send_held(self, data: bytes) -> bool:
-        if self._stdin.transport.is_closing():
+        if self._transport.is_closing():
             return False
-        self._stdin.transport.write(data)
+        self._transport.write(data)
         return True
 
     async def write(self, data: bytes) -> None:

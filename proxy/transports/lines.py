@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
+import msgspec
 
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
@@ -38,13 +39,16 @@ class OfferingSink(ByteSink, Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class Frames:
-    """One line's worth of messages (several for a batch)."""
+class Frames(msgspec.Struct, frozen=True):
+    """One line's worth of messages (several for a batch). A struct, made in C: one is made for
+    every line read (a frozen dataclass sets each field through `object.__setattr__`)."""
 
     frames: list[Frame]
     batch: bool
     size: int
+    # Each frame's message as the line's check decoded it (jsonrpc.read_line_messages), or None
+    # for a line too long to have been decoded whole.
+    messages: list[Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +81,9 @@ class FrameReader:
         self._framer = LineFramer(max_line_bytes)
         self._ready: deque[bytes | bytearray | OversizedLine] = deque()
         self.max_line_bytes = max_line_bytes
+        # The line just handed out is the first of a read that brought more (see `buffered`):
+        # what a reader holds for the burst it holds once, not again for each line of it.
+        self.starts_burst = False
 
     def __aiter__(self) -> FrameReader:
         return self
@@ -87,12 +94,15 @@ class FrameReader:
         return bool(self._ready)
 
     async def __anext__(self) -> Event:
+        fresh = False
         while not self._ready:
             chunk = await self._source.read()
             if not chunk:
                 raise StopAsyncIteration
             self._ready.extend(self._framer.feed(chunk))
+            fresh = True
         line = self._ready.popleft()
+        self.starts_burst = fresh and bool(self._ready)
         if isinstance(line, OversizedLine):
             ident, reply = jsonrpc.top_level_id(line.head), jsonrpc.is_reply_head(line.head)
             message = (
@@ -102,10 +112,10 @@ class FrameReader:
             error = jsonrpc.MessageError(jsonrpc.INVALID_REQUEST, message, ident, reply=reply)
             return BadLine(error, line.size, "")
         try:
-            frames, batch = jsonrpc.read_line(line)
+            frames, batch, messages = jsonrpc.read_line_messages(line)
         except jsonrpc.MessageError as exc:
             return BadLine(exc, len(line), _preview(line), line)
-        return Frames(frames, batch, len(line))
+        return Frames(frames, batch, len(line), messages)
 
 
 class FrameWriter:
@@ -149,13 +159,14 @@ class FrameWriter:
             if not small:
                 await self._sink.write(b"\n")
 
-    def offer(self, frame: Frame, *, on_writing: Callable[[], None] | None = None) -> bool:
+    def offer(self, frame: Frame | bytes, *, on_writing: Callable[[], None] | None = None) -> bool:
         """Write one small line now, without waiting, when the sink takes it whole at once (a
         sink whose `offer` takes a line whole or not at all: `takes_whole`); `on_writing` is told
-        as it goes. False, with nothing written, otherwise: `send` then waits its turn."""
+        as it goes. False, with nothing written, otherwise: `send` then waits its turn. The
+        frame may come encoded already (without its newline)."""
         if self._offer is None or not self._whole or self._lock.locked() or self.closed:
             return False
-        data = jsonrpc.encode(frame)
+        data = frame if isinstance(frame, bytes) else jsonrpc.encode(frame)
         if len(data) > SMALL_MESSAGE:
             return False
         data += b"\n"

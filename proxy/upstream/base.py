@@ -183,9 +183,12 @@ class UpstreamBase(abc.ABC):
         return None
 
     async def settle(self, pending: Pending) -> None:
-        """Run a started request's `on_settled` from this connection's reader: whatever goes
-        wrong answering it is that call's (logged), never the reader's, which serves the rest."""
+        """Run a started request's `on_settled` from this connection's reader, its progress
+        token's registration undone first: whatever goes wrong answering it is that call's
+        (logged), never the reader's, which serves the rest."""
         assert pending.on_settled is not None
+        if pending.upstream_id is not None:
+            self._close(pending.upstream_id, pending)
         try:
             await pending.on_settled(pending)
         except Exception as exc:
@@ -480,13 +483,14 @@ class UpstreamBase(abc.ABC):
 
     # -- what the server sends -------------------------------------------------------------------
 
-    async def _deliver(self, frame: Frame, pending: dict[int, Pending]) -> None:
+    async def _deliver(self, frame: Frame, pending: dict[int, Pending], message: Any = None) -> None:
         """Route one message from the server: a reply to its waiting request, a server request
         to the link, progress and related notifications to the request they belong to, any other
         notification to the link. A message whose values cannot be used is dropped with a
-        warning: the reading goes on."""
+        warning: the reading goes on. `message` is the frame's whole message as its line's check
+        decoded it (`Frames.messages`), when the reader has it: its id is not decoded again."""
         try:
-            await self._route(frame, pending)
+            await self._route(frame, pending, message)
         except jsonrpc.MessageError as exc:
             log.warning(
                 "upstream sent a message the proxy cannot use; dropped",
@@ -509,9 +513,10 @@ class UpstreamBase(abc.ABC):
             assert self._tg is not None
             self._tg.start_soon(self.settle, waiting)  # what goes wrong there is that call's alone
 
-    async def _route(self, frame: Frame, pending: dict[int, Pending]) -> None:
+    async def _route(self, frame: Frame, pending: dict[int, Pending], message: Any = None) -> None:
         if jsonrpc.is_reply(frame):
-            ident = jsonrpc.id_of(frame)
+            # The checked message's id is a string, an integer or None, as `id_of` reads it.
+            ident = message.get("id") if message is not None else jsonrpc.id_of(frame)
             waiting = pending.pop(ident, None) if isinstance(ident, int) else None
             if waiting is None:
                 if isinstance(ident, int) and ident in self._abandoned:

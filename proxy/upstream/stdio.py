@@ -239,16 +239,11 @@ class UpstreamConnection(UpstreamBase):
         if gen is None or gen.dead:
             return None
         upstream_id, params, pending = self._open(params, on_progress, None, method)
-        if not gen.writer.offer(jsonrpc.request(upstream_id, method, params), on_writing=pending.mark_sent):
+        if not gen.writer.offer(jsonrpc.request_line(upstream_id, method, params), on_writing=pending.mark_sent):
             self._close(upstream_id, pending)
             return None
         pending.upstream_id = upstream_id
-
-        async def settled(done: Pending) -> None:
-            self._close(upstream_id, done)
-            await on_settled(done)
-
-        pending.on_settled = settled
+        pending.on_settled = on_settled  # `settle` undoes the registrations of `_open` first
         gen.pending[upstream_id] = pending
         return pending
 
@@ -315,13 +310,14 @@ class UpstreamConnection(UpstreamBase):
         reader = FrameReader(gen.child, self.max_line_bytes)
         try:
             async for event in reader:
-                if reader.buffered and self.on_burst is not None:
+                if reader.starts_burst and self.on_burst is not None:
                     self.on_burst()  # the replies to this read's messages go to the client together
                 if isinstance(event, BadLine):
                     self._bad_line(gen, event)
                     continue
-                for frame in event.frames:
-                    await self._deliver(frame, gen.pending)
+                messages = event.messages
+                for index, frame in enumerate(event.frames):
+                    await self._deliver(frame, gen.pending, messages[index] if messages is not None else None)
         finally:
             gen.child.close_stdout()
             with anyio.CancelScope(shield=True):

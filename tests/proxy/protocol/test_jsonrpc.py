@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from frugal_proxy.protocol import jsonrpc
+from frugal_proxy.protocol import jsonrpc, limits
 
 
 def test_unknown_fields_and_meta_survive_an_id_rewrite() -> None:
@@ -104,6 +104,35 @@ def test_read_line_judges_envelopes_as_check_frame_does(line: bytes) -> None:
             return (exc.code, str(exc), exc.request_id)
 
     assert outcome(lambda: jsonrpc.read_line(line)) == outcome(slow)
+
+
+def test_read_line_messages_gives_each_frames_message_as_decoded() -> None:
+    """Beside the frames, each frame's whole message as the check decoded it (the values a
+    reader of the envelope wants, with no second decode); None for a line too long for the
+    check to decode whole."""
+    line = (
+        b'[{"jsonrpc":"2.0","id":"a","method":"m","params":{"name":"t","_meta":{"k":1}}},'
+        b'{"jsonrpc":"2.0","id":2,"result":{}}]'
+    )
+    frames, batch, messages = jsonrpc.read_line_messages(line)
+    assert batch and messages == msgspec.json.decode(line)
+    assert [jsonrpc.id_of(frame) for frame in frames] == [message["id"] for message in messages]
+    long_line = b'{"jsonrpc":"2.0","id":1,"result":{"text":"%s"}}' % (b"x" * (limits.FULL_CHECK_BYTES + 1))
+    frames, batch, messages = jsonrpc.read_line_messages(long_line)
+    assert messages is None and not batch and jsonrpc.id_of(frames[0]) == 1
+
+
+@pytest.mark.parametrize(
+    ("ident", "method", "params"),
+    [
+        (7, "tools/call", {"name": jsonrpc.raw("add"), "arguments": jsonrpc.raw({"a": 2, "b": "é"})}),
+        ("x", "ping", None),
+        (1, "m", msgspec.Raw(b'{"k":[1,2]}')),
+        (2, "m", {"k": [1, {"z": None}]}),
+    ],
+)
+def test_request_line_is_the_encoded_request(ident: jsonrpc.RequestId, method: str, params: object) -> None:
+    assert jsonrpc.request_line(ident, method, params) == jsonrpc.encode(jsonrpc.request(ident, method, params))
 
 
 def test_error_reply_with_null_id_is_valid() -> None:

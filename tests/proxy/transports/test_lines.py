@@ -70,6 +70,22 @@ async def test_the_reader_says_whether_more_lines_of_a_read_are_ready() -> None:
     assert seen == [(1, True), (2, True), (3, False), (4, False)]
 
 
+async def test_the_reader_says_which_line_starts_a_burst() -> None:
+    """`starts_burst` is set for the first line of a read that brought more lines (a line
+    finished by a later read counts as that read's), and for no other: a reader holds its
+    writes once per burst."""
+    ping = b'{"jsonrpc":"2.0","id":%d,"method":"ping"}\n'
+    split = ping % 5
+    chunks = [ping % 1 + ping % 2 + ping % 3, ping % 4, split[:10], split[10:] + ping % 6]
+    reader = FrameReader(Chunks(chunks))
+    seen = []
+    with anyio.fail_after(5):
+        async for event in reader:
+            assert isinstance(event, Frames)
+            seen.append((jsonrpc.id_of(event.frames[0]), reader.starts_burst))
+    assert seen == [(1, True), (2, False), (3, False), (4, False), (5, True), (6, False)]
+
+
 async def test_the_writer_asks_a_sink_that_can_hold_a_turn_to_hold_it() -> None:
     class Holding(Sink):
         held = 0
