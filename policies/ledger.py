@@ -15,7 +15,9 @@ The sink only queues the line (ledger.writer writes it in a worker thread): the 
 A sink that can build lines too (`append_later`, the writer's) gets the call's facts instead,
 read off the exchange at seal (its clock and its latency then), and makes the line in its worker:
 formatting the timestamp and the amounts and building the line cost the loop about 8 µs a call,
-and the exchange (with its answer) is not kept past the seal.
+and the exchange (with its answer) is not kept past the seal. The worker still holds the GIL while
+it makes a line, so the line is made lean: nothing of what a call billed is built when it billed
+nothing.
 """
 
 from __future__ import annotations
@@ -131,7 +133,7 @@ def line_of(facts: Facts, rack: RackRates) -> UsageLine:
             served[attempt.provider] = attempt.latency_ms
         if attempt.free_quota:
             free.append(attempt.provider)
-    return UsageLine(
+    line = UsageLine(
         ts=timestamp(facts.now),
         tool=facts.tool,
         capability=capability,
@@ -149,9 +151,17 @@ def line_of(facts: Facts, rack: RackRates) -> UsageLine:
         tokens_returned=est_tokens(returned),
         attempts=len(facts.attempts),
         operator=facts.operator,
-        billed={name: usd(micros) for name, micros in billed.items()},
         served_ms=served,
         free_quota=free,
+    )
+    if not billed:
+        # Nothing billed (most calls): `billed` and `billed_under` stay empty, without the two
+        # comprehensions (each a function call on 3.11, about 1 µs even over an empty dict) or
+        # their keywords (a line is made under the GIL for every call).
+        return line
+    return msgspec.structs.replace(
+        line,
+        billed={name: usd(micros) for name, micros in billed.items()},
         billed_under={
             name: {where: usd(micros) for where, micros in split.items()}
             for name, split in tables.items()
