@@ -103,10 +103,12 @@ def read_line_messages(line: bytes | bytearray) -> tuple[list[Frame], bool, list
         for frame in frames:
             check_frame(frame)
         return frames, is_batch, None
-    messages = value if is_batch else [value]
-    for frame, message in zip(frames, messages, strict=True):
+    if not is_batch:  # the usual line: one message
+        _check_message(frames[0], value)
+        return frames, False, [value]
+    for frame, message in zip(frames, value, strict=True):
         _check_message(frame, message)
-    return frames, is_batch, messages
+    return frames, True, value
 
 
 def _decode(line: bytes | bytearray) -> tuple[list[Frame], bool, Any]:
@@ -131,6 +133,15 @@ def _check_message(frame: Frame, message: dict[str, Any]) -> None:
     """`check_frame` for a frame whose whole message is decoded already (every value in it is
     one msgspec can hold, or the line would have been refused)."""
     ident = message.get("id")
+    kind = type(ident)
+    if (kind is int or kind is str) and message.get("jsonrpc") == "2.0":
+        # The usual request or reply, accepted in a few steps (every line is checked): an id it
+        # can carry, and either a string method or a result or error, not both.
+        if "method" in frame:
+            if "result" not in frame and "error" not in frame and type(message["method"]) is str:
+                return
+        elif "result" in frame or "error" in frame:
+            return
     known_id = ident if _is_id(ident) else None
     if message.get("jsonrpc") != "2.0":
         raise MessageError(INVALID_REQUEST, 'missing "jsonrpc": "2.0"', known_id)

@@ -85,6 +85,14 @@ def test_malformed_messages_are_invalid_requests(line: bytes, ident: object) -> 
         b'{"jsonrpc":"2.0","id":"a","method":"m","params":{"x":[1,{"y":null}]}}',
         b'[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","method":"n"}]',
         b'[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":{},"method":"n"}]',
+        b'{"jsonrpc":"2.0","id":"r","result":{"content":[]}}',
+        b'{"jsonrpc":"2.0","id":7,"error":{"code":-32601,"message":"x"}}',
+        b'{"jsonrpc":"2.0","id":"r","result":1,"error":{}}',
+        b'{"jsonrpc":"2.0","id":7,"method":"m","error":{}}',
+        b'{"jsonrpc":"2.0","id":"s","method":["m"]}',
+        b'{"jsonrpc":"1.0","id":7,"result":{}}',
+        b'{"jsonrpc":"2.0","method":"notifications/x"}',
+        b'{"jsonrpc":"2.0","id":false,"result":{}}',
     ],
 )
 def test_read_line_judges_envelopes_as_check_frame_does(line: bytes) -> None:
