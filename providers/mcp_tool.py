@@ -8,6 +8,7 @@ The call goes out as `tools/call` through the session's forwarder, which bridges
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 import msgspec
@@ -16,6 +17,7 @@ from frugal_proxy.errors import UpstreamError
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.records import Exchange, Outcome, OutcomeKind, ProgressSink, ProviderSpec
+from frugal_proxy.upstream.base import Reached, watching
 
 Forwarder = Callable[
     [str, dict[str, msgspec.Raw], Any, ProgressSink | None, Mapping[str, str] | None], Awaitable[Frame]
@@ -45,12 +47,16 @@ class McpToolProvider:
         call = exchange.call
         params = call.params if self._tool_name is None else {**call.params, "name": self._tool_name}
         try:  # the link's deadline bounds it (upstreams.NAME.timeout): an UpstreamTimeout then
-            reply = await self._forward(
-                "tools/call", params, exchange.client, exchange.on_progress, call.forwarded_headers
-            )
+            with telling(exchange):
+                reply = await self._forward(
+                    "tools/call", params, exchange.client, exchange.on_progress, call.forwarded_headers
+                )
         except UpstreamError as exc:
             return fault_outcome(exc)
-        return self.outcome_of(reply)
+        outcome = self.outcome_of(reply)
+        if outcome.kind != "ok":
+            exchange.request_state = "refused"  # the upstream's own answer: it refused the call
+        return outcome
 
     def outcome_of(self, reply: Frame) -> Outcome:
         """What the upstream's reply to the call means for the route."""
@@ -62,6 +68,19 @@ class McpToolProvider:
             if error is not None:
                 return Outcome("permanent", message=f"{self.spec.name} refused the call ({error[1][:200]})")
         return Outcome("ok", reply=reply)
+
+
+def telling(exchange: Exchange) -> AbstractContextManager[None]:
+    """Around a provider's `tools/call` upstream: the exchange's `request_state` follows the call,
+    "unsent" until the upstream's connection is handed it (while the upstream starts, while the
+    call waits for the pipe), then "sent" (or "refused", an HTTP failure status), so that dispatch
+    can tell whether a paid call cut or left without an answer may have been billed."""
+    exchange.request_state = "unsent"
+
+    def reached(state: Reached) -> None:
+        exchange.request_state = state
+
+    return watching("tools/call", reached)
 
 
 def fault_outcome(exc: UpstreamError) -> Outcome:

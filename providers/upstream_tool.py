@@ -31,7 +31,8 @@ from frugal_proxy.capabilities import Page, SearchHit
 from frugal_proxy.config import ProviderConfig
 from frugal_proxy.errors import UpstreamError
 from frugal_proxy.protocol import jsonrpc
-from frugal_proxy.providers.mcp_tool import Forwarder, fault_kind
+from frugal_proxy.protocol.jsonrpc import Frame
+from frugal_proxy.providers.mcp_tool import Forwarder, fault_kind, telling
 from frugal_proxy.records import Exchange, Outcome, ProviderSpec
 
 _FIELD = re.compile(r"\{([a-z_]+)\}")
@@ -59,10 +60,18 @@ class UpstreamToolProvider:
         if "_meta" in exchange.call.params:  # a 2026-07-28 client's per-request envelope goes on
             params["_meta"] = exchange.call.params["_meta"]
         try:
-            reply = await self._forward("tools/call", params, exchange.client, exchange.on_progress, None)
+            with telling(exchange):
+                reply = await self._forward("tools/call", params, exchange.client, exchange.on_progress, None)
         except UpstreamError as exc:
             kind = fault_kind(exc)
             return Outcome(kind, message=str(exc), retry_after=getattr(exc, "retry_after", None))
+        outcome = self._read(exchange, reply)
+        if outcome.kind not in ("ok", "empty"):
+            exchange.request_state = "refused"  # the tool's own answer (an error, isError, nothing readable)
+        return outcome
+
+    def _read(self, exchange: Exchange, reply: Frame) -> Outcome:
+        """What the tool's answer means for the capability."""
         name = self.spec.name
         error = jsonrpc.error_of(reply)
         if error is not None:

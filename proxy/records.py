@@ -201,9 +201,10 @@ class Exchange(msgspec.Struct):
     # (budget: the price, routing: a quota unit): (policy, provider) -> the day or month it
     # counts in. On the exchange, so that a call that never settles holds nothing elsewhere.
     reservations: dict[tuple[str, str], str] = msgspec.field(default_factory=dict)
-    # How far the current attempt's request got (RequestState), told by the shared HTTP client;
-    # None: the provider does not say (dispatch resets it before each attempt). A paid attempt
-    # cut after its request may have gone out is counted as billed.
+    # How far the current attempt's request got (RequestState), told by the shared HTTP client
+    # (or, for an upstream's tool, its connection: providers.mcp_tool.telling); None: the
+    # provider does not say (dispatch resets it before each attempt). A paid attempt cut after
+    # its request may have gone out is counted as billed.
     request_state: RequestState | None = None
     # What several phases derive from the call, worked out once (policies.derived): name ->
     # (the request, or the route and the request, it was derived from; the value).

@@ -26,7 +26,8 @@ A paid attempt whose request may have reached its provider and that got no answe
 failed (cut by the deadline or a cancel, a timeout or a dropped connection after sending) may have
 been billed: its outcome is marked `maybe_billed`, so the policies keep what they reserved for it
 and its attempt costs its price (`_billing`). How far a request got is the shared HTTP client's
-word (`Exchange.request_state`); a provider that does not say counts as sent once it was called.
+word, or the upstream connection's for a tool of an upstream (`Exchange.request_state`); a
+provider that does not say counts as sent once it was called.
 """
 
 from __future__ import annotations
@@ -195,7 +196,9 @@ class Dispatch:
 
     def conclude(self, exchange: Exchange, spec: ProviderSpec, outcome: Outcome, started: float) -> None:
         """What `run` makes of the outcome of the one candidate `alone` named, called at
-        `started` (time.monotonic): the attempt, and the answer or the error naming it."""
+        `started` (time.monotonic): the attempt, and the answer or the error naming it. A paid
+        one that got no answer after its request went out may have billed (`_billing`)."""
+        outcome = self._billing(exchange, spec, outcome, False)
         self._record(exchange, spec, outcome, started, 0)
         if not self._ends(exchange, spec, outcome):
             exchange.answer = jsonrpc.result(exchange.call.request_id, jsonrpc.tool_error_result(failure(exchange)))

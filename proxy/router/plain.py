@@ -124,10 +124,16 @@ class PlainCall:
         try:
             with anyio.CancelScope(shield=True):
                 if self.pending is not None:
+                    self._reached(self.pending)
                     await self.link.upstream.withdraw(self.pending, "cancelled by the client")
                     await self._sent_and_cancelled()
         finally:
             self.release()
+
+    def _reached(self, pending: Pending) -> None:
+        """How far the call got, for dispatch to tell whether a paid one may have billed: it went
+        out once the upstream's pipe was handed it."""
+        self.exchange.request_state = "sent" if pending.sent else "unsent"
 
     async def _sent_and_cancelled(self) -> None:
         """A paid tool may have billed a call that was sent: its receipt and ledger line say so."""
@@ -145,6 +151,7 @@ class PlainCall:
 
     async def _expired(self) -> None:
         assert self.pending is not None
+        self._reached(self.pending)
         with anyio.CancelScope(shield=True):
             await self.link.upstream.withdraw(self.pending, "the proxy's deadline for the call ran out")
         await self._answer(fault_outcome(self.link.timed_out("tools/call")))
@@ -156,6 +163,7 @@ class PlainCall:
         self.done = True
         self.router._deadlines.unwatch(self)
         if isinstance(pending.failure, UpstreamError):
+            self._reached(pending)  # the upstream died (or refused) with it unanswered
             outcome = fault_outcome(pending.failure)
         else:
             assert pending.reply is not None

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
+import contextvars
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -48,6 +50,23 @@ ProgressHandler = Callable[[dict[str, msgspec.Raw]], Awaitable[None]]
 ServerRequestHandler = Callable[["UpstreamBase", Frame], Awaitable[None]]
 NotificationHandler = Callable[["UpstreamBase", Frame], Awaitable[None]]
 RelatedHandler = Callable[[Frame], Awaitable[None]]
+
+# How far a request a caller watches got (`watching`): "sent" once it is handed to the upstream's
+# writer (the stdio pipe's write begins, the HTTP POST's body is handed to the connection),
+# "refused" when the server refused it with a failure status.
+Reached = Literal["sent", "refused"]
+
+
+@dataclass(eq=False)
+class _Watch:
+    """A `watching` block: the method it watches, and its watcher while the block lasts (a task
+    started inside it, which inherits the context variable, may outlive it)."""
+
+    method: str
+    watcher: Callable[[Reached], None] | None
+
+
+_WATCHING: contextvars.ContextVar[_Watch | None] = contextvars.ContextVar("upstream_watching", default=None)
 
 LATE_PROBE_WAIT = 10.0
 BACKOFF_FIRST = 0.5
@@ -73,10 +92,18 @@ class Pending:
     on_settled: Callable[[Pending], Coroutine[Any, Any, None]] | None = None
     upstream_id: int | None = None  # set for such a request, which `withdraw` takes back by it
     settled: bool = False  # its reply or its failure is in
+    watcher: Callable[[Reached], None] | None = None  # told how far it got (`watching`)
     _event: asyncio.Event | None = field(default=None, repr=False)
 
     def mark_sent(self) -> None:
         self.sent = True
+        if self.watcher is not None:
+            self.watcher("sent")
+
+    def mark_refused(self) -> None:
+        """The server answered it with a failure status: it was refused, not served."""
+        if self.watcher is not None:
+            self.watcher("refused")
 
     def set_done(self) -> None:
         """The reply or the failure is in: wake the task waiting for it, if one is."""
@@ -457,6 +484,9 @@ class UpstreamBase(abc.ABC):
         Pending that collects its reply; `_close` undoes the registrations."""
         upstream_id = next(self._ids)
         pending = Pending(method)
+        watch = _WATCHING.get()
+        if watch is not None and watch.method == method:
+            pending.watcher = watch.watcher
         if on_progress is not None and isinstance(params, dict):
             params, pending.progress_token = self._map_progress(params, upstream_id)
             if pending.progress_token is not None:
@@ -571,6 +601,22 @@ class UpstreamBase(abc.ABC):
             return False
         await handler(frame)
         return True
+
+
+@contextlib.contextmanager
+def watching(method: str, watcher: Callable[[Reached], None]) -> Iterator[None]:
+    """While in it, each `method` request this task (or a task it starts) sends upstream tells
+    `watcher` how far it got: "sent" once handed to the connection's writer, "refused" when the
+    server refused it with a failure status. A provider that is an upstream's tool learns so
+    whether its call may have reached the server (and may have been billed); the requests the
+    connection makes on its own way there (starting, discover, initialize) are not watched."""
+    watch = _Watch(method, watcher)
+    token = _WATCHING.set(watch)
+    try:
+        yield
+    finally:
+        watch.watcher = None
+        _WATCHING.reset(token)
 
 
 def unusable_reply(name: str, reason: str) -> UpstreamError:

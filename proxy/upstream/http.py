@@ -299,20 +299,25 @@ class HttpUpstreamConnection(SessionMode, SseMode):
         POST does (the spec defines no client notifications there)."""
         frame = jsonrpc.request(upstream_id, method, params)
         read_timeout = None if method in STREAMING_METHODS else self.read_timeout
-        on_sent = pending.mark_sent if self.mode == "streamable" else None
         for attempt in (1, 2):
             session = self._session_id
             try:
                 reply = await self._post(
-                    frame, self._headers_for(method, params, forwarded), upstream_id, read_timeout, on_sent=on_sent
+                    frame,
+                    self._headers_for(method, params, forwarded),
+                    upstream_id,
+                    read_timeout,
+                    on_sent=pending.mark_sent,
                 )
             except Refused as refused:
                 renewable = self.mode == "streamable" and method != "initialize" and self.initialize_params is not None
                 if session_ended(refused) and renewable and session is not None and attempt == 1:
+                    pending.mark_refused()  # not served: it goes again in a new session
                     await self._renew_session(session)
                     continue
                 if refused.frame is not None and refused.status < 500 and refused.status not in SPOKEN_FOR:
                     return jsonrpc.with_id(refused.frame, upstream_id)  # the server's own answer
+                pending.mark_refused()
                 raise self._refusal(refused, method) from None
             except anyio.get_cancelled_exc_class():
                 if self.mode == "streamable" and pending.sent:
@@ -355,14 +360,18 @@ class HttpUpstreamConnection(SessionMode, SseMode):
         except UpstreamError:
             pass  # it is gone; nothing left to cancel
 
-    async def _post_message(self, frame: Frame, on_sent: Callable[[], None] | None = None) -> None:
+    async def _post_message(
+        self, frame: Frame, on_sent: Callable[[], None] | None = None, on_refused: Callable[[], None] | None = None
+    ) -> None:
         """POST a notification or a reply (session era), or an HTTP+SSE request; it is accepted
-        without an answer. `on_sent` as for `_post`."""
+        without an answer. `on_sent` as for `_post`; `on_refused` is told of a failure status."""
         url = self._post_url if self.mode == "sse" else None
         method = jsonrpc.method_of(frame) or "a reply"
         try:
             await self._post(frame, self._headers_for(method, None), None, self.read_timeout, url=url, on_sent=on_sent)
         except Refused as refused:
+            if on_refused is not None:
+                on_refused()
             raise self._refusal(refused, method) from None
         except httpx2.TransportError as exc:
             raise self._unreachable(exc) from None

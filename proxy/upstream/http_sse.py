@@ -30,8 +30,11 @@ class SseMode(PostExchange):
     _post_url: str | None  # where messages go, from the endpoint event; set up by __init__
 
     @abc.abstractmethod
-    async def _post_message(self, frame: Frame, on_sent: Callable[[], None] | None = None) -> None:
-        """POST a message; `on_sent` is called once its body has been written."""
+    async def _post_message(
+        self, frame: Frame, on_sent: Callable[[], None] | None = None, on_refused: Callable[[], None] | None = None
+    ) -> None:
+        """POST a message; `on_sent` is called once its body has been written, `on_refused` when
+        the server answers it with a failure status."""
 
     @abc.abstractmethod
     async def _send_cancel(self, upstream_id: int) -> None:
@@ -44,7 +47,9 @@ class SseMode(PostExchange):
     async def _request_over_sse(self, upstream_id: int, method: str, params: Any, pending: Pending) -> Frame:
         self._pending[upstream_id] = pending
         try:
-            await self._post_message(jsonrpc.request(upstream_id, method, params), on_sent=pending.mark_sent)
+            await self._post_message(
+                jsonrpc.request(upstream_id, method, params), on_sent=pending.mark_sent, on_refused=pending.mark_refused
+            )
             with anyio.fail_after(None if method in STREAMING_METHODS else self.read_timeout):
                 await pending.wait()
         except TimeoutError:

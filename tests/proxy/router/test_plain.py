@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import sys
 from typing import Any
 
 import anyio
@@ -15,7 +16,7 @@ from frugal_proxy.policies import Policy
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.records import Exchange
 from frugal_proxy.upstream.stdio import UpstreamConnection
-from tests.conftest import notes_command
+from tests.conftest import FAULTY_SERVER, notes_command
 from tests.proxy.router.test_router import Recorder, result, served
 
 pytestmark = pytest.mark.anyio
@@ -204,3 +205,30 @@ async def test_a_priced_plain_call_cancelled_after_it_was_sent_is_sealed_as_mayb
             "notes was cancelled; its request had gone out, so it may have been billed ($0.0025, counted as spent)"
         )
         assert sealed.receipt is not None and sealed.receipt.total_micros == 2_500
+
+
+async def test_a_priced_plain_call_past_its_upstreams_timeout_is_answered_as_maybe_billed() -> None:
+    """The upstream's own timeout (`upstreams.NAME.timeout`) ran out on a plain call it had been
+    sent: the client gets the timeout as a tool error, and the attempt costs its price, marked
+    maybe_billed (it cost $0 before)."""
+    session_era = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+    recorder = Recorder()
+    upstream = UpstreamConnection([sys.executable, str(FAULTY_SERVER)], name="faulty")
+    upstream.follow_client()
+    options = {"prices": {"faulty": 2_500}, "timeouts": {"faulty": 0.5}, "assembly": Assembly(policies=[recorder])}
+    async with upstream, served(upstream, seconds=30, **options) as (router, wire):
+        assert "result" in await wire.request(0, "initialize", session_era, modern=False)
+        await wire.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        slow = {"name": "slow", "arguments": {"seconds": 30}}
+        reply = await wire.request(2, "tools/call", slow, modern=False)
+        with anyio.fail_after(10):
+            await router.drain()
+        await upstream.shutdown()
+    assert result(reply)["isError"] is True
+    assert result(reply)["_meta"]["frugal/route"]["attempts"][0]["maybe_billed"] is True
+    (sealed,) = recorder.seen
+    (attempt,) = sealed.attempts
+    assert (attempt.provider, attempt.cost_micros, attempt.maybe_billed) == ("faulty", 2_500, True)
+    assert attempt.error is not None and attempt.error.endswith(
+        "its request had gone out, so it may have been billed ($0.0025, counted as spent)"
+    )
