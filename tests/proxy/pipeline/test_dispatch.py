@@ -531,13 +531,20 @@ async def test_a_rate_limit_said_in_a_success_status_costs_nothing(provider: str
     assert budget.book.spent(key) == 0
 
 
-async def test_a_call_cut_while_it_waited_for_a_slot_of_its_driver_costs_nothing() -> None:
-    """Marginalia sends two requests at a time; a priced one cut by the deadline while it waited
-    for one of those slots never went out: its reservation is given back. The two in flight,
-    whose requests went out and never came back, may have billed."""
+async def test_a_call_cancelled_while_it_waited_for_a_slot_of_its_driver_costs_nothing() -> None:
+    """Marginalia sends two requests at a time; a priced call cancelled while it waited for one
+    of those slots never went out: its reservation is given back and it leaves no attempt. The
+    two in flight, whose requests went out and never came back, may have billed. (The cancel
+    comes once both requests are in, so nothing here depends on how fast the loop runs.)"""
     released = anyio.Event()
+    both_in = anyio.Event()
+    arrived = 0
 
     async def never_answers(request: httpx2.Request) -> httpx2.Response:
+        nonlocal arrived
+        arrived += 1
+        if arrived == 2:
+            both_in.set()
         await released.wait()
         return httpx2.Response(200, json={"results": []})
 
@@ -546,14 +553,17 @@ async def test_a_call_cut_while_it_waited_for_a_slot_of_its_driver_costs_nothing
     setup = Setup(spec, "https://api.example", "key", 5.0, http, ProviderConfig(), {})
     key = spend_key("search", "marginalia")
     budget = Budget({key: 3 * PRICE}, MemorySpend(time.time))
-    pipeline = build_pipeline({"marginalia": Marginalia(setup)}, [budget], DispatchSettings(deadline=DEADLINE))
+    pipeline = build_pipeline({"marginalia": Marginalia(setup)}, [budget], DispatchSettings(deadline=60.0))
     calls = [routed("marginalia") for _ in range(3)]
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             for ex in calls:
                 tg.start_soon(pipeline.run, ex)
+            await both_in.wait()
+            tg.cancel_scope.cancel()
     released.set()
     await http.close()
+    assert arrived == 2
     billed = sorted((a.maybe_billed, a.cost_micros) for ex in calls for a in ex.attempts)
-    assert billed == [(False, 0), (True, PRICE), (True, PRICE)]
+    assert billed == [(True, PRICE), (True, PRICE)]
     assert budget.book.spent(key) == 2 * PRICE
