@@ -211,7 +211,10 @@ async def priced_plain_call(
     server: list[str] | str, deadline: float | None, tool: str, **args: Any
 ) -> tuple[Attempt, Rig]:
     """One plain call of `tool` of a priced upstream under a daily cap of its price: its attempt."""
-    async with linked(server, deadline=deadline) as link:
+    async with linked(server) as link:
+        with anyio.fail_after(30):  # the upstream started and initialized outside the deadline tested
+            await link.forward("tools/list", {}, CLIENT, None)
+        link.deadline = deadline
         rig = Rig(PLAIN, McpToolProvider("faulty", link.forward, PRICE), cap=PRICE)
         ex = plain(tool, **args)
         with anyio.fail_after(20):
