@@ -207,12 +207,9 @@ class Dispatch:
         """What `run` makes of the one candidate `alone` named when its caller's call of it,
         sent at `started`, was cancelled: a paid one may have billed (`_billing`), and its attempt
         is recorded; whether it was (then the exchange is to be sealed, with no answer)."""
-        outcome = self._billing(exchange, spec, Outcome("transient", message=f"{spec.name} was cancelled"), True)
-        if not outcome.maybe_billed:
-            return False
-        exchange.outcome = outcome
-        self._record(exchange, spec, outcome, started, 0)
-        return True
+        lost = self._cancelled(exchange, spec)
+        self._record_cancelled(exchange, spec, lost, started, 0)
+        return lost.maybe_billed
 
     @staticmethod
     def _ends(exchange: Exchange, spec: ProviderSpec, outcome: Outcome) -> bool:
@@ -260,13 +257,11 @@ class Dispatch:
         try:
             answered = await self._call(exchange, spec)
         except BaseException:  # cancelled (the client, the router's end), or a fault of our own
-            lost = self._billing(exchange, spec, Outcome("transient", message=f"{spec.name} was cancelled"), True)
+            lost = self._cancelled(exchange, spec)
             if after:
                 with anyio.CancelScope(shield=True):
                     await self._settled(exchange, spec, lost if lost.maybe_billed else None, after)
-            if lost.maybe_billed:
-                exchange.outcome = lost
-                self._record(exchange, spec, lost, started, retries)
+            self._record_cancelled(exchange, spec, lost, started, retries)
             raise
         cut = answered is None
         if answered is None:
@@ -278,6 +273,21 @@ class Dispatch:
             assert settled is not None
             answered = settled
         return answered, cut
+
+    @classmethod
+    def _cancelled(cls, exchange: Exchange, spec: ProviderSpec) -> Outcome:
+        """The outcome of a call of `spec` that was cancelled: `maybe_billed` when it may have."""
+        return cls._billing(exchange, spec, Outcome("transient", message=f"{spec.name} was cancelled"), True)
+
+    @classmethod
+    def _record_cancelled(
+        cls, exchange: Exchange, spec: ProviderSpec, lost: Outcome, started: float, retries: int
+    ) -> None:
+        """A cancelled call's attempt, kept only when it may have billed (then it is the call's
+        outcome too); one that cannot have billed leaves none."""
+        if lost.maybe_billed:
+            exchange.outcome = lost
+            cls._record(exchange, spec, lost, started, retries)
 
     @staticmethod
     def _billing(exchange: Exchange, spec: ProviderSpec, outcome: Outcome, cut: bool) -> Outcome:
