@@ -39,6 +39,8 @@ class UpstreamDown(UpstreamError):
         text = f"upstream {name!r} is down: {reason}"
         if stderr_tail:
             text += ": " + " | ".join(stderr_tail[-3:])
+        # What went wrong alone, for a caller that will not retry (the wrap form exits on it).
+        self.without_retry = text
         if retry_in is not None and retry_in > 0:
             text += f"; it {verb} on the next request, in {retry_in:.1f} s at the earliest"
         else:

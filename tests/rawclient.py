@@ -22,9 +22,9 @@ class RawClient:
         self.stderr = bytearray()
 
     @classmethod
-    async def start(cls, tg: anyio.abc.TaskGroup, command: list[str]) -> RawClient:
+    async def start(cls, tg: anyio.abc.TaskGroup, command: list[str], env: dict[str, str] | None = None) -> RawClient:
         process = await anyio.open_process(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
         )
         client = cls(process)
         tg.start_soon(client._collect_stderr)
@@ -60,7 +60,7 @@ class RawClient:
             if reply.get("id") == ident and "method" not in reply:
                 return reply
 
-    async def initialize(self, capabilities: dict[str, Any] | None = None) -> Any:
+    async def initialize(self, capabilities: dict[str, Any] | None = None, wait: float = 10) -> Any:
         reply = await self.request(
             0,
             "initialize",
@@ -69,6 +69,7 @@ class RawClient:
                 "capabilities": capabilities or {},
                 "clientInfo": {"name": "raw", "version": "1"},
             },
+            wait,
         )
         await self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         return reply

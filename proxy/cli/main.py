@@ -270,6 +270,9 @@ def upstream_name(command: Sequence[str]) -> str:
         parts = [part for part in word.replace("\\", "/").split("/") if part]
         if "node_modules" in parts:
             rest = parts[parts.index("node_modules") + 1 :]
+            if rest[:1] == [".bin"]:
+                # npm's launcher folder: the program's own name is the link's name.
+                rest = rest[1:]
             if rest:
                 return rest[1] if rest[0].startswith("@") and len(rest) > 1 else rest[0]
         if word.startswith("@") and len(parts) > 1:
@@ -329,7 +332,7 @@ async def wrap_stdio(
 
             failed = await running.started()
             if failed:
-                logs.say(f"frugal-proxy: the upstream did not start: {failed[name]}")
+                logs.say(f"frugal-proxy: the upstream did not start: {failed[name].without_retry}")
                 return 2
             tg = running.task_group
             session = Router(connection, downstream, tg, assembly=assembly, timeouts={name: call_timeout})
@@ -348,7 +351,7 @@ async def wrap_stdio(
         source.restore()
         sink.restore()
     if failed:  # it exited before its era was chosen
-        print(f"frugal-proxy: the upstream did not start: {failed[name]}", file=sys.stderr)
+        print(f"frugal-proxy: the upstream did not start: {failed[name].without_retry}", file=sys.stderr)
         return 2
     return 0
 
@@ -412,7 +415,7 @@ def wrap_http(
         try:
             await connections[0].ensure_ready()
         except UpstreamDown as exc:
-            return f"the upstream did not start: {exc}"
+            return f"the upstream did not start: {exc.without_retry}"
         return None
 
     # Lazy: `ready` starts the endpoint's own connection; a session's own ones start on first use.

@@ -211,9 +211,10 @@ def status_command(argv: list[str]) -> int:
             continue
         if _alive(int(record.get("pid", 0))):
             records.append(record)
+    # Both forms exit 1 when no serve runs, so a script can tell without parsing the output.
     if options.json:
         print(json.dumps(records, indent=1))
-        return 0
+        return 0 if records else 1
     if not records:
         print("no frugal-proxy serve is running")
         return 1
@@ -221,9 +222,17 @@ def status_command(argv: list[str]) -> int:
         as_of = time.strftime("%H:%M:%S", time.localtime(record["updated_at"]))
         print(f"serve pid {record['pid']} (status as of {as_of})")
         for name, state in record["upstreams"].items():
-            detail = ", ".join(f"{key}={value}" for key, value in state.items() if key != "state")
+            detail = ", ".join(f"{key}={_shown(key, value)}" for key, value in state.items() if key != "state")
             print(f"  {name:20} {state['state']:12} {detail}")
     return 0
+
+
+def _shown(key: str, value: object) -> object:
+    """A status value as `status` prints it: an upstream that is up but has not been asked
+    anything yet has no era (it speaks the era of the first client request it gets)."""
+    if key == "era" and value is None:
+        return "not chosen yet (at its first request)"
+    return value
 
 
 def _alive(pid: int) -> bool:

@@ -41,6 +41,14 @@ class ChildStartError(OSError):
     """The command could not be started at all (not found, not executable)."""
 
 
+# What to do about each way a command cannot start, appended to its reason.
+_START_HINTS: dict[type[OSError], str] = {
+    FileNotFoundError: " (check the program's spelling, that it is installed and that it is on PATH)",
+    PermissionError: " (it is not executable: chmod +x it, or run it through its interpreter)",
+    NotADirectoryError: " (a part of its path is a file, not a folder)",
+}
+
+
 class ChildProcess:
     """One running upstream process."""
 
@@ -86,7 +94,8 @@ class ChildProcess:
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             os.close(stdout)
-            raise ChildStartError(exc.errno or 0, f"cannot start {command[0]!r}: {exc.strerror}") from None
+            hint = _START_HINTS.get(type(exc), "")
+            raise ChildStartError(exc.errno or 0, f"cannot start {command[0]!r}: {exc.strerror}{hint}") from None
         except BaseException:
             os.close(stdout)
             raise

@@ -58,6 +58,7 @@ class _Generation:
     started_at: float
     pending: dict[int, Pending] = field(default_factory=dict)
     dead: bool = False
+    stopping: bool = False  # the proxy is stopping it (`shutdown`): its end is not a failure
 
 
 class UpstreamConnection(UpstreamBase):
@@ -114,6 +115,7 @@ class UpstreamConnection(UpstreamBase):
         gen = self._gen
         if gen is None or gen.dead:
             return
+        gen.stopping = True
         with anyio.CancelScope(shield=True):
             await gen.writer.close()
             await gen.child.terminate()
@@ -335,19 +337,26 @@ class UpstreamConnection(UpstreamBase):
             return
         gen.dead = True
         await gen.writer.close()
-        with anyio.move_on_after(1.0):
+        if gen.stopping:
+            # `shutdown` is ending it politely (stdin closed, SIGTERM, SIGKILL, each after a
+            # grace period): killing it here would cut that short and read as a crash.
             await gen.child.wait()
-        if gen.child.returncode is None:
-            gen.child.kill()
+        else:
             with anyio.move_on_after(1.0):
                 await gen.child.wait()
+            if gen.child.returncode is None:
+                gen.child.kill()
+                with anyio.move_on_after(1.0):
+                    await gen.child.wait()
         # Let the stderr pump take in the child's last words before they are quoted.
         await anyio.sleep(0.05)
         uptime = time.monotonic() - gen.started_at
         self._record_down(gen.child.exit_reason(), list(gen.child.stderr_tail), healthy=uptime >= HEALTHY_AFTER)
         down = self._last_down
         assert down is not None
-        if gen.pending:
+        if gen.stopping:
+            log.info("upstream stopped", extra={"upstream": self.name, "reason": down.reason})
+        elif gen.pending:
             log.warning(
                 "upstream died with requests in flight",
                 extra={"upstream": self.name, "reason": down.reason, "in_flight": len(gen.pending)},

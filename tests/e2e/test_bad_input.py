@@ -159,7 +159,11 @@ async def test_unknown_command_exits_2_at_once() -> None:
             code = await client.process.wait()
         tg.cancel_scope.cancel()
     assert code == 2
-    assert "cannot start '/nonexistent/mcp-server'" in client.stderr_text()
+    stderr = client.stderr_text()
+    assert "cannot start '/nonexistent/mcp-server'" in stderr
+    assert "check the program's spelling, that it is installed and that it is on PATH" in stderr
+    # the wrap form exits: it must not promise a restart that will never come
+    assert "restarts" not in stderr and "next request" not in stderr
 
 
 async def test_command_that_exits_at_start_exits_2_with_its_reason() -> None:
@@ -172,6 +176,7 @@ async def test_command_that_exits_at_start_exits_2_with_its_reason() -> None:
     assert code == 2
     stderr = client.stderr_text()
     assert "exited with status 4" in stderr and "no config found" in stderr
+    assert "restarts" not in stderr and "next request" not in stderr
 
 
 async def test_a_client_that_leaves_before_its_first_message_ends_the_wrap_with_0() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from mcp import Client, StdioServerParameters
 from mcp_types import PaginatedRequestParams, TextContent
 
 from tests.conftest import ROOT, everything_command, modern_only_command, notes_command
+from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.anyio
 
@@ -149,6 +151,14 @@ async def test_list_changed_reaches_a_legacy_client(tmp_path: Path) -> None:
             await seen.wait()
 
 
+def serve_command(config: Path) -> list[str]:
+    return [sys.executable, "-m", "frugal_proxy", "serve", "--config", str(config)]
+
+
+def serve_env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "FRUGAL_HOME": str(tmp_path / "home")}
+
+
 def run_cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "FRUGAL_HOME": str(home)}
     return subprocess.run(
@@ -217,3 +227,59 @@ async def test_the_governor_table_shapes_results_of_serve(tmp_path: Path) -> Non
             assert "frugal__fetch_slice" in text(shaped)
             small = await client.call_tool("notes__echo", {"text": "short"})
             assert text(small) == "short"
+
+
+async def test_sigterm_stops_the_upstreams_without_calling_it_a_crash(tmp_path: Path) -> None:
+    """SIGTERM to serve ends each upstream politely (stdin closed, then SIGTERM, then SIGKILL,
+    each after a grace period); that end is the proxy's doing, not an upstream that died."""
+    faulty = [sys.executable, str(ROOT / "tests" / "servers" / "faulty_server.py")]
+    config = tmp_path / "frugal.toml"
+    # Two upstreams, one that takes 1.5 s to exit after its stdin closes (past the 1 s an
+    # upstream that dies on its own is given before it is killed).
+    config.write_text(
+        f"[upstreams.everything]\ncommand = {json.dumps(everything_command())}\n"
+        f'[upstreams.lingering]\ncommand = {json.dumps(faulty)}\nenv = {{ FAULTY_SLOW_EXIT = "1.5" }}\n'
+    )
+    async with anyio.create_task_group() as tg:
+        client = await RawClient.start(tg, serve_command(config), env=serve_env(tmp_path))
+        await client.initialize(wait=60)  # serve starts both upstreams first, slowly on a busy machine
+        listed = await client.request(1, "tools/list", wait=60)
+        names = {tool["name"] for tool in listed["result"]["tools"]}
+        assert {"everything__echo", "lingering__echo"} <= names
+        client.process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(30):
+            code = await client.process.wait()
+        tg.cancel_scope.cancel()
+    stderr = client.stderr_text()
+    assert code in (0, 130, 143), stderr
+    assert "upstream died" not in stderr and "killed by SIGKILL" not in stderr, stderr
+
+
+def test_status_exits_1_in_both_forms_when_no_serve_runs(tmp_path: Path) -> None:
+    text_form = run_cli("status", home=tmp_path / "home")
+    json_form = run_cli("status", "--json", home=tmp_path / "home")
+    assert (text_form.returncode, text_form.stdout.strip()) == (1, "no frugal-proxy serve is running")
+    assert (json_form.returncode, json.loads(json_form.stdout)) == (1, [])
+
+
+async def test_status_of_an_upstream_no_request_has_reached_shows_no_era_yet(tmp_path: Path) -> None:
+    """A stdio serve spawns its upstreams at once but chooses each one's era with the client's
+    first message; until then `status` says so instead of printing `era=None`."""
+    config = tmp_path / "frugal.toml"
+    config.write_text(f"[upstreams.notes]\ncommand = {json.dumps(notes_command())}\n")
+    async with anyio.create_task_group() as tg:
+        client = await RawClient.start(tg, serve_command(config), env=serve_env(tmp_path))
+        with anyio.fail_after(60):
+            while True:  # the status file is rewritten every 2 s: wait for the one that shows it up
+                listed = await anyio.to_thread.run_sync(lambda: run_cli("status", "--json", home=tmp_path / "home"))
+                records = json.loads(listed.stdout)
+                if records and records[0]["upstreams"]["notes"]["state"] == "up":
+                    break
+                await anyio.sleep(0.2)
+        assert records[0]["upstreams"]["notes"]["era"] is None
+        shown = await anyio.to_thread.run_sync(lambda: run_cli("status", home=tmp_path / "home"))
+        code = await client.close()
+        tg.cancel_scope.cancel()
+    assert shown.returncode == 0 and code == 0, shown.stderr
+    assert "era=None" not in shown.stdout
+    assert "era=not chosen yet (at its first request)" in shown.stdout, shown.stdout

@@ -122,6 +122,13 @@ def main() -> None:
             if isinstance(message, dict) and "method" in message and message.get("id") is not None:
                 error = {"code": -32602, "message": f"bad params: {type(exc).__name__}"}
                 send({"jsonrpc": "2.0", "id": message["id"], "error": error})
+    # FAULTY_SLOW_EXIT=S: at the end of stdin, close stdout at once but take S seconds to exit,
+    # as a server that saves its state on the way out does.
+    linger = float(os.environ.get("FAULTY_SLOW_EXIT", "0"))
+    if linger:
+        sys.stdout.close()
+        os.close(1)
+        time.sleep(linger)
 
 
 def handle(message: dict) -> None:
