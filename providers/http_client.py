@@ -374,12 +374,43 @@ def fault(provider: str, response: httpx2.Response) -> Outcome | None:
 
 
 def network_fault(provider: str, exc: Exception) -> Outcome:
-    """The Outcome of a request that got no HTTP answer (always transient)."""
+    """The Outcome of a request that got no HTTP answer (always transient): what was tried, why
+    it failed, and what the operator can do."""
     if isinstance(exc, httpx2.TimeoutException):
         return Outcome("transient", message=f"{provider} did not answer in time ({type(exc).__name__})")
     if isinstance(exc, BodyTooLarge):
         return Outcome("transient", message=f"{provider}: {exc}")
-    return Outcome("transient", message=f"{provider} could not be reached ({type(exc).__name__})")
+    tried = f"{provider} could not reach {_host_tried(exc)}: {_why_unreachable(exc)}"
+    return Outcome("transient", message=f"{tried}; {unreachable_advice(provider)}")
+
+
+def unreachable_advice(provider: str) -> str:
+    """What to do when a provider's service cannot be reached from this machine."""
+    return (
+        "check this machine's network and its proxy variables (HTTPS_PROXY, ALL_PROXY, NO_PROXY); "
+        f"to stop trying {provider}, set enabled = false for it in the config"
+    )
+
+
+def _host_tried(exc: Exception) -> str:
+    try:
+        request = exc.request if isinstance(exc, httpx2.RequestError) else None
+    except RuntimeError:  # raised without a request attached
+        request = None
+    return request.url.host if request is not None and request.url.host else "its service"
+
+
+def _why_unreachable(exc: Exception) -> str:
+    text = str(exc).lower()
+    if any(word in text for word in ("name or service", "nodename", "getaddrinfo", "name resolution", "resolve")):
+        return "the host name did not resolve (is this machine offline, or without DNS?)"
+    if "refused" in text or "all connection attempts failed" in text:
+        return "the connection was refused"
+    if any(word in text for word in ("ssl", "certificate", "tls")):
+        return "the TLS handshake failed"
+    if "unreachable" in text:
+        return "the network is unreachable"
+    return f"no connection ({type(exc).__name__})"
 
 
 def json_body(provider: str, response: httpx2.Response, kind: Any = Any) -> Any:

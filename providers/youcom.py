@@ -49,6 +49,7 @@ from frugal_proxy.capabilities import SearchHit, SearchRequest
 from frugal_proxy.errors import UpstreamError
 from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
+from frugal_proxy.providers.http_client import unreachable_advice
 from frugal_proxy.providers.mcp_tool import fault_kind
 from frugal_proxy.providers.registry import Builtin, Setup
 from frugal_proxy.providers.web_search import Query, WebSearch, answer, hit
@@ -164,6 +165,7 @@ class YoucomFree:
             connect_timeout=min(10.0, setup.timeout),
             read_timeout=setup.timeout,
             lazy=True,
+            unreachable_advice=unreachable_advice(setup.spec.name),
         )
         self._connection: UpstreamBase | None = None
         self._init_lock = anyio.Lock()

@@ -53,6 +53,9 @@ class UpstreamSpec(msgspec.Struct, frozen=True, kw_only=True):
     max_message_bytes: int = DEFAULT_MAX_LINE_BYTES
     lazy: bool = False  # started on first use, not with the others
     share: bool = True  # session-era HTTP sessions may share one connection (upstream.shared)
+    # HTTP: what to do when it cannot be reached, where the user wrote no url to check (a
+    # built-in provider's own endpoint); None: "check the url".
+    unreachable_advice: str | None = None
 
 
 def connect(spec: UpstreamSpec) -> UpstreamBase:
@@ -69,6 +72,7 @@ def connect(spec: UpstreamSpec) -> UpstreamBase:
             connect_timeout=spec.connect_timeout,
             read_timeout=spec.read_timeout,
             max_message_bytes=spec.max_message_bytes,
+            unreachable_advice=spec.unreachable_advice,
         )
     return UpstreamConnection(
         spec.command,

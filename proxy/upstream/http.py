@@ -78,6 +78,7 @@ class HttpUpstreamConnection(SessionMode, SseMode):
         connect_timeout: float = 10.0,
         read_timeout: float = 300.0,
         max_message_bytes: int = 64 * 1024 * 1024,
+        unreachable_advice: str | None = None,
         on_server_request: ServerRequestHandler | None = None,
         on_notification: NotificationHandler | None = None,
         transport: httpx2.AsyncBaseTransport | None = None,
@@ -96,6 +97,7 @@ class HttpUpstreamConnection(SessionMode, SseMode):
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
         self.max_message_bytes = max_message_bytes
+        self.unreachable_advice = unreachable_advice
         self.mode: Mode | None = None
         self._client: httpx2.AsyncClient | None = None
         self._alive = False
@@ -257,7 +259,9 @@ class HttpUpstreamConnection(SessionMode, SseMode):
         return self._down_error()
 
     def _unreachable(self, exc: httpx2.TransportError) -> UpstreamDown:
-        return self._lost(wire.describe_transport_error(exc, self.safe_url, self.connect_timeout))
+        return self._lost(
+            wire.describe_transport_error(exc, self.safe_url, self.connect_timeout, self.unreachable_advice)
+        )
 
     # -- requests --------------------------------------------------------------------------------
 

@@ -151,15 +151,21 @@ def error_frame(body: bytes) -> Frame | None:
     return frames[0] if len(frames) == 1 and "error" in frames[0] else None
 
 
-def describe_transport_error(exc: httpx2.TransportError, url: str, connect_timeout: float) -> str:
-    """What a failed connection means, and what to do about it, without secrets."""
+def describe_transport_error(
+    exc: httpx2.TransportError, url: str, connect_timeout: float, advice: str | None = None
+) -> str:
+    """What a failed connection means, and what to do about it, without secrets. `advice`
+    replaces "check the url" where the user wrote none (a built-in provider's own endpoint)."""
     text = str(exc).lower()
     if isinstance(exc, httpx2.ConnectTimeout):
-        return f"no connection to {url} within {connect_timeout:g} s; check the url and the network"
+        return f"no connection to {url} within {connect_timeout:g} s; {advice or 'check the url and the network'}"
     if isinstance(exc, httpx2.ConnectError):
         if "refused" in text or "all connection attempts failed" in text:
-            return f"cannot connect to {url}: connection refused; check that the server is running and listening there"
+            what = advice or "check that the server is running and listening there"
+            return f"cannot connect to {url}: connection refused; {what}"
         if any(word in text for word in ("name or service", "nodename", "getaddrinfo", "name resolution", "resolve")):
+            if advice is not None:
+                return f"cannot resolve the host of {url} (is this machine offline, or without DNS?); {advice}"
             return f"cannot resolve the host of {url}; check the url"
         if any(word in text for word in ("ssl", "certificate", "tls")):
             return f"TLS handshake with {url} failed ({_short(exc)}); check the server's certificate"

@@ -17,6 +17,7 @@ import pytest
 from frugal_proxy.capabilities import Page
 from frugal_proxy.config import Config
 from frugal_proxy.providers import browserless
+from frugal_proxy.providers.http_client import unreachable_advice
 from frugal_proxy.records import Outcome
 from tests.providers.api_fakes import Recorder, enabled_names, exchange, setup_for
 from tests.servers.page_server import EMPTY, JS_TEXT, PARAGRAPH
@@ -85,7 +86,11 @@ async def test_a_connection_failure_is_transient() -> None:
         raise httpx2.ConnectError(f"could not connect to {request.url}", request=request)
 
     outcome = await render(Recorder(refuse))
-    assert outcome.kind == "transient" and outcome.message == "browserless could not be reached (ConnectError)"
+    assert outcome.kind == "transient"
+    assert outcome.message == (
+        "browserless could not reach production-sfo.browserless.io: no connection (ConnectError); "
+        + unreachable_advice("browserless")
+    )
 
 
 async def test_base_url_points_at_a_self_hosted_browserless() -> None:

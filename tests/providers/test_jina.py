@@ -18,6 +18,7 @@ import pytest
 from frugal_proxy.capabilities import Page
 from frugal_proxy.config import Config
 from frugal_proxy.providers import jina
+from frugal_proxy.providers.http_client import unreachable_advice
 from frugal_proxy.records import Outcome
 from tests.providers.api_fakes import Recorder, enabled_names, exchange, setup_for
 
@@ -114,7 +115,11 @@ async def test_a_connection_failure_is_transient() -> None:
         raise httpx2.ConnectError(f"connection refused for {request.headers.get('authorization')}", request=request)
 
     outcome = await read(Recorder(refuse), key=KEY)
-    assert outcome.kind == "transient" and outcome.message == "jina could not be reached (ConnectError)"
+    assert outcome.kind == "transient"
+    assert outcome.message == (
+        "jina could not reach r.jina.ai: the connection was refused; " + unreachable_advice("jina")
+    )
+    assert KEY not in outcome.message
 
 
 async def test_base_url_replaces_the_reader_host() -> None:

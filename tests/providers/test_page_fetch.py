@@ -139,7 +139,9 @@ async def test_no_answer_is_transient() -> None:
         raise httpx2.ConnectError("connection refused", request=request)
 
     outcome = await fetch(Recorder(refuse))
-    assert isinstance(outcome, Outcome) and outcome.kind == "transient" and "could not be reached" in outcome.message
+    assert isinstance(outcome, Outcome) and outcome.kind == "transient"
+    assert "could not reach" in outcome.message and "the connection was refused" in outcome.message
+    assert "HTTPS_PROXY" in outcome.message
 
 
 async def test_plain_text_is_fetched_as_text() -> None:

@@ -13,7 +13,7 @@ from frugal_proxy.capabilities import Page
 from frugal_proxy.config import Config, ProviderConfig
 from frugal_proxy.domains import DomainRules
 from frugal_proxy.providers import readability
-from frugal_proxy.providers.http_client import HttpClient, Resolver
+from frugal_proxy.providers.http_client import HttpClient, Resolver, unreachable_advice
 from frugal_proxy.providers.page_fetch import HopCheck, allow_every_hop
 from frugal_proxy.providers.registry import enable
 from frugal_proxy.records import Outcome
@@ -109,7 +109,9 @@ async def test_failures_are_classified(pages: PageServer, path: str, kind: str, 
 async def test_a_closed_port_is_transient() -> None:
     with refusing_port() as port:
         outcome = await extract(f"http://127.0.0.1:{port}/article")
-    assert outcome.kind == "transient" and outcome.message == "readability could not be reached (ConnectError)"
+    assert outcome.kind == "transient"
+    refused = "readability could not reach 127.0.0.1: the connection was refused"
+    assert outcome.message == f"{refused}; {unreachable_advice('readability')}"
 
 
 def test_it_is_on_with_no_configuration_and_answers_to_goreadability() -> None:

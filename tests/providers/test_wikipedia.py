@@ -12,7 +12,7 @@ import httpx2
 import pytest
 
 from frugal_proxy.providers import wikipedia
-from frugal_proxy.providers.http_client import USER_AGENT
+from frugal_proxy.providers.http_client import USER_AGENT, unreachable_advice
 from tests.providers.api_fakes import Recorder, exchange, setup_for
 
 pytestmark = pytest.mark.anyio
@@ -79,7 +79,10 @@ async def test_a_connection_failure_is_transient() -> None:
         raise httpx2.ConnectError("connection refused", request=request)
 
     outcome = await search(Recorder(refuse))
-    assert outcome.kind == "transient" and "could not be reached" in outcome.message  # type: ignore[attr-defined]
+    assert outcome.kind == "transient"  # type: ignore[attr-defined]
+    assert outcome.message == (  # type: ignore[attr-defined]
+        "wikipedia could not reach en.wikipedia.org: the connection was refused; " + unreachable_advice("wikipedia")
+    )
 
 
 async def test_base_url_replaces_the_documented_host() -> None:

@@ -25,6 +25,7 @@ import uvicorn
 
 from frugal_proxy.config import Config
 from frugal_proxy.providers import youcom
+from frugal_proxy.providers.http_client import unreachable_advice
 from frugal_proxy.records import Outcome
 from tests.conftest import refusing_port
 from tests.providers.api_fakes import SECRET, enabled_names, exchange, search, setup_for
@@ -221,6 +222,20 @@ async def test_free_an_unreachable_server_is_transient() -> None:
     with refusing_port() as port, anyio.fail_after(30):
         outcome = await free_search(free_provider(f"http://127.0.0.1:{port}"), "mcp proxy")
     assert outcome.kind == "transient" and "youcom-free" in outcome.message
+    # the user wrote no url for the built-in provider: the advice is the network, not the url
+    assert "connection refused" in outcome.message and "check the url" not in outcome.message
+    assert unreachable_advice("youcom-free") in outcome.message
+
+
+async def test_free_offline_says_what_was_tried_and_what_to_do() -> None:
+    """A name that cannot resolve (RFC 6761 keeps `.invalid` unresolvable), as on a machine
+    without a network."""
+    with anyio.fail_after(30):
+        outcome = await free_search(free_provider("http://youcom-free.invalid"), "mcp proxy")
+    assert outcome.kind == "transient"
+    assert "cannot resolve the host of http://youcom-free.invalid/mcp" in outcome.message
+    assert "check the url" not in outcome.message
+    assert "HTTPS_PROXY" in outcome.message and "set enabled = false for it in the config" in outcome.message
 
 
 async def test_free_the_endpoint_is_the_free_profile() -> None:
