@@ -345,6 +345,50 @@ class CacheSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         return parse_duration(ttl) if ttl is not None else None
 
 
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+REDIS_URL_ENV = "FRUGAL_REDIS_URL"  # the whole URL, a password included
+REDIS_PASSWORD_ENV = "FRUGAL_REDIS_PASSWORD"  # or the password alone, beside a `url` in the file
+REDIS_DEFAULT_URL = "redis://127.0.0.1:6379/0"
+
+
+class StateSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """`[state]`: where the state that outlives a call lives. `memory` (the default): this
+    process; `redis`: a Redis (or Valkey) shared by several replicas."""
+
+    backend: Literal["memory", "redis"] = "memory"
+    url: str = ""  # redis://, rediss:// or unix://; FRUGAL_REDIS_URL wins; never a password
+    prefix: str = "frugal:"
+    pool_size: int = 16
+    connect_timeout: str = "1s"
+    timeout: str = "500ms"  # of every Redis command
+
+    @property
+    def connect_timeout_seconds(self) -> float:
+        return parse_duration(self.connect_timeout)
+
+    @property
+    def timeout_seconds(self) -> float:
+        return parse_duration(self.timeout)
+
+    def redis_url(self, environ: dict[str, str] | None = None) -> tuple[str, str | None]:
+        """The URL to connect to and the password from the environment (None: none)."""
+        env = os.environ if environ is None else environ
+        url = env.get(REDIS_URL_ENV) or self.url or REDIS_DEFAULT_URL
+        return url, env.get(REDIS_PASSWORD_ENV) or None
+
+
+def redis_url_error(url: str) -> str | None:
+    """What is wrong with a Redis URL, or None."""
+    parts = urlsplit(url)
+    if parts.scheme not in REDIS_SCHEMES:
+        return f"{url.split('://')[0]!r} is not a Redis URL scheme; use redis://, rediss:// or unix://"
+    if parts.scheme == "unix" and not parts.path:
+        return "a unix:// URL needs the socket's path (unix:///run/redis/redis.sock)"
+    if parts.scheme != "unix" and not parts.hostname:
+        return "the URL has no host (redis://127.0.0.1:6379/0)"
+    return None
+
+
 class Config(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     upstreams: dict[str, Upstream] = {}
     limits: Limits = Limits()
@@ -356,6 +400,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     routing: Routing = Routing()
     cache: CacheSettings = CacheSettings()
     routes: dict[str, ToolRoute] = {}
+    state: StateSettings = StateSettings()
 
     def providers_of(self, capability: str) -> dict[str, ProviderConfig]:
         """The `[<capability>_providers.NAME]` tables."""
@@ -402,6 +447,12 @@ def loads(text: str, source: str = "<config>", environ: dict[str, str] | None = 
             ("routes", ToolRoute),
         )
     }
+    backend = data.get("state", {}).get("backend", "memory") if isinstance(data.get("state"), dict) else "memory"
+    if backend not in ("memory", "redis"):
+        raise ConfigError(
+            f"{source}: at state.backend: {backend!r} is not a backend; use 'memory' (this process) "
+            "or 'redis' (shared by replicas)"
+        )
     config = msgspec.structs.replace(_convert(data, Config, source, ""), **named)
     config = msgspec.structs.replace(config, governor=_load_governor(governor, source))
     upstreams_raw = {name: _convert(table, Upstream, source, f"upstreams.{name}") for name, table in tables.items()}
@@ -441,6 +492,7 @@ def loads(text: str, source: str = "<config>", environ: dict[str, str] | None = 
             _check_provider(source, f"{capability}_providers.{_key(name)}", provider, upstreams)
     for name, route in config.routes.items():
         _check_route(source, name, route, upstreams)
+    _check_state(source, config.state, env)
     return msgspec.structs.replace(config, upstreams=upstreams)
 
 
@@ -468,6 +520,33 @@ def _check_route(source: str, name: str, route: ToolRoute, upstreams: dict[str, 
         for candidate in getattr(route, key):
             if candidate not in route.candidates:
                 raise ConfigError(f"{at}.{key}: {candidate!r} is not one of its candidates")
+
+
+def _check_state(source: str, state: StateSettings, env: dict[str, str]) -> None:
+    """`[state]`: durations, sizes, and a URL with no password in the file."""
+    for key in ("connect_timeout", "timeout"):
+        try:
+            if parse_duration(getattr(state, key)) <= 0:
+                raise ValueError("must be longer than 0s")
+        except ValueError as exc:
+            raise ConfigError(f"{source}: at state.{key}: {exc}") from None
+    if not 1 <= state.pool_size <= 1024:
+        raise ConfigError(f"{source}: at state.pool_size: 1 to 1024 connections")
+    if not state.prefix or any(char.isspace() for char in state.prefix):
+        raise ConfigError(f"{source}: at state.prefix: a non-empty key prefix without spaces ('frugal:')")
+    if state.url:
+        why = redis_url_error(state.url)
+        if why is not None:
+            raise ConfigError(f"{source}: at state.url: {why}")
+        if urlsplit(state.url).password is not None:
+            raise ConfigError(
+                f"{source}: at state.url: a password does not belong in the config file; "
+                f"set {REDIS_PASSWORD_ENV}, or the whole URL in {REDIS_URL_ENV}"
+            )
+    if state.backend == "redis" and env.get(REDIS_URL_ENV):
+        why = redis_url_error(env[REDIS_URL_ENV])
+        if why is not None:
+            raise ConfigError(f"{source}: at state.url: {REDIS_URL_ENV}: {why}")
 
 
 def _check_provider(source: str, where: str, provider: ProviderConfig, upstreams: dict[str, Upstream]) -> None:

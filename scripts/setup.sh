@@ -7,6 +7,8 @@
 #   .deps/conformance/  Node 22 and the official MCP conformance suite (two pinned versions)
 #   chromium      Debian's package, for the local browser provider and its tests (when apt-get
 #                 is there: as root, or through sudo without a password)
+#   redis-server, haproxy  Debian's packages, for the shared-state (Redis) tests and the fleet's
+#                 load-balancer tests (the same way as chromium)
 #
 # Each step prints one line and is skipped when its result is already in place: the Python
 # install is redone only when pyproject.toml, the set of package modules (a strict editable
@@ -155,5 +157,23 @@ else
         quiet "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
         quiet "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium
         say "chromium installed from Debian's packages ($(chromium_version /usr/bin/chromium))"
+    fi
+fi
+
+# 6. redis-server and haproxy for the shared-state tests (tests/proxy/state, tests/e2e/test_redis_fleet.py)
+#    and the fleet's load-balancer tests: Debian's packages, installed together.
+if command -v redis-server >/dev/null && command -v haproxy >/dev/null; then
+    say "redis-server and haproxy ready ($(redis-server --version | cut -d' ' -f3), $(haproxy -v | head -n 1 | cut -d' ' -f3))"
+elif ! command -v apt-get >/dev/null; then
+    say "redis-server and haproxy skipped: no apt-get here; install them (their tests skip without them)"
+else
+    as_root=()
+    [[ "$(id -u)" == 0 ]] || as_root=(sudo -n)
+    if ((${#as_root[@]})) && ! { command -v sudo >/dev/null && sudo -n true 2>/dev/null; }; then
+        say "redis-server and haproxy skipped: installing them needs root (sudo apt-get install -y redis-server haproxy); their tests skip without them"
+    else
+        quiet "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        quiet "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server haproxy
+        say "redis-server and haproxy installed from Debian's packages"
     fi
 fi

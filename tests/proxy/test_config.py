@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from frugal_proxy import config
-from frugal_proxy.config import ConfigError, RouteBudget
+from frugal_proxy.config import ConfigError, RouteBudget, loads
 
 
 def test_a_full_config_loads_with_defaults_and_expansion() -> None:
@@ -251,3 +251,42 @@ def test_a_tool_route_names_its_candidates_as_upstream_dot_tool() -> None:
 def test_a_bad_tool_route_fails_the_load_naming_it(route: str, message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         config.loads(ROUTE_UPSTREAMS + route, environ={})
+
+
+def test_the_state_backend_is_memory_unless_redis_is_asked_for() -> None:
+    assert loads("").state.backend == "memory"
+    state = loads('[state]\nbackend = "redis"\nurl = "unix:///run/redis.sock"\nprefix = "a:"\npool_size = 4').state
+    assert (state.backend, state.prefix, state.pool_size, state.timeout_seconds) == ("redis", "a:", 4, 0.5)
+    assert state.redis_url({}) == ("unix:///run/redis.sock", None)
+    from_env = {"FRUGAL_REDIS_URL": "rediss://:secret@cache:6380/1", "FRUGAL_REDIS_PASSWORD": "other"}
+    assert state.redis_url(from_env) == ("rediss://:secret@cache:6380/1", "other")
+    assert loads('[state]\nbackend = "redis"').state.redis_url({}) == ("redis://127.0.0.1:6379/0", None)
+
+
+@pytest.mark.parametrize(
+    ("table", "environ", "message"),
+    [
+        ('backend = "etcd"', {}, "at state.backend: 'etcd' is not a backend; use 'memory' (this process) or 'redis'"),
+        ('url = "http://cache:6379"', {}, "at state.url: 'http' is not a Redis URL scheme"),
+        (
+            'url = "redis://:hunter2@cache:6379"',
+            {},
+            "at state.url: a password does not belong in the config file; set FRUGAL_REDIS_PASSWORD",
+        ),
+        ('url = "unix://"', {}, "at state.url: a unix:// URL needs the socket's path"),
+        (
+            'backend = "redis"',
+            {"FRUGAL_REDIS_URL": "cache:6379"},
+            "at state.url: FRUGAL_REDIS_URL: 'cache:6379' is not",
+        ),
+        ('timeout = "0s"', {}, "at state.timeout: must be longer than 0s"),
+        ('connect_timeout = "soon"', {}, "at state.connect_timeout: 'soon' is not a duration"),
+        ("pool_size = 0", {}, "at state.pool_size: 1 to 1024"),
+        ('prefix = ""', {}, "at state.prefix: a non-empty key prefix"),
+        ("spill = 1", {}, "at state: unknown key `spill`"),
+    ],
+)
+def test_a_bad_state_table_fails_the_load_naming_the_key(table: str, environ: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)) as raised:
+        loads(f"[state]\n{table}", environ=environ)
+    assert "hunter2" not in str(raised.value)
