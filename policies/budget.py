@@ -24,6 +24,7 @@ from frugal_proxy.config import format_duration
 from frugal_proxy.policies import Policy
 from frugal_proxy.policies.routing import has_quota
 from frugal_proxy.records import Decision, Exchange, Outcome, ProviderSpec, billed
+from frugal_proxy.state.redis_link import Unreachable
 from frugal_proxy.state.seeding import StillSeeding
 from frugal_proxy.state.spend import SpendBook, seconds_to_midnight, spend_key
 
@@ -83,8 +84,8 @@ class Budget(Policy):
             day = await self.book.reserve(
                 spend_key(spec.capability, spec.name), spec.price_micros, cap, exchange.deadline
             )
-        except StillSeeding as waited:
-            return str(waited)
+        except (StillSeeding, Unreachable) as waited:
+            return str(waited)  # unreachable: `state: redis unreachable`, and the next candidate is tried
         if day is None:
             spent = self.book.spent(spend_key(spec.capability, spec.name))
             if spent < cap:

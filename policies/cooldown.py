@@ -77,7 +77,7 @@ class Cooldown(Policy):
         if outcome is None:
             return None
         if outcome.kind == "rate_limited":
-            self.book.fence(spec.name, self.clock() + self.fence_for(outcome.retry_after))
+            await self.book.fence(spec.name, self.clock() + self.fence_for(outcome.retry_after))
         elif outcome.kind in ("ok", "empty") and self.book.until(spec.name) is not None:
-            self.book.lift(spec.name)
+            await self.book.lift(spec.name)  # only a fenced one: an answer costs no write
         return None

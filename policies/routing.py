@@ -31,6 +31,7 @@ from frugal_proxy.config import CapabilityRouting
 from frugal_proxy.policies import Policy
 from frugal_proxy.records import Decision, Exchange, Outcome, ProviderSpec, billed
 from frugal_proxy.state.latency import LatencyBook
+from frugal_proxy.state.redis_link import Unreachable
 from frugal_proxy.state.seeding import StillSeeding
 from frugal_proxy.state.usage import UsageCounter
 
@@ -78,8 +79,8 @@ class Routing(Policy):
         """Reserve a unit of the provider's free quota if one is left: the call is then billed $0."""
         try:
             month = await self.usage.reserve(spec.name, spec.free_quota_monthly, exchange.deadline)
-        except StillSeeding as waited:
-            return str(waited)
+        except (StillSeeding, Unreachable) as waited:
+            return str(waited)  # unreachable: its price is not known, so it is not called
         if month is not None:
             exchange.reservations[(self.name, spec.name)] = month
             exchange.free_quota.add(spec.name)

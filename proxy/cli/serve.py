@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +143,7 @@ async def serve_stdio(config: Config) -> int:
     try:
         router_options = stdio_options(config)
         assembly = router_options["assembly"]
+        status.state = lambda: assembly.state
         async with run(upstreams, lazy=fleet.lazy) as running:
             tg = running.task_group
             await assembly.start(tg)
@@ -169,6 +171,7 @@ class StatusFile:
         self.upstreams = upstreams
         self.path = home.run_dir() / f"serve-{os.getpid()}.json"
         self.started = time.time()
+        self.state: Callable[[], str | None] = lambda: None  # the shared Redis: ok or degraded
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -176,7 +179,7 @@ class StatusFile:
             "started_at": self.started,
             "updated_at": time.time(),
             "upstreams": {up.name: up.state() for up in self.upstreams},
-        }
+        } | ({"state": state} if (state := self.state()) is not None else {})
 
     async def keep_written(self) -> None:
         while True:
@@ -221,6 +224,8 @@ def status_command(argv: list[str]) -> int:
     for record in records:
         as_of = time.strftime("%H:%M:%S", time.localtime(record["updated_at"]))
         print(f"serve pid {record['pid']} (status as of {as_of})")
+        if "state" in record:
+            print(f"  state: {record['state']} (redis)")
         for name, state in record["upstreams"].items():
             detail = ", ".join(f"{key}={_shown(key, value)}" for key, value in state.items() if key != "state")
             print(f"  {name:20} {state['state']:12} {detail}")
@@ -282,7 +287,34 @@ def config_command(argv: list[str]) -> int:
         return loaded
     path, config = loaded
     print(f"{path}: valid; {len(config.upstreams)} upstream(s)")
+    if config.state.backend == "redis" and anyio.run(check_state, config) != 0:
+        return 1
     return anyio.run(print_catalog, config)
+
+
+async def check_state(config: Config) -> int:
+    """`[state] backend = "redis"`: connect, and say what answered (version, one round trip)."""
+    from frugal_proxy.state.redis_link import RedisLink, shown_url
+
+    state = config.state
+    url, password = state.redis_url()
+    link = RedisLink(
+        url, password=password, connect_timeout=state.connect_timeout_seconds, timeout=state.timeout_seconds
+    )
+    try:
+        version, millis = await link.probe()
+    except Exception as error:  # whatever the client raised: said, not a traceback
+        reason = str(error) or type(error).__name__
+        print(
+            f"config error: state: redis at {shown_url(url)} did not answer ({reason}); "
+            "check [state] url (or FRUGAL_REDIS_URL) and that the server runs",
+            file=sys.stderr,
+        )
+        return 1
+    finally:
+        await link.aclose()
+    print(f"state: redis at {shown_url(url)}: Redis {version}, round trip {millis:.2f} ms, keys under {state.prefix!r}")
+    return 0
 
 
 async def print_catalog(config: Config) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 import anyio
@@ -55,10 +55,15 @@ from frugal_proxy.providers.governor_tools import governor_tools
 from frugal_proxy.providers.http_client import HttpClient
 from frugal_proxy.providers.own_tools import OwnTool
 from frugal_proxy.records import ProviderSpec, Route
-from frugal_proxy.state.call_windows import MemoryCallWindows
-from frugal_proxy.state.cooldowns import MemoryCooldowns
+from frugal_proxy.state.call_windows import CallWindows, MemoryCallWindows
+from frugal_proxy.state.cooldowns import CooldownBook, MemoryCooldowns
 from frugal_proxy.state.latency import MemoryLatency
-from frugal_proxy.state.result_cache import MemoryResultCache
+from frugal_proxy.state.redis_cache import RedisResultCache
+from frugal_proxy.state.redis_cooldowns import RedisCooldowns
+from frugal_proxy.state.redis_link import RedisLink
+from frugal_proxy.state.redis_spend import RedisSpend, RedisUsage
+from frugal_proxy.state.redis_windows import RedisCallWindows
+from frugal_proxy.state.result_cache import MemoryResultCache, ResultCache
 from frugal_proxy.state.spend import MemorySpend, spend_key, utc_day
 from frugal_proxy.state.usage import MemoryUsage, utc_month
 
@@ -82,6 +87,12 @@ class Assembly:
     http: HttpClient | None = None
     feeds: Feeds | None = None
     dispatch: DispatchSettings = field(default_factory=DispatchSettings)  # the deadline
+    redis: RedisLink | None = None  # `[state] backend = "redis"`: the shared stores' connection
+
+    @property
+    def state(self) -> str | None:
+        """`ok` or `degraded` with the Redis backend (/healthz, `status`); None with memory."""
+        return self.redis.state if self.redis is not None else None
 
     async def start(self, task_group: anyio.abc.TaskGroup) -> None:
         """Start what providers keep running for the life of the process (a remote MCP server's
@@ -90,6 +101,8 @@ class Assembly:
         background, off the event loop: from the lines written before now, since the calls
         served meanwhile are counted live. Until it is done, a call that would reserve spend or
         a unit of free quota waits for it; every other call goes ahead."""
+        if self.redis is not None:
+            await task_group.start(self.redis.watch)  # the mirrors of the shared stores
         if self.feeds is not None and ledger.enabled(None):
             self.feeds.hold()
             task_group.start_soon(self.feeds.rebuild, timestamp(time.time()))
@@ -107,6 +120,8 @@ class Assembly:
                 await close()
         if self.http is not None:
             await self.http.close()
+        if self.redis is not None:
+            await self.redis.aclose()
 
 
 @dataclass
@@ -114,9 +129,9 @@ class Feeds:
     """The routing state the usage ledger can rebuild after a restart: the free-quota counts, the
     fast strategy's latency book and each provider's spend today."""
 
-    usage: MemoryUsage
-    latency: MemoryLatency
-    spend: MemorySpend
+    usage: MemoryUsage | RedisUsage
+    latency: MemoryLatency  # per replica: each measures its own path to the providers
+    spend: MemorySpend | RedisSpend
     specs: list[ProviderSpec]
 
     def hold(self) -> None:
@@ -142,8 +157,9 @@ class Feeds:
                 extra={"error": str(error), "directory": str(home.usage_dir())},
             )
         finally:  # read, failed or cancelled: the waiting reservations go ahead
-            self.spend.seed(today, day)
-            self.usage.seed(billed, month)
+            with anyio.CancelScope(shield=True):
+                await _seed(self.spend, today, day)
+                await _seed(self.usage, billed, month)
         for provider, latencies in recent.items():
             for latency in latencies:
                 self.latency.observe(provider, latency)
@@ -157,6 +173,17 @@ class Feeds:
             feeds.billed_calls(month, before=before),
             feeds.served_latencies(names, now=now, before=before),
         )
+
+
+async def _seed(
+    store: MemorySpend | MemoryUsage | RedisSpend | RedisUsage, counts: dict[str, int], period: str
+) -> None:
+    """Hand the ledger's figures to a store: a memory one adds them; a Redis one only when no
+    replica has yet (Redis holds the day or month: it wins over the ledger)."""
+    if isinstance(store, RedisSpend | RedisUsage):
+        await store.seed_period(counts, period)
+    else:
+        store.seed(counts, period)
 
 
 def candidate_key(candidate: str) -> str:
@@ -224,8 +251,15 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
             if all(key != candidate_key(candidate) for key, _, _ in assembly.candidates):
                 assembly.candidates.append((candidate_key(candidate), *split))
     by_route = {name: tool_route.routing for name, tool_route in config.routes.items()}
-    usage = MemoryUsage(time.time)
-    latency, spend = MemoryLatency(), MemorySpend(time.time)
+    link = assembly.redis = _redis(config, environ)
+    usage: MemoryUsage | RedisUsage
+    spend: MemorySpend | RedisSpend
+    if link is None:
+        usage, spend = MemoryUsage(time.time), MemorySpend(time.time)
+    else:  # after a flush, the first replica to notice adds what the ledger says
+        usage = RedisUsage(link, time.time, _ledger_rebuild(feeds.billed_calls, environ))
+        spend = RedisSpend(link, time.time, _ledger_rebuild(feeds.spend_on, environ))
+    latency = MemoryLatency()
     assembly.feeds = Feeds(usage, latency, spend, specs)
     # A [routes.NAME] candidate is its upstream's tool: it keeps that upstream's loop guard and URL arguments.
     owner = {name: name for name in config.upstreams} | {key: upstream for key, upstream, _ in assembly.candidates}
@@ -234,14 +268,14 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
     window = config.routing.loop_window_seconds
     domains = config.routing.domains.rules
     assembly.policies += [
-        LoopGuard(config.routing.loop_limit, window, MemoryCallWindows(), upstreams=watched),  # admit
+        LoopGuard(config.routing.loop_limit, window, _windows(link), upstreams=watched),  # admit
         # admit: URLs (a plain tool's names resolved, under rules that refuse addresses); after a search: its results
         *([DomainPolicy(domains, urls, resolver=http.resolver)] if domains.active else []),
-        *([_cache(config)] if config.cache.enabled else []),  # admit: a hit answers; seal: keeps answers
+        *([_cache(config, link)] if config.cache.enabled else []),  # admit: a hit answers; seal: keeps answers
         Routing(routing, usage, latency, by_route),  # route: order, deny, pin
         Ceiling(usage),  # route: max_cost_usd
         Budget(_daily_caps(config), spend),  # route, dispatch: daily_budget_usd
-        Cooldown(_cooldown(config), MemoryCooldowns()),  # route, dispatch: fenced off after a 429
+        Cooldown(_cooldown(config), _cooldowns(link)),  # route, dispatch: fenced off after a 429
     ]
 
 
@@ -262,8 +296,58 @@ def _daily_caps(config: Config) -> dict[str, int]:
     return caps
 
 
-def _cache(config: Config) -> ResultCachePolicy:
-    return ResultCachePolicy(config.cache, MemoryResultCache(config.cache.max_entries))
+def _redis(config: Config, environ: Mapping[str, str] | None) -> RedisLink | None:
+    """The shared stores' connection for `[state] backend = "redis"`, else None (memory)."""
+    state = config.state
+    if state.backend != "redis":
+        return None
+    url, password = state.redis_url(dict(environ) if environ is not None else None)
+    return RedisLink(
+        url,
+        prefix=state.prefix,
+        password=password,
+        pool_size=state.pool_size,
+        connect_timeout=state.connect_timeout_seconds,
+        timeout=state.timeout_seconds,
+    )
+
+
+def _ledger_rebuild(
+    read: Callable[..., dict[str, int]], environ: Mapping[str, str] | None
+) -> Callable[[str], Awaitable[dict[str, int]]]:
+    """What the ledger says was counted in a day or month until now, read off the event loop:
+    how a Redis store that lost its figures (flushed, restarted empty) gets them back."""
+
+    async def rebuild(period: str) -> dict[str, int]:
+        if not ledger.enabled(environ):
+            return {}
+        before = timestamp(time.time())
+        try:
+            return await anyio.to_thread.run_sync(lambda: read(period, before=before))
+        except (OSError, ValueError) as error:
+            log.warning(
+                "the usage ledger could not be read: shared counters start from zero", extra={"error": str(error)}
+            )
+            return {}
+
+    return rebuild
+
+
+def _windows(link: RedisLink | None) -> CallWindows:
+    return MemoryCallWindows() if link is None else RedisCallWindows(link)
+
+
+def _cooldowns(link: RedisLink | None) -> CooldownBook:
+    return MemoryCooldowns() if link is None else RedisCooldowns(link)
+
+
+def _cache(config: Config, link: RedisLink | None) -> ResultCachePolicy:
+    store: ResultCache
+    if link is None:
+        store = MemoryResultCache(config.cache.max_entries)
+    else:
+        store = RedisResultCache(link, config.cache.max_entries)
+    return ResultCachePolicy(config.cache, store)
 
 
 def _cooldown(config: Config) -> float:

@@ -503,7 +503,8 @@ class Endpoint:
 
     async def health(self, request: Request) -> Response:
         """Each upstream `up` (it answered a probe within HEALTH_PROBE seconds), `unresponsive`
-        (connected, but it did not: stopped, hung or overloaded) or `down`."""
+        (connected, but it did not: stopped, hung or overloaded) or `down`; with `[state] backend =
+        "redis"`, `state`: `ok`, or `degraded` while Redis does not answer."""
         upstreams: dict[str, str] = {}
 
         async def probe(link: UpstreamLink) -> None:
@@ -517,7 +518,11 @@ class Endpoint:
             for link in self.shared.links:
                 tg.start_soon(probe, link)
         ordered = {link.name: upstreams[link.name] for link in self.shared.links}
-        return JSONResponse({"status": "ok", "upstreams": ordered})
+        body: dict[str, object] = {"status": "ok", "upstreams": ordered}
+        state = self.shared.assembly.state  # the shared Redis: `ok` or `degraded`; absent with memory
+        if state is not None:
+            body["state"] = state
+        return JSONResponse(body)
 
 
 async def _unless_client_leaves(request: Request, work: Awaitable[Frame | None]) -> tuple[Frame | None, bool]:

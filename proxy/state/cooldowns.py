@@ -1,6 +1,6 @@
 """Which providers are fenced off after a rate limit, and until when (wall-clock seconds).
 
-    CooldownBook       the interface: until, fence, lift
+    CooldownBook       the interface: until (a read on every routed call), fence and lift (async)
     MemoryCooldowns    the embedded default: one deadline per provider in this process
 
 A wall clock and not a monotonic one, so that a shared store can hold the same deadlines for
@@ -17,11 +17,12 @@ class CooldownBook(Protocol):
         """When the provider's fence ends, or None when it has none."""
         ...
 
-    def fence(self, provider: str, until: float) -> None:
-        """Fence the provider off until then (a later fence it already has is kept)."""
+    async def fence(self, provider: str, until: float) -> None:
+        """Fence the provider off until then (a later fence it already has is kept). Async, so
+        that a shared store can tell every replica."""
         ...
 
-    def lift(self, provider: str) -> None:
+    async def lift(self, provider: str) -> None:
         """The provider answered again: no fence."""
         ...
 
@@ -33,8 +34,8 @@ class MemoryCooldowns:
     def until(self, provider: str) -> float | None:
         return self._until.get(provider)
 
-    def fence(self, provider: str, until: float) -> None:
+    async def fence(self, provider: str, until: float) -> None:
         self._until[provider] = max(until, self._until.get(provider, until))
 
-    def lift(self, provider: str) -> None:
+    async def lift(self, provider: str) -> None:
         self._until.pop(provider, None)

@@ -28,11 +28,6 @@ class UsageCounter(Protocol):
         """Units of the provider's quota used this month, reservations included."""
         ...
 
-    def seed(self, calls: Mapping[str, int], month: str) -> None:
-        """The calls each provider billed in `month` before this process started (the usage
-        ledger's rebuild); nothing if that month is over by now."""
-        ...
-
     async def reserve(self, provider: str, quota: int, deadline: float | None = None) -> str | None:
         """Take one unit of the provider's monthly `quota` if any is left: the month it counts
         in, or None when the quota is used up. Async so that a shared store can make it atomic.
@@ -63,6 +58,8 @@ class MemoryUsage:
         return self._calls.get(provider, 0)
 
     def seed(self, calls: Mapping[str, int], month: str) -> None:
+        """The calls each provider billed in `month` before this process started (the usage
+        ledger's rebuild); nothing if that month is over by now."""
         if month == self._roll():
             for provider, count in calls.items():
                 self._calls[provider] = self._calls.get(provider, 0) + count

@@ -6,6 +6,7 @@ skipped while one that lands on it goes ahead, and 100 concurrent calls never pa
 from __future__ import annotations
 
 import datetime
+import time
 
 import anyio
 import pytest
@@ -16,12 +17,15 @@ from frugal_proxy.pipeline.pipeline import build_pipeline
 from frugal_proxy.policies.budget import Budget
 from frugal_proxy.providers import FakeProvider
 from frugal_proxy.records import Decision, Exchange, Outcome
-from frugal_proxy.state.spend import MemorySpend, spend_key
+from frugal_proxy.state.redis_spend import RedisSpend
+from frugal_proxy.state.spend import MemorySpend, spend_key, utc_day
 from tests.fake_clock import Clock
+from tests.redis_server import RedisServer, redis_server, replica
 from tests.routed_calls import error_text
 from tests.routed_calls import search as routed
 
 pytestmark = pytest.mark.anyio
+__all__ = ["redis_server"]
 
 YOUCOM = spend_key("search", "youcom")
 # 2026-05-01 18:48:00 UTC: 5h12m before the counters reset
@@ -225,3 +229,24 @@ async def test_a_hundred_concurrent_calls_with_cut_ones_never_pass_a_cap_and_cou
     maybe = [a for ex in exchanges for a in ex.attempts if a.maybe_billed]
     assert len(maybe) == sum(1 for kind in outcomes.values() if kind == "cut after sending") >= 1
     assert all(a.cost_micros == 3_000 for a in maybe)
+
+
+async def test_while_the_shared_store_is_unreachable_paid_is_skipped_with_the_reason_and_free_serves(
+    redis_server: RedisServer,
+) -> None:
+    clock = clock_at(time.time())
+    async with replica(redis_server.url) as link:
+        book = RedisSpend(link, clock)
+        await book.seed_period({}, utc_day(clock.now))
+        policy = Budget({YOUCOM: 10_000}, book, clock)
+        youcom, wiki = provider("youcom", 5_000), provider("wiki", 0)
+        pipeline = build_pipeline({"youcom": youcom, "wiki": wiki}, [policy])
+        with redis_server.stopped():
+            with anyio.fail_after(15):  # bounded by the command timeout, never a hang
+                ex = routed("youcom", "wiki")
+                await pipeline.run(ex)
+    assert youcom.calls == [] and len(wiki.calls) == 1
+    assert (
+        Decision("dispatch", "budget", "skipped", "skipped youcom (state: redis unreachable)", provider="youcom")
+        in ex.trace
+    )

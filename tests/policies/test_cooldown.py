@@ -80,10 +80,10 @@ async def test_a_rate_limited_provider_is_skipped_until_its_window_ends() -> Non
 async def test_a_pinned_or_plain_call_to_a_fenced_provider_is_refused_with_the_wait() -> None:
     clock = Clock()
     policy = cooldown(clock)
-    policy.book.fence("busy", clock.now + 90)
+    await policy.book.fence("busy", clock.now + 90)
     busy = FakeProvider("busy", answers, capability="search")
     notes = FakeProvider("notes", answers)
-    policy.book.fence("notes", clock.now + 5)
+    await policy.book.fence("notes", clock.now + 5)
     pipeline = build_pipeline({"busy": busy, "notes": notes}, [policy])
     with anyio.fail_after(5):
         pinned = await pipeline.run(routed("busy", provider="busy"))
@@ -104,7 +104,7 @@ async def test_a_fence_set_by_another_call_meanwhile_is_seen_at_dispatch() -> No
     policy = cooldown(clock)
 
     async def fails_and_fences(ex: Exchange) -> Outcome:
-        policy.book.fence("second", clock.now + 30)  # another call's 429, while this one ran
+        await policy.book.fence("second", clock.now + 30)  # another call's 429, while this one ran
         return Outcome("transient", message="first failed (503)")
 
     second = FakeProvider("second", answers, capability="search")

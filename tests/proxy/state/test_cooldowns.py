@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import pytest
+
 from frugal_proxy.state.cooldowns import MemoryCooldowns
 
 
-def test_the_later_fence_is_kept_and_a_lift_clears_it() -> None:
+@pytest.mark.anyio
+async def test_the_later_fence_is_kept_and_a_lift_clears_it() -> None:
     book = MemoryCooldowns()
     assert book.until("a") is None
-    book.fence("a", 100.0)
-    book.fence("a", 50.0)
+    await book.fence("a", 100.0)
+    await book.fence("a", 50.0)
     assert book.until("a") == 100.0
-    book.fence("a", 150.0)
+    await book.fence("a", 150.0)
     assert book.until("a") == 150.0
-    book.lift("a")
-    book.lift("never-fenced")
+    await book.lift("a")
+    await book.lift("never-fenced")
     assert book.until("a") is None

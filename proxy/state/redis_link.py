@@ -1,0 +1,244 @@
+"""The connection to the shared Redis of `[state] backend = "redis"`, and whether it answers.
+
+    RedisLink     one pooled redis-py asyncio client (hiredis parses the replies) for every
+                  Redis store of the process, every command under the configured timeout
+    Unreachable   what a store raises when a write that money depends on could not be made
+
+Redis unreachable is a state, not a crash: `run` answers UNREACHABLE instead of raising, the
+first failure logs a warning ("going degraded"), the first success after it logs an info
+("recovered"), nothing is logged per call. While degraded a command is not even tried until the
+back-off has passed (BACKOFF_FIRST doubling to BACKOFF_MOST), so a call never waits on a dead
+or stopped server longer than one command timeout. `watch` (started with the process) keeps the
+stores' local mirrors fresh from the `<prefix>events` pub/sub channel, reloads them whole each
+time it (re)subscribes, and pings while degraded, so recovery needs no call.
+
+redis-py and not another client: it is Redis's own Python client, its asyncio client runs on
+anyio's asyncio backend as it is, hiredis makes its replies cheap to parse, and its scripts
+fall back from EVALSHA to loading the script when a restarted server has lost it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import anyio.abc
+
+log = logging.getLogger("frugal_proxy.state")
+
+BACKOFF_FIRST = 0.25  # seconds before the first retry after a failure
+BACKOFF_MOST = 5.0
+WATCH_POLL = 1.0  # seconds between the watcher's checks: the mirrors' staleness bound when idle
+
+
+class _Unreachable:
+    def __repr__(self) -> str:
+        return "UNREACHABLE"
+
+
+UNREACHABLE: Final = _Unreachable()
+REASON = "state: redis unreachable"
+
+
+class Unreachable(Exception):
+    """Redis did not answer in time: the step that needed it was not taken."""
+
+    def __init__(self) -> None:
+        super().__init__(REASON)
+
+
+@dataclass
+class Mirror:
+    """One store's local copy of what Redis holds: `reload` reads it whole (after a reconnect),
+    `apply` takes one pub/sub event of its kind."""
+
+    kind: str
+    reload: Callable[[], Awaitable[None]]
+    apply: Callable[[list[str]], None]
+
+
+@dataclass
+class RedisLink:
+    url: str
+    prefix: str = "frugal:"
+    password: str | None = None
+    pool_size: int = 16
+    connect_timeout: float = 1.0
+    timeout: float = 0.5
+    client: Any = None
+    degraded: bool = False
+    mirrors: list[Mirror] = field(default_factory=list)
+    _retry_at: float = 0.0
+    _backoff: float = BACKOFF_FIRST
+    _changed: anyio.Event = field(default_factory=anyio.Event)
+
+    def __post_init__(self) -> None:
+        self.client = self._client(self.pool_size)
+
+    def _client(self, size: int) -> Any:
+        from redis.asyncio import BlockingConnectionPool, Redis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        # No retries inside redis-py: one attempt, bounded by the timeout; the back-off is ours. A
+        # blocking pool: a burst of calls beyond pool_size waits for a connection, it does not fail.
+        pool = BlockingConnectionPool.from_url(
+            self.url,
+            password=self.password,
+            max_connections=size,
+            timeout=self.connect_timeout,
+            socket_timeout=self.timeout,
+            socket_connect_timeout=self.connect_timeout,
+            retry=Retry(NoBackoff(), 0),
+        )
+        return Redis(connection_pool=pool)
+
+    @property
+    def events(self) -> str:
+        return f"{self.prefix}events"
+
+    def key(self, kind: str, *parts: str) -> str:
+        """`frugal:spend:2026-12-03`: the prefix, the kind, then what it is about."""
+        return ":".join((f"{self.prefix}{kind}", *parts))
+
+    def script(self, source: str) -> Any:
+        """A Lua script run with EVALSHA (loaded again if the server lost it)."""
+        return self.client.register_script(source)
+
+    def mirror(self, kind: str, reload: Callable[[], Awaitable[None]], apply: Callable[[list[str]], None]) -> None:
+        self.mirrors.append(Mirror(kind, reload, apply))
+
+    async def run(self, command: Callable[[], Awaitable[Any]], *, now: bool = False) -> Any:
+        """The command's reply, or UNREACHABLE when Redis did not answer within the timeout (or
+        is still inside its back-off after a failure, unless `now`)."""
+        if self.degraded and not now and time.monotonic() < self._retry_at:
+            return UNREACHABLE
+        try:
+            with anyio.fail_after(self.timeout + self.connect_timeout):
+                reply = await command()
+        except (OSError, TimeoutError, _redis_errors()) as error:
+            self._failed(error)
+            return UNREACHABLE
+        self._answered()
+        return reply
+
+    def _failed(self, error: BaseException) -> None:
+        self._retry_at = time.monotonic() + self._backoff
+        self._backoff = min(self._backoff * 2, BACKOFF_MOST)
+        if not self.degraded:
+            self.degraded = True
+            self._notify()
+            log.warning(
+                "state: redis unreachable, going degraded: paid providers with a cap or a free quota are "
+                "skipped, the cache misses, loop-guard windows count on this replica alone",
+                extra={"error": type(error).__name__, "detail": str(error)[:200]},
+            )
+
+    def _answered(self) -> None:
+        self._backoff = BACKOFF_FIRST
+        if self.degraded:
+            self.degraded = False
+            self._notify()
+            log.info("state: redis answers again; shared state recovered")
+
+    @property
+    def state(self) -> str:
+        """`ok` or `degraded`, for /healthz and `status`."""
+        return "degraded" if self.degraded else "ok"
+
+    async def watch(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Keep the mirrors fresh for the life of the process: subscribe to the events channel,
+        reload every mirror, then apply each event as it comes; when the subscription breaks or
+        a ping goes unanswered, go degraded and start over after the back-off."""
+        ready: list[Callable[[], None]] = [lambda: task_status.started()]  # subscribed and loaded, or failed once
+        while True:
+            await self._subscribed(ready)
+            await anyio.sleep(max(self._retry_at - time.monotonic(), WATCH_POLL / 4))
+
+    async def _subscribed(self, ready: list[Callable[[], None]]) -> None:
+        # The subscription has a client of its own, new each time, so that a connection the
+        # outage left half closed never goes back to the commands' pool.
+        listener = self._client(1)
+        pubsub = listener.pubsub(ignore_subscribe_messages=True)
+        try:
+            with anyio.fail_after(self.timeout + self.connect_timeout):
+                await pubsub.subscribe(self.events)
+            if self.degraded:
+                # Idle connections left from before the outage may be half closed: start afresh.
+                await self.client.connection_pool.disconnect(inuse_connections=False)
+                if await self.run(self.client.ping, now=True) is UNREACHABLE:
+                    return
+            for mirror in self.mirrors:
+                await mirror.reload()
+            while ready:
+                ready.pop()()
+            if self.degraded:
+                return  # a reload did not get through: try again after the back-off
+            while True:
+                message = await pubsub.get_message(timeout=WATCH_POLL)
+                if message is None:
+                    if await self.run(self.client.ping) is UNREACHABLE:
+                        return
+                    continue
+                self._apply(message.get("data"))
+        except (OSError, TimeoutError, _redis_errors()) as error:
+            self._failed(error)
+            while ready:
+                ready.pop()()
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self.timeout):
+                await pubsub.aclose()
+                await listener.aclose(close_connection_pool=True)
+
+    def _apply(self, data: Any) -> None:
+        if not isinstance(data, bytes):
+            return
+        kind, *rest = data.decode("utf-8", "replace").split(" ")
+        for mirror in self.mirrors:
+            if mirror.kind == kind:
+                mirror.apply(rest)
+        self._notify()
+
+    def _notify(self) -> None:
+        changed, self._changed = self._changed, anyio.Event()
+        changed.set()
+
+    async def changed(self) -> None:
+        """Return at the next change: an event applied to a mirror, degraded, recovered."""
+        await self._changed.wait()
+
+    async def probe(self) -> tuple[str, float]:
+        """The server's version and one PING's round trip in ms (`config check`); raises what
+        the client raised when it does not answer."""
+        with anyio.fail_after(self.timeout + self.connect_timeout):
+            info = await self.client.info("server")
+            started = time.perf_counter()
+            await self.client.ping()
+            elapsed = (time.perf_counter() - started) * 1000
+        return str(info.get("redis_version", "?")), elapsed
+
+    async def aclose(self) -> None:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self.timeout):
+            await self.client.aclose(close_connection_pool=True)
+
+
+def _redis_errors() -> type[Exception]:
+    from redis.exceptions import RedisError
+
+    return RedisError
+
+
+def shown_url(url: str) -> str:
+    """A Redis URL as it may be printed or logged: without its user and password."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def seconds_until(end: float) -> int:
+    """A key's expiry in whole seconds from now, at least 1."""
+    return max(1, int(end - time.time()) + 1)

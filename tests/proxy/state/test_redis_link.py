@@ -1,0 +1,64 @@
+"""The shared Redis connection: every command bounded by its timeout, Redis down as a state
+logged once per change, recovery without a call, and `config check`'s probe."""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+import pytest
+
+from frugal_proxy.state.redis_link import UNREACHABLE, RedisLink
+from tests.redis_server import RedisServer, redis_server, replica, until
+
+__all__ = ["redis_server"]
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+
+def state_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
+    return [(r.levelname, r.getMessage().split(",")[0]) for r in caplog.records if r.name == "frugal_proxy.state"]
+
+
+async def test_a_stopped_server_is_degraded_once_and_recovers_by_itself(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "frugal_proxy.state")
+    async with replica(redis_server.url) as link:
+        assert await link.run(link.client.ping) is True and link.state == "ok"
+        with redis_server.stopped():
+            with anyio.fail_after(15):  # one command timeout, then at once: never a hang
+                for _ in range(20):
+                    assert await link.run(link.client.ping) is UNREACHABLE
+            assert link.state == "degraded"
+        await until(link, lambda: link.state == "ok")  # the watcher's ping: no call needed
+    assert state_lines(caplog) == [
+        ("WARNING", "state: redis unreachable"),
+        ("INFO", "state: redis answers again; shared state recovered"),
+    ]
+
+
+async def test_a_server_stopped_and_started_again_is_found_again(redis_server: RedisServer) -> None:
+    async with replica(redis_server.url) as link:
+        redis_server.stop()
+        with anyio.fail_after(15):
+            assert await link.run(link.client.ping) is UNREACHABLE
+        redis_server.start()
+        await until(link, lambda: link.state == "ok")
+        assert await link.run(link.client.ping) is True
+
+
+async def test_a_refused_connection_is_unreachable_at_once() -> None:
+    link = RedisLink("redis://127.0.0.1:1/0", timeout=0.2, connect_timeout=0.2)
+    with anyio.fail_after(5):
+        assert await link.run(link.client.ping) is UNREACHABLE
+    assert link.state == "degraded"
+    await link.aclose()
+
+
+async def test_the_probe_names_the_version_and_a_round_trip(redis_server: RedisServer) -> None:
+    link = RedisLink(redis_server.url)
+    version, millis = await link.probe()
+    await link.aclose()
+    assert version == redis_server.command("INFO", "server").split("redis_version:")[1].split()[0]
+    assert millis > 0
+    assert link.key("spend", "2026-12-03") == "frugal:spend:2026-12-03"
