@@ -1,9 +1,18 @@
-"""serve's reading of the config into what each session needs."""
+"""serve's reading of the config into what each session needs, and `config check`'s look at
+the `[state]` Redis."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from frugal_proxy import config as config_module
-from frugal_proxy.cli.serve import plain_timeouts
+from frugal_proxy.cli.serve import config_command, plain_timeouts
+from tests.conftest import refusing_port
+from tests.redis_server import RedisServer, redis_server
+
+__all__ = ["redis_server"]
 
 
 def _config(text: str) -> config_module.Config:
@@ -36,3 +45,29 @@ def test_with_nothing_set_a_plain_tool_waits_five_minutes_and_0s_means_no_deadli
         '[upstreams.b]\ncommand = ["b"]\ntimeout = "2s"\n'
     )
     assert plain_timeouts(off) == {"a": None, "b": 2.0}
+
+
+def test_config_check_connects_to_the_state_redis_and_says_what_answered(
+    tmp_path: Path, redis_server: RedisServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "frugal.toml"
+    path.write_text(f'[state]\nbackend = "redis"\nurl = "{redis_server.url}"\n')
+    assert config_command(["check", "--config", str(path)]) == 0
+    out = capsys.readouterr().out
+    version = redis_server.command("INFO", "server").split("redis_version:")[1].split()[0]
+    assert f"state: redis at {redis_server.url}: Redis {version}, round trip " in out
+    assert "keys under 'frugal:'" in out
+
+
+def test_config_check_says_why_the_state_redis_did_not_answer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "frugal.toml"
+    path.write_text('[state]\nbackend = "redis"\nconnect_timeout = "2s"\n')
+    with refusing_port() as port:
+        monkeypatch.setenv("FRUGAL_REDIS_URL", f"redis://:hunter2@127.0.0.1:{port}/0")
+        assert config_command(["check", "--config", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"config error: state: redis at redis://127.0.0.1:{port}/0 did not answer (" in err
+    assert "check [state] url (or FRUGAL_REDIS_URL) and that the server runs" in err
+    assert "hunter2" not in err
