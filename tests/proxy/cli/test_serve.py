@@ -3,12 +3,13 @@ the `[state]` Redis."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from frugal_proxy import config as config_module
-from frugal_proxy.cli.serve import config_command, plain_timeouts
+from frugal_proxy.cli.serve import StatusFile, config_command, plain_timeouts, status_command
 from tests.conftest import refusing_port
 from tests.redis_server import RedisServer, redis_server
 
@@ -71,3 +72,16 @@ def test_config_check_says_why_the_state_redis_did_not_answer(
     assert f"config error: state: redis at redis://127.0.0.1:{port}/0 did not answer (" in err
     assert "check [state] url (or FRUGAL_REDIS_URL) and that the server runs" in err
     assert "hunter2" not in err
+
+
+def test_status_says_when_the_shared_state_is_degraded(capsys: pytest.CaptureFixture[str]) -> None:
+    status = StatusFile([])
+    status.state = lambda: "degraded"
+    status.path.parent.mkdir(parents=True, exist_ok=True)
+    status.path.write_text(json.dumps(status.snapshot()))
+    try:
+        assert status_command([]) == 0
+    finally:
+        status.remove()
+    assert "  state: degraded (redis)\n" in capsys.readouterr().out
+    assert "state" not in StatusFile([]).snapshot()  # the memory backend: nothing to say
