@@ -9,6 +9,7 @@ Secrets come from the environment only.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import re
@@ -523,7 +524,11 @@ def _check_route(source: str, name: str, route: ToolRoute, upstreams: dict[str, 
 
 
 def _check_state(source: str, state: StateSettings, env: dict[str, str]) -> None:
-    """`[state]`: durations, sizes, and a URL with no password in the file."""
+    """`[state]`: durations, sizes, a URL with no password in the file, and the client installed."""
+    if state.backend == "redis" and importlib.util.find_spec("redis") is None:
+        raise ConfigError(
+            f"{source}: at state.backend: 'redis' needs the Redis client: pip install 'frugal-proxy[redis]'"
+        )
     for key in ("connect_timeout", "timeout"):
         try:
             if parse_duration(getattr(state, key)) <= 0:

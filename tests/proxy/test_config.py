@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -261,6 +262,12 @@ def test_the_state_backend_is_memory_unless_redis_is_asked_for() -> None:
     from_env = {"FRUGAL_REDIS_URL": "rediss://:secret@cache:6380/1", "FRUGAL_REDIS_PASSWORD": "other"}
     assert state.redis_url(from_env) == ("rediss://:secret@cache:6380/1", "other")
     assert loads('[state]\nbackend = "redis"').state.redis_url({}) == ("redis://127.0.0.1:6379/0", None)
+
+
+def test_the_redis_backend_without_its_client_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "redis", None)  # as if the redis extra were not installed
+    with pytest.raises(ConfigError, match=re.escape("at state.backend: 'redis' needs the Redis client: pip install")):
+        loads('[state]\nbackend = "redis"')
 
 
 @pytest.mark.parametrize(
