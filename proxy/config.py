@@ -10,6 +10,7 @@ Secrets come from the environment only.
 from __future__ import annotations
 
 import importlib.util
+import fnmatch
 import math
 import os
 import re
@@ -66,8 +67,19 @@ def format_duration(seconds: float) -> str:
 
 
 class ToolFilter(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """`[upstreams.NAME] tools`: glob lists on the upstream's own tool names. A tool they hide is
+    neither listed nor called, by its own name or as a route's candidate or provider."""
+
     allow: list[str] = []
     deny: list[str] = []
+
+    def hides(self, tool: str, upstream: str) -> str | None:
+        """Why the filter of the upstream `upstream` hides `tool`, naming the key (None: exposed)."""
+        where = f"upstreams.{_key(upstream)}.tools"
+        if self.allow and not any(fnmatch.fnmatchcase(tool, pattern) for pattern in self.allow):
+            return f"not matched by {where}.allow"
+        pattern = next((pattern for pattern in self.deny if fnmatch.fnmatchcase(tool, pattern)), None)
+        return None if pattern is None else f"denied by {where}.deny ({pattern!r})"
 
 
 class Upstream(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -510,11 +522,13 @@ def _check_route(source: str, name: str, route: ToolRoute, upstreams: dict[str, 
     if not route.candidates:
         raise ConfigError(f'{at}.candidates: name the tools that serve it, e.g. candidates = ["a.search", "b.search"]')
     for number, candidate in enumerate(route.candidates):
-        if split_candidate(candidate, upstreams) is None:
+        split = split_candidate(candidate, upstreams)
+        if split is None:
             raise ConfigError(
                 f"{at}.candidates[{number}]: {candidate!r} is not UPSTREAM.TOOL of a configured upstream "
                 f"(upstreams: {', '.join(upstreams) or 'none'})"
             )
+        _check_not_hidden(f"{at}.candidates[{number}]", *split, upstreams)
     if len(set(route.candidates)) != len(route.candidates):
         raise ConfigError(f"{at}.candidates: a candidate is named twice")
     for key in ("order", "deny"):
@@ -574,8 +588,20 @@ def _check_provider(source: str, where: str, provider: ProviderConfig, upstreams
         raise ConfigError(f"{at}: a provider served by an upstream MCP tool needs both 'upstream' and 'tool'")
     if provider.upstream is not None and provider.upstream not in upstreams:
         raise ConfigError(f"{at}.upstream: no [upstreams.{provider.upstream}] is configured")
+    if provider.upstream is not None and provider.tool is not None:
+        _check_not_hidden(f"{at}.tool", provider.upstream, provider.tool, upstreams)
     if provider.upstream is None and (provider.args or provider.results):
         raise ConfigError(f"{at}: 'args' and 'results' apply to a provider with 'upstream' and 'tool'")
+
+
+def _check_not_hidden(at: str, upstream: str, tool: str, upstreams: dict[str, Upstream]) -> None:
+    """A tool that its upstream's `tools` filter hides is never called, so no route may name it."""
+    why = upstreams[upstream].tools.hides(tool, upstream)
+    if why is not None:
+        raise ConfigError(
+            f"{at}: the tool {tool!r} of upstream {upstream!r} is {why}, and a hidden tool is never called; "
+            "drop it here or expose it there"
+        )
 
 
 def _load_governor(table: Any, source: str) -> GovernorSettings:

@@ -65,7 +65,7 @@ def session_options(config: Config) -> dict[str, Any]:
         "config": config,
         "page_size": config.limits.page_size,
         "prefixes": {name: up.prefix for name, up in config.upstreams.items()},
-        "filters": {name: up.tools for name, up in config.upstreams.items()},
+        "filters": {name: up.tools for name, up in config.upstreams.items() if up.tools.allow or up.tools.deny},
         "prices": {name: up.price_micros for name, up in config.upstreams.items()},
         "timeouts": plain_timeouts(config),
     }

@@ -19,7 +19,6 @@ change or restarts, and served to the client in pages with an opaque cursor.
 from __future__ import annotations
 
 import base64
-import fnmatch
 import hashlib
 import logging
 import re
@@ -71,6 +70,16 @@ class CatalogError(ProxyError):
     """A name collision or an unroutable name; the message names both sides or the name."""
 
 
+class ToolHidden(ProxyError):
+    """A call of a tool that an upstream's `tools` filter hides; the message names the key."""
+
+    def __init__(self, exposed: str, original: str, why: str) -> None:
+        super().__init__(
+            f"{exposed}: the tool {original!r} is {why}: frugal-proxy neither lists nor calls it; "
+            "change that key to expose it"
+        )
+
+
 @dataclass
 class _Listing:
     items: list[dict[str, Any]]
@@ -90,6 +99,7 @@ class _Merged:
     items: list[dict[str, Any]] = field(default_factory=list)
     owners: dict[str, Owner] = field(default_factory=dict)
     collisions: list[str] = field(default_factory=list)
+    hidden: dict[str, tuple[str, str]] = field(default_factory=dict)  # exposed -> (its own name, why hidden)
 
 
 class Catalog:
@@ -122,13 +132,25 @@ class Catalog:
         prefix = self.prefixes.get(link_name)
         return valid_name(f"{prefix}__{name}" if prefix else name)
 
-    def _allowed(self, link_name: str, tool: str) -> bool:
+    def hides(self, link_name: str, tool: str) -> str | None:
+        """Why the upstream's `tools` filter hides one of its tools (by its own name), or None."""
         rules = self.filters.get(link_name)
-        if rules is None:
-            return True
-        if rules.allow and not any(fnmatch.fnmatchcase(tool, pattern) for pattern in rules.allow):
-            return False
-        return not any(fnmatch.fnmatchcase(tool, pattern) for pattern in rules.deny)
+        return None if rules is None else rules.hides(tool, link_name)
+
+    def without_hidden(self, link_name: str, reply: Frame) -> Frame:
+        """One upstream's tools/list page as it came, less the tools its filter hides (its
+        paging kept: a page may come out shorter, or empty with a nextCursor)."""
+        if link_name not in self.filters or "result" not in reply:
+            return reply
+        body = jsonrpc.sub_object(reply, "result")
+        tools = jsonrpc.decode_any(body["tools"]) if "tools" in body else None
+        if not isinstance(tools, list):
+            return reply
+        kept = [tool for tool in tools if not self.hides(link_name, _name_of(tool))]
+        if len(kept) == len(tools):
+            return reply
+        body["tools"] = jsonrpc.raw(kept)
+        return {**reply, "result": jsonrpc.raw(body)}
 
     # -- lists -----------------------------------------------------------------------------------
 
@@ -219,7 +241,9 @@ class Catalog:
                 original = item.get(field_name)
                 if not isinstance(original, str):
                     continue
-                if method == "tools/list" and not self._allowed(link.name, original):
+                why = self.hides(link.name, original) if method == "tools/list" else None
+                if why is not None:
+                    merged.hidden[self.exposed(link.name, original)] = (original, why)
                     continue
                 candidates.append((link.name, original, item))
         if method in ("tools/list", "prompts/list"):
@@ -308,6 +332,8 @@ class Catalog:
         list_method = "tools/list" if method == "tools/call" else "prompts/list"
         merged = await self.merged(list_method, _list_params(params), client)
         owner = merged.owners.get(name)
+        if owner is None and name in merged.hidden:
+            raise ToolHidden(name, *merged.hidden[name])
         if owner is None:
             # A name the cached list does not know: the upstream may have changed; look again once.
             self._merged.pop(list_method, None)
@@ -315,6 +341,8 @@ class Catalog:
                 self._listings.pop((list_method, link.name), None)
             merged = await self.merged(list_method, _list_params(params), client)
             owner = merged.owners.get(name)
+        if owner is None and name in merged.hidden:
+            raise ToolHidden(name, *merged.hidden[name])
         if owner is None:
             kind = kind_word(list_method)
             raise CatalogError(f"no upstream offers a {kind} named {name!r}; call {list_method} for the names")
@@ -388,6 +416,12 @@ def decode_cursor(raw_cursor: msgspec.Raw | None) -> int:
         raise jsonrpc.MessageError(
             jsonrpc.INVALID_PARAMS, "cursor is not one this proxy issued; list again without a cursor"
         ) from None
+
+
+def _name_of(item: Any) -> str:
+    """A listed item's name ("" when it has none: a filter glob may still match it)."""
+    name = item.get("name") if isinstance(item, dict) else None
+    return name if isinstance(name, str) else ""
 
 
 def _int(value: Any) -> int:

@@ -34,7 +34,7 @@ from frugal_proxy.providers.own_tools import LISTING_TTL_MS, OwnToolProvider
 from frugal_proxy.providers.upstream_tool import UpstreamToolProvider
 from frugal_proxy.records import Call, Decision, Exchange, ProgressSink
 from frugal_proxy.router.answerers import Answerers, Deadlines
-from frugal_proxy.router.catalog import KINDS, Catalog
+from frugal_proxy.router.catalog import KINDS, Catalog, ToolHidden
 from frugal_proxy.router.handshakes import Handshakes
 from frugal_proxy.router.plain import PlainCall, error_reply
 from frugal_proxy.router.routes import RouteTable, RouteUnavailable
@@ -391,7 +391,10 @@ class Router:
             return None
         if name == EXECUTE_TOOL["name"] and self.listed_execute:
             return None
-        route, upstream_params = await self.routes.resolve(name, params, client)
+        try:
+            route, upstream_params = await self.routes.resolve(name, params, client)
+        except ToolHidden:
+            return None  # refused by the slow path, which says why
         if route.providers != (link.name,):
             return None
         return Exchange(
@@ -462,8 +465,8 @@ class Router:
             return await link.legacy_subscribe(method, jsonrpc.decode_any(params["uri"]))
         reply = await link.forward(method, params, client, progress)
         if method == "tools/list":
+            reply = self.catalog.without_hidden(link.name, reply)  # its `tools` filter
             self.catalog.note_listed(reply)  # the governor keeps shaped results valid against them
-        if method == "tools/list":
             listed = await self._listed(client, params)
             if listed:
                 reply = self._with_own_tools(reply, listed)
@@ -556,6 +559,9 @@ class Router:
                 route, upstream_params = await self.routes.resolve(name, params, client)
             except RouteUnavailable as exc:
                 log.warning("call to a tool of an upstream that is down", extra={"tool": name})
+                return _in_era(client, jsonrpc.result(None, jsonrpc.tool_error_result(str(exc))))
+            except ToolHidden as exc:
+                log.warning("call to a tool the config hides; refused", extra={"tool": name[:100]})
                 return _in_era(client, jsonrpc.result(None, jsonrpc.tool_error_result(str(exc))))
             if route.capability is not None:
                 try:

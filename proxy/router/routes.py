@@ -13,6 +13,7 @@ under NAME, and its results are shaped against that candidate's outputSchema.
 
     RouteTable         name -> Route, and the params as the chosen candidates take them
     RouteUnavailable   the tool's upstream is down; the message says which and why
+    ToolHidden         (router.catalog) the tool is hidden by its upstream's `tools` filter
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from frugal_proxy.intents import classify
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers.own_tools import OwnToolProvider
 from frugal_proxy.records import Route
-from frugal_proxy.router.catalog import Catalog, CatalogError
+from frugal_proxy.router.catalog import Catalog, CatalogError, ToolHidden
 
 log = logging.getLogger("frugal_proxy.routes")
 
@@ -102,7 +103,8 @@ class RouteTable:
         self, name: str, params: dict[str, msgspec.Raw], client: Client
     ) -> tuple[Route, dict[str, msgspec.Raw]]:
         """The route of an exposed tool and the call's params as its candidates take them.
-        Raises CatalogError for a name nobody exposes, RouteUnavailable when its upstream is down."""
+        Raises CatalogError for a name nobody exposes, ToolHidden for one an upstream's `tools`
+        filter hides, RouteUnavailable when its upstream is down."""
         defined = self._defined.get(name)
         if defined is not None:
             listed_as = self._listed_as.get(name) if defined.capability is None else None
@@ -112,7 +114,11 @@ class RouteTable:
         if name in self.own_tools:
             return Route(name, (self.own_tools.name,)), params
         if len(self.links) == 1:
-            return self._upstream_route(name, self.links[0]), params
+            link = self.links[0]
+            why = self.catalog.hides(link.name, name)
+            if why is not None:
+                raise ToolHidden(name, name, why)
+            return self._upstream_route(name, link), params
         try:
             owner = await self.catalog.owner_of("tools/call", name, params, client)
         except CatalogError:

@@ -297,3 +297,33 @@ def test_a_bad_state_table_fails_the_load_naming_the_key(table: str, environ: di
     with pytest.raises(ConfigError, match=re.escape(message)) as raised:
         loads(f"[state]\n{table}", environ=environ)
     assert "hunter2" not in str(raised.value)
+
+
+def test_a_tool_filter_says_which_key_hides_a_tool() -> None:
+    rules = config.ToolFilter(allow=["get-*", "echo"], deny=["get-env", "get-secret*"])
+    assert rules.hides("echo", "everything") is None
+    assert rules.hides("get-env", "everything") == "denied by upstreams.everything.tools.deny ('get-env')"
+    assert rules.hides("get-secrets", "ev") == "denied by upstreams.ev.tools.deny ('get-secret*')"
+    assert rules.hides("blob", "notes") == "not matched by upstreams.notes.tools.allow"
+    assert config.ToolFilter().hides("anything", "x") is None
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        (
+            '[routes.search]\ncandidates = ["b-eu.search", "a.get-env"]',
+            "at routes.search.candidates[1]: the tool 'get-env' of upstream 'a' is denied by "
+            "upstreams.a.tools.deny ('get-*')",
+        ),
+        (
+            '[search_providers.mine]\nupstream = "a"\ntool = "get-env"',
+            "at search_providers.mine.tool: the tool 'get-env' of upstream 'a' is denied by upstreams.a.tools.deny",
+        ),
+    ],
+)
+def test_a_route_or_provider_may_not_name_a_hidden_tool(table: str, message: str) -> None:
+    hiding = ROUTE_UPSTREAMS.replace("[upstreams.a]\n", '[upstreams.a]\ntools = { deny = ["get-*"] }\n')
+    assert hiding != ROUTE_UPSTREAMS
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        config.loads(hiding + table, environ={})

@@ -55,8 +55,24 @@ def test_tool_filters_cut_by_original_name() -> None:
     cat = catalog("ev", "fs", filters={"ev": ToolFilter(deny=["get-*"]), "fs": ToolFilter(allow=["read_*"])})
     listed(cat, "tools/list", "ev", "name", "echo", "get-env", "get-sum")
     listed(cat, "tools/list", "fs", "name", "read_file", "write_file")
-    names = [item["name"] for item in cat._merge("tools/list").items]
-    assert names == ["ev__echo", "fs__read_file"]
+    merged = cat._merge("tools/list")
+    assert [item["name"] for item in merged.items] == ["ev__echo", "fs__read_file"]
+    # what a call of a hidden name is told: its own name and the key that hides it
+    assert merged.hidden == {
+        "ev__get-env": ("get-env", "denied by upstreams.ev.tools.deny ('get-*')"),
+        "ev__get-sum": ("get-sum", "denied by upstreams.ev.tools.deny ('get-*')"),
+        "fs__write_file": ("write_file", "not matched by upstreams.fs.tools.allow"),
+    }
+
+
+def test_one_upstreams_pages_lose_their_hidden_tools_and_keep_their_paging() -> None:
+    cat = catalog("ev", filters={"ev": ToolFilter(deny=["get-env"])})
+    page = jsonrpc.result(7, {"tools": [{"name": "echo"}, {"name": "get-env"}], "nextCursor": "up-2"})
+    body = jsonrpc.decode_any(cat.without_hidden("ev", page)["result"])
+    assert body == {"tools": [{"name": "echo"}], "nextCursor": "up-2"}
+    untouched = jsonrpc.result(8, {"tools": [{"name": "echo"}]})
+    assert cat.without_hidden("ev", untouched) is untouched
+    assert catalog("ev").without_hidden("ev", page) is page  # no filter: as it came
 
 
 def test_shared_resource_uris_are_rewritten_for_both() -> None:
