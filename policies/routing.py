@@ -27,7 +27,9 @@ others took meanwhile) all see the same price.
 
 from __future__ import annotations
 
-from frugal_proxy.config import CapabilityRouting
+from collections.abc import Mapping
+
+from frugal_proxy.config import CapabilityRouting, unknown_name
 from frugal_proxy.policies import Policy
 from frugal_proxy.records import Decision, Exchange, Outcome, ProviderSpec, billed
 from frugal_proxy.state.latency import LatencyBook
@@ -66,8 +68,16 @@ class Routing(Policy):
         usage: UsageCounter,
         latency: LatencyBook,
         routes: dict[str, CapabilityRouting] | None = None,
+        *,
+        names: Mapping[str, Mapping[str, str]] | None = None,
+        off: Mapping[str, str] | None = None,
     ) -> None:
         self.settings = settings
+        # Per capability, every name a provider answers to (aliases too) -> its own name, on or
+        # off, and why the ones that are off are: what a pin by a name that is not on is told.
+        self.names = {capability: dict(known) for capability, known in (names or {}).items()}
+        self.folded = {kind: {name.casefold(): own for name, own in by.items()} for kind, by in self.names.items()}
+        self.off = dict(off or {})
         self.routes = dict(routes or {})  # `[routes.NAME]`: a plain tool served by several upstreams
         self.usage = usage
         self.latency = latency
@@ -135,17 +145,24 @@ class Routing(Policy):
         exchange.trace.append(Decision("route", strategy, "ordered", why))
 
     def _pin(self, exchange: Exchange, kept: list[ProviderSpec], pinned: str, where: str) -> list[ProviderSpec]:
-        chosen = [spec for spec in kept if spec.name == pinned]
-        if chosen:
-            exchange.trace.append(Decision("route", "pin", "ordered", f"pinned to {pinned} (tried alone)"))
-            return chosen
-        denied = any(spec.name == pinned for spec in exchange.candidates)
         capability = exchange.route.capability or "tool"
+        known = self.names.get(capability)
+        folded = self.folded.get(capability, {})
+        own = folded.get(pinned.casefold(), pinned)  # an alias, in any case
+        chosen = [spec for spec in kept if spec.name == own]
+        if chosen:
+            exchange.trace.append(Decision("route", "pin", "ordered", f"pinned to {own} (tried alone)"))
+            return chosen
+        denied = any(spec.name == own for spec in exchange.candidates)
+        names = ", ".join(spec.name for spec in kept) or "none"
         if denied:
-            why = f"{pinned} is denied by {where}.deny and is never called, not even when named"
+            why = f"{own} is denied by {where}.deny and is never called, not even when named"
+        elif known and pinned.casefold() not in folded:
+            why = f"{unknown_name(pinned, f'one of the {capability} providers', known)}; on: {names}"
         else:
-            names = ", ".join(spec.name for spec in kept) or "none"
             why = f"no {capability} provider named {pinned!r} is on (available: {names})"
+            if own in self.off:
+                why += f"; {own} is off: {self.off[own]}"
         exchange.trace.append(Decision("route", "pin", "refused", why, provider=pinned))
         return []
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from frugal_proxy import money
 from frugal_proxy.capabilities import CAPABILITIES
-from frugal_proxy.config import Config, ProviderConfig
+from frugal_proxy.config import CapabilityRouting, Config, ConfigError, ProviderConfig, unknown_name
 from frugal_proxy.domains import DomainRules
 from frugal_proxy.providers import Provider
 from frugal_proxy.providers.http_client import HttpClient
@@ -137,6 +137,51 @@ def enable(config: Config, environ: Mapping[str, str] | None = None, http: HttpC
             )
             enabled.upstream_tools.append((spec, options))
     return enabled
+
+
+def provider_names(config: Config) -> dict[str, dict[str, str]]:
+    """Per capability, every name a provider of it answers to -> the provider's own name: each
+    built-in's name and aliases (`goreadability` -> `readability`), on or off, in documented
+    order, then the tables of your own (`upstream` + `tool`) in config order."""
+    names: dict[str, dict[str, str]] = {capability: {} for capability in CAPABILITIES}
+    for builtin in built_ins():
+        for name in (builtin.name, *builtin.aliases):
+            names[builtin.capability][name] = builtin.name
+    for capability in CAPABILITIES:
+        for name, options in config.providers_of(capability).items():
+            if name not in names[capability] and options.upstream is not None:
+                names[capability][name] = name
+    return names
+
+
+def check_names(config: Config, source: str = "<config>") -> None:
+    """Every provider name the config writes (a provider table's, and each in `routing.*.order`
+    and `.deny`) names a provider: ConfigError naming the key, the unknown name, the closest
+    known one and all of them. A privacy `deny` with a typo would otherwise deny nothing."""
+    names = provider_names(config)
+    for builtin in built_ins():
+        tables = config.providers_of(builtin.capability)
+        spellings = [name for name in (builtin.name, *builtin.aliases) if name in tables]
+        if len(spellings) > 1:
+            raise ConfigError(
+                f"{source}: at {builtin.capability}_providers.{spellings[1]}: {builtin.name} is configured "
+                f"twice, as {' and '.join(f'[{builtin.capability}_providers.{name}]' for name in spellings)}; keep one"
+            )
+    for capability in CAPABILITIES:
+        for name, options in config.providers_of(capability).items():
+            if name not in names[capability] and (options.upstream is None or options.tool is None):
+                builtins = [b.name for b in built_ins() if b.capability == capability]
+                why = unknown_name(name, f"one of the built-in {capability} providers", builtins, "built-ins")
+                raise ConfigError(
+                    f"{source}: at {capability}_providers.{name}: {why}; "
+                    "a provider of your own names its 'upstream' and 'tool'"
+                )
+        settings: CapabilityRouting = getattr(config.routing, capability)
+        for key in ("order", "deny"):
+            for name in getattr(settings, key):
+                if name not in names[capability]:
+                    why = unknown_name(name, f"one of the {capability} providers", names[capability])
+                    raise ConfigError(f"{source}: at routing.{capability}.{key}: {why}")
 
 
 def _options_of(tables: Mapping[str, ProviderConfig], builtin: Builtin) -> ProviderConfig:

@@ -9,6 +9,7 @@ Secrets come from the environment only.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import fnmatch
 import math
@@ -35,6 +36,17 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 class ConfigError(ValueError):
     """A configuration that cannot be used; the message says where and why."""
+
+
+def unknown_name(name: str, what: str, known: Iterable[str], label: str = "known") -> str:
+    """Why `name` is refused: it is not `what`, the closest of the `known` names if one is close
+    (a typo), and all of them: `'serpr' is not one of the search providers (did you mean
+    'serper'?); known: …`."""
+    names = list(dict.fromkeys(known))
+    folded = {known_name.casefold(): known_name for known_name in names}
+    close = difflib.get_close_matches(name.casefold(), list(folded), n=1)
+    hint = f" (did you mean {folded[close[0]]!r}?)" if close else ""
+    return f"{name!r} is not {what}{hint}; {label}: {', '.join(names) or 'none'}"
 
 
 def parse_duration(text: str) -> float:
@@ -534,7 +546,8 @@ def _check_route(source: str, name: str, route: ToolRoute, upstreams: dict[str, 
     for key in ("order", "deny"):
         for candidate in getattr(route, key):
             if candidate not in route.candidates:
-                raise ConfigError(f"{at}.{key}: {candidate!r} is not one of its candidates")
+                why = unknown_name(candidate, "one of its candidates", route.candidates, "candidates")
+                raise ConfigError(f"{at}.{key}: {why}")
 
 
 def _check_state(source: str, state: StateSettings, env: dict[str, str]) -> None:

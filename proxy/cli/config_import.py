@@ -222,7 +222,7 @@ def _problem(data: dict[str, Any]) -> tuple[list[str] | None, str] | None:
     text = tomlkit.dumps(document(data))
     environ = {name: "set" for name in _ENV_REF.findall(text)}
     try:
-        loads(text, "<imported>", environ)
+        registry.check_names(loads(text, "<imported>", environ), "<imported>")
     except (ConfigError, ValueError) as exc:
         message = str(exc)
         found = _AT.search(message)

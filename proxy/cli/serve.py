@@ -31,6 +31,7 @@ from frugal_proxy.cli.http_options import add_http_options
 from frugal_proxy.cli.signals import stop_on_signal
 from frugal_proxy.config import Config, ConfigError
 from frugal_proxy.protocol import eras, jsonrpc
+from frugal_proxy.providers import registry
 from frugal_proxy.router.router import Router
 from frugal_proxy.transports.lines import FrameReader, FrameWriter
 from frugal_proxy.transports.stdio import FdSink, FdSource
@@ -51,7 +52,9 @@ def _load(path_option: str | None, *, optional: bool = False) -> tuple[Path, Con
         log.info("no config file; serving the built-in providers", extra={"path": str(path)})
         return path, Config()
     try:
-        return path, config_module.load(path)
+        config = config_module.load(path)
+        registry.check_names(config, str(path))  # the names only the registry knows
+        return path, config
     except ConfigError as exc:
         print(f"frugal-proxy: config error: {exc}", file=sys.stderr)
         return 2

@@ -242,7 +242,10 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
         if names:
             tool = TOOLS[capability]
             assembly.routes.append(Route(tool["name"], names, tool["outputSchema"], capability=capability))
-    routing: dict[str, CapabilityRouting] = {name: getattr(config.routing, name) for name in CAPABILITIES}
+    known = registry.provider_names(config)
+    routing: dict[str, CapabilityRouting] = {
+        name: _by_own_names(getattr(config.routing, name), known[name]) for name in CAPABILITIES
+    }
     for name, tool_route in config.routes.items():  # one tool served by several upstreams' tools
         assembly.routes.append(Route(name, tuple(candidate_key(c) for c in tool_route.candidates)))
         for candidate in tool_route.candidates:
@@ -272,11 +275,21 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
         # admit: URLs (a plain tool's names resolved, under rules that refuse addresses); after a search: its results
         *([DomainPolicy(domains, urls, resolver=http.resolver)] if domains.active else []),
         *([_cache(config, link)] if config.cache.enabled else []),  # admit: a hit answers; seal: keeps answers
-        Routing(routing, usage, latency, by_route),  # route: order, deny, pin
+        Routing(routing, usage, latency, by_route, names=known, off=enabled.off),  # route: order, deny, pin
         Ceiling(usage),  # route: max_cost_usd
         Budget(_daily_caps(config), spend),  # route, dispatch: daily_budget_usd
         Cooldown(_cooldown(config), _cooldowns(link)),  # route, dispatch: fenced off after a 429
     ]
+
+
+def _by_own_names(settings: CapabilityRouting, names: Mapping[str, str]) -> CapabilityRouting:
+    """A capability's `order` and `deny` by the providers' own names (`goreadability` is
+    `readability`); a name that is none was refused when the config was read."""
+    return CapabilityRouting(
+        settings.strategy,
+        [names.get(name, name) for name in settings.order],
+        [names.get(name, name) for name in settings.deny],
+    )
 
 
 def _daily_caps(config: Config) -> dict[str, int]:

@@ -243,3 +243,25 @@ async def test_a_cancelled_call_gives_its_quota_unit_back_unless_its_request_wen
             assert routing.usage.calls_this_month("serper") == 1  # held while the call runs
             tg.cancel_scope.cancel()
     assert routing.usage.calls_this_month("serper") == kept
+
+
+def test_a_pin_by_an_alias_or_in_another_case_is_its_provider_and_an_unknown_one_is_named() -> None:
+    names = {"search": {"youcom-free": "youcom-free", "marginalia": "marginalia", "serper": "serper", "brave": "brave"}}
+    names["search"]["you-free"] = "youcom-free"  # an alias
+    known = Routing(
+        {}, MemoryUsage(lambda: 1_780_000_000.0), MemoryLatency(), names=names, off={"brave": "no key: set BRAVE_KEY"}
+    )
+    for spelling in ("you-free", "SERPER"):
+        pinned = routed(SearchRequest("q", provider=spelling))
+        known.route(pinned)
+        assert len(pinned.candidates) == 1 and pinned.trace[-1].verdict == "ordered"
+    unknown = routed(SearchRequest("q", provider="serpr"))
+    known.route(unknown)
+    assert unknown.candidates == []
+    assert unknown.trace[-1].detail == (
+        "'serpr' is not one of the search providers (did you mean 'serper'?); "
+        "known: youcom-free, marginalia, serper, brave, you-free; on: youcom-free, marginalia, serper, youcom, brave"
+    )
+    off = routed(SearchRequest("q", provider="brave"), SPECS[:3])
+    known.route(off)
+    assert off.candidates == [] and off.trace[-1].detail.endswith("; brave is off: no key: set BRAVE_KEY")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 
 import httpx2
@@ -132,3 +133,49 @@ def test_rack_rates_are_the_premium_list_prices_on_or_not() -> None:
         "[extract_providers.mine]\nupstream = 'tavily'\ntool = 'x'\ncost_per_call = 0.004\nenabled = false\n"
     )
     assert registry.rack_rates(config) == {"search": ("tavily", 8_000), "extract": ("reader", 1_000)}
+
+
+def test_provider_names_are_the_built_ins_with_their_aliases_and_your_own() -> None:
+    config = config_module.loads(
+        "[upstreams.t]\ncommand = ['t']\n[search_providers.mine]\nupstream = 't'\ntool = 'search'\n", environ={}
+    )
+    names = registry.provider_names(config)
+    assert names["search"] == {"free-one": "free-one", "keyed": "keyed", "needs-url": "needs-url", "mine": "mine"}
+    assert names["extract"] == {"reader": "reader", "old-reader": "reader"}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '[routing.search]\ndeny = ["keyd"]',
+            "f.toml: at routing.search.deny: 'keyd' is not one of the search providers (did you mean 'keyed'?); "
+            "known: free-one, keyed, needs-url",
+        ),
+        ('[routing.extract]\norder = ["reader", "raeder"]', "at routing.extract.order: 'raeder' is not one"),
+        (
+            "[search_providers.kyed]\nenabled = true",
+            "at search_providers.kyed: 'kyed' is not one of the built-in search providers (did you mean 'keyed'?); "
+            "built-ins: free-one, keyed, needs-url; a provider of your own names its 'upstream' and 'tool'",
+        ),
+        (
+            "[extract_providers.reader]\nenabled = true\n[extract_providers.old-reader]\nenabled = false",
+            "at extract_providers.old-reader: reader is configured twice, as [extract_providers.reader] and "
+            "[extract_providers.old-reader]; keep one",
+        ),
+    ],
+)
+def test_a_name_that_names_no_provider_is_a_config_error(text: str, message: str) -> None:
+    with pytest.raises(config_module.ConfigError, match=re.escape(message)):
+        registry.check_names(config_module.loads(text, environ={}), "f.toml")
+
+
+def test_aliases_and_your_own_names_pass_the_check() -> None:
+    registry.check_names(
+        config_module.loads(
+            "[upstreams.t]\ncommand = ['t']\n[search_providers.mine]\nupstream = 't'\ntool = 'search'\n"
+            '[extract_providers.old-reader]\nenabled = true\n[routing.extract]\ndeny = ["old-reader"]\n'
+            '[routing.search]\norder = ["mine", "keyed"]\n',
+            environ={},
+        )
+    )

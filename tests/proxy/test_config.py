@@ -244,6 +244,11 @@ def test_a_tool_route_names_its_candidates_as_upstream_dot_tool() -> None:
         ),
         ('[routes.search]\ncandidates = ["a.s", "a.s"]', "at routes.search.candidates: a candidate is named twice"),
         ('[routes.search]\ncandidates = ["a.s"]\norder = ["b-eu.s"]', "routes.search.order: 'b-eu.s' is not one"),
+        (
+            '[routes.search]\ncandidates = ["a.s", "b-eu.s"]\ndeny = ["b-ue.s"]',
+            "at routes.search.deny: 'b-ue.s' is not one of its candidates (did you mean 'b-eu.s'?); "
+            "candidates: a.s, b-eu.s",
+        ),
         ('[routes."no way"]\ncandidates = ["a.s"]', "at routes.\"no way\": 'no way' is not a tool name"),
         ('[routes.frugal__x]\ncandidates = ["a.s"]', "not starting with frugal__"),
         ('[routes.search]\ncandidates = ["a.s"]\ncolour = 1', "at routes.search: unknown key `colour`"),
