@@ -27,6 +27,7 @@ from frugal_proxy import config as config_module
 from frugal_proxy import home, logs
 from frugal_proxy.bridge.downstream import DownstreamPeer
 from frugal_proxy.bridge.link import Client
+from frugal_proxy.capabilities import CAPABILITIES, EXECUTE_TOOL
 from frugal_proxy.cli.http_options import add_http_options
 from frugal_proxy.cli.signals import stop_on_signal
 from frugal_proxy.config import Config, ConfigError
@@ -321,7 +322,9 @@ async def check_state(config: Config) -> int:
 
 
 async def print_catalog(config: Config) -> int:
-    """Start every upstream, list what each offers under its exposed name, report collisions."""
+    """Start every upstream, list what each offers under its exposed name and the proxy's own
+    tools (the routed ones with what serves them); report collisions, and each tool a provider
+    or a `[routes.NAME]` candidate names that its upstream does not list."""
     upstreams = Fleet.from_config(config).connect()
     problems: list[str] = []
     async with run(upstreams) as running:  # every upstream now, lazy or not
@@ -334,7 +337,7 @@ async def print_catalog(config: Config) -> int:
         for method, label in (("tools/list", "tools"), ("prompts/list", "prompts"), ("resources/list", "resources")):
             merged = await session.catalog.merged(method, params, client)
             listed.append((label, merged))
-            problems.extend(merged.collisions)
+            problems.extend(f"{collision}; set a prefix on one of the upstreams" for collision in merged.collisions)
         print("upstreams:")
         for upstream in upstreams:
             state = upstream.state()
@@ -342,13 +345,62 @@ async def print_catalog(config: Config) -> int:
             detail = era if state["state"] == "up" else str(state.get("reason", ""))
             print(f"  {upstream.name:20} {state['state']:12} {detail}")
         for label, merged in listed:
-            print(f"{label} ({len(merged.items)}):")
+            own = _own_listing(config, session) if label == "tools" else []
+            print(f"{label} ({len(merged.items) + len(own)}):")
             for exposed, owner in merged.owners.items():
                 renamed = "" if exposed == owner.original else f"  <- {owner.original}"
                 print(f"  {exposed:40} {owner.link.name}{renamed}")
+            for exposed, served_by in own:
+                print(f"  {exposed:40} {served_by}")
+        problems.extend(_unlisted_tools(config, session))
     for problem in problems:
-        print(f"config error: {problem}; set a prefix on one of the upstreams", file=sys.stderr)
+        print(f"config error: {problem}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def _own_listing(config: Config, session: Router) -> list[tuple[str, str]]:
+    """The tools the proxy lists beside the upstreams', each with what serves it: the routed
+    capabilities with the providers that are on, `[routes.NAME]` with its candidates, and the
+    proxy's own tools."""
+    routes = {route.name: route for route in session.assembly.routes}
+    found: list[tuple[str, str]] = []
+    for tool in session.listed:
+        route = routes.get(tool["name"])
+        if route is not None:  # a provider's key is `search/NAME`: the receipts call it NAME
+            found.append((tool["name"], "routed: " + ", ".join(key.partition("/")[2] for key in route.providers)))
+        elif tool["name"] == EXECUTE_TOOL["name"]:
+            capabilities = ", ".join(route.capability for route in routes.values() if route.capability)
+            found.append((tool["name"], f"routed by intent: {capabilities}"))
+        else:
+            found.append((tool["name"], "frugal-proxy"))
+    for name, tool_route in config.routes.items():
+        found.append((name, "candidates: " + ", ".join(tool_route.candidates)))
+    return found
+
+
+def _unlisted_tools(config: Config, session: Router) -> list[str]:
+    """Each upstream tool a provider (`upstream` + `tool`) or a `[routes.NAME]` candidate names
+    that its upstream does not list: the check fails on it, not the first call."""
+    named: list[tuple[str, str, str]] = [
+        (f"{capability}_providers.{name}.tool", options.upstream, options.tool)
+        for capability in CAPABILITIES
+        for name, options in config.providers_of(capability).items()
+        if options.upstream is not None and options.tool is not None
+    ]
+    for route_name, tool_route in config.routes.items():
+        for number, candidate in enumerate(tool_route.candidates):
+            split = config_module.split_candidate(candidate, config.upstreams)
+            if split is not None:
+                named.append((f"routes.{route_name}.candidates[{number}]", *split))
+    problems = []
+    for where, upstream, tool in named:
+        listed = session.catalog.tool_names(upstream)
+        if listed is None:
+            print(f"not checked: {where}: upstream {upstream!r} could not be listed", file=sys.stderr)
+        elif tool not in listed:
+            why = config_module.unknown_name(tool, f"one of the tools of upstream {upstream!r}", listed, "its tools")
+            problems.append(f"at {where}: {why}")
+    return problems
 
 
 class _Discard:

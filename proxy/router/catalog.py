@@ -137,6 +137,14 @@ class Catalog:
         rules = self.filters.get(link_name)
         return None if rules is None else rules.hides(tool, link_name)
 
+    def tool_names(self, link_name: str) -> list[str] | None:
+        """Every tool the upstream listed last that its filter lets through, by its own names
+        (None: it has not been listed, or could not be)."""
+        listing = self._listings.get(("tools/list", link_name))
+        if listing is None:
+            return None
+        return [name for name in map(_name_of, listing.items) if name and self.hides(link_name, name) is None]
+
     def without_hidden(self, link_name: str, reply: Frame) -> Frame:
         """One upstream's tools/list page as it came, less the tools its filter hides (its
         paging kept: a page may come out shorter, or empty with a nextCursor)."""

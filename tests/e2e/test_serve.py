@@ -180,6 +180,33 @@ def test_config_check_prints_the_catalog_and_refuses_collisions(tmp_path: Path) 
     assert "tool name 'add' is claimed by upstream 'a' (tool 'add') and upstream 'b' (tool 'add')" in bad.stderr
 
 
+def test_config_check_lists_the_routed_tools_and_checks_each_named_upstream_tool(tmp_path: Path) -> None:
+    def checked(tool: str, candidate: str) -> subprocess.CompletedProcess[str]:
+        path = tmp_path / "routed.toml"
+        path.write_text(
+            f"[upstreams.notes]\ncommand = {json.dumps(notes_command())}\n"
+            f'[search_providers.notes-search]\nupstream = "notes"\ntool = "{tool}"\n'
+            f'[routes.say]\ncandidates = ["{candidate}"]\n'
+        )
+        return run_cli("config", "check", "--config", str(path), home=tmp_path)
+
+    good = checked("echo", "notes.echo")
+    assert good.returncode == 0, good.stderr
+    catalog = {line.split()[0]: line.split(None, 1)[1] for line in good.stdout.splitlines() if line.startswith("  ")}
+    assert catalog["echo"] == "notes" and catalog["say"] == "candidates: notes.echo"
+    assert "notes-search" in catalog["frugal__search"].removeprefix("routed: ").split(", ")
+    assert catalog["frugal__execute"].startswith("routed by intent: search")
+    assert catalog["frugal__fetch_slice"] == "frugal-proxy"
+
+    typo = checked("ehco", "notes.sya")
+    assert typo.returncode == 1
+    assert (
+        "config error: at search_providers.notes-search.tool: 'ehco' is not one of the tools of upstream 'notes' "
+        "(did you mean 'echo'?); its tools: add, echo, blob," in typo.stderr
+    )
+    assert "config error: at routes.say.candidates[0]: 'sya' is not one of the tools of upstream 'notes'" in typo.stderr
+
+
 def test_config_errors_stop_serve_with_their_message(tmp_path: Path) -> None:
     broken = tmp_path / "broken.toml"
     broken.write_text('[upstreams.a]\ncommand = ["x"]\ntimeout = "later"\n')

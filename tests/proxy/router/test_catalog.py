@@ -115,3 +115,10 @@ def test_a_restarted_upstream_is_listed_again_and_a_down_one_keeps_its_items() -
     link.upstream.running = False  # type: ignore[attr-defined]
     assert cat._current("tools/list", cast(UpstreamLink, link))
     assert not cat._current("prompts/list", cast(UpstreamLink, link))
+
+
+def test_the_tool_names_of_an_upstream_are_its_own_less_the_hidden_ones() -> None:
+    cat = catalog("ev", "fs", filters={"ev": ToolFilter(deny=["get-env"])})
+    listed(cat, "tools/list", "ev", "name", "echo", "get-env", "get-sum")
+    assert cat.tool_names("ev") == ["echo", "get-sum"]
+    assert cat.tool_names("fs") is None  # never listed
