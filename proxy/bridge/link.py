@@ -375,6 +375,7 @@ class UpstreamLink:
                 honoured.update(notifications if isinstance(notifications, dict) else {})
                 acknowledged.set()
                 return
+            await self._changed(frame)  # the cached lists first: the client lists again once told
             await self.downstream.send(tag(frame, subscription_id))
 
         params = {"notifications": jsonrpc.raw(requested), "_meta": jsonrpc.raw(meta)}
