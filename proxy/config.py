@@ -10,8 +10,8 @@ Secrets come from the environment only.
 from __future__ import annotations
 
 import difflib
-import importlib.util
 import fnmatch
+import importlib.util
 import math
 import os
 import re
