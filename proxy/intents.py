@@ -6,8 +6,10 @@ keyword cues alone (no model call, the same intent always lands in the same plac
     a URL otherwise                                                                 → extract
     anything else                                                                   → search
 
-For search, leading request words ("search for", "find", "look up", "google", "what is" …) and
-trailing punctuation are dropped from the query; for extract and browse the first URL is the page.
+Only the words outside the URLs are cues: `read https://example.com/pages/js` and
+`…/docs/Web/JavaScript` are reads, not renders. For search, leading request words ("search for",
+"find", "look up", "google", "what is" …) and trailing punctuation are dropped from the query;
+for extract and browse the first URL is the page.
 A URL extraction that comes back empty or nearly so falls forward to a browse (the router's job:
 this module only says where an intent goes and why).
 """
@@ -51,7 +53,7 @@ def classify(intent: str) -> Intent:
     text = " ".join(intent.split())
     url = _first_url(text)
     if url is not None:
-        cue = _BROWSE_CUES.search(text)
+        cue = _BROWSE_CUES.search(_BARE.sub(" ", _URL.sub(" ", text)))  # the words around the URLs
         if cue is not None:
             return Intent("browse", url=url, why=f"a URL and the cue {cue.group(0)!r}: rendered in a browser")
         return Intent("extract", url=url, why="a URL: the page is read")

@@ -59,6 +59,16 @@ TABLE: list[tuple[str, str, str]] = [
     ("read the JS-rendered page https://example.com/x", BROWSE, "https://example.com/x"),
     ("headless fetch of https://example.com/protected", BROWSE, "https://example.com/protected"),
     ("single-page app at https://my.example.app/", BROWSE, "https://my.example.app/"),
+    # A cue word inside the URL is part of the address, not a cue.
+    ("read https://example.com/pages/js", EXTRACT, "https://example.com/pages/js"),
+    (
+        "read https://developer.mozilla.org/en-US/docs/Web/JavaScript",
+        EXTRACT,
+        "https://developer.mozilla.org/en-US/docs/Web/JavaScript",
+    ),
+    ("summarize example.com/render/dynamic-spa", EXTRACT, "https://example.com/render/dynamic-spa"),
+    ("read https://browser.example.com/click?scroll=1", EXTRACT, "https://browser.example.com/click?scroll=1"),
+    ("render https://example.com/js", BROWSE, "https://example.com/js"),
 ]
 
 
