@@ -157,9 +157,11 @@ class Pipeline:
         if last is not None and last.outcome == "ok":  # it answered, with (nearly) nothing: not a win
             exchange.attempts[-1] = msgspec.structs.replace(last, outcome="empty")
         read = (exchange.route, exchange.request, exchange.outcome)
+        tried, since = len(exchange.attempts), len(exchange.trace)
         exchange.route = then
         exchange.request = browse_from(exchange.request)
         exchange.answer = None
+        exchange.outcome = None  # the browse's own, once one is called
         exchange.candidates = [self.providers[name].spec for name in then.providers]
         for policy in self.policies:
             policy.route(exchange)
@@ -168,9 +170,18 @@ class Pipeline:
             # No browser did better: the page as it was read is still the answer (and was paid for).
             exchange.route, exchange.request, exchange.outcome = read
             exchange.answer = None
-            exchange.trace.append(
-                Decision("dispatch", "execute", "fell forward", "no browser did better: the page as read")
-            )
+            if len(exchange.attempts) > tried:
+                why = "no browser did better: the page as read"
+            else:  # every browser was ruled out (max_cost_usd, deny, a budget, a cooldown): none was called
+                why = "no browser may render it: the page as read"
+                ruled_out = [
+                    f"{d.policy}: {d.detail}" for d in exchange.trace[since:] if d.verdict in ("skipped", "refused")
+                ]
+                exchange.warnings.append(
+                    f"the page came back {size} and was not rendered in a browser, since none may be called here"
+                    + (f" ({'; '.join(ruled_out)})" if ruled_out else "")
+                )
+            exchange.trace.append(Decision("dispatch", "execute", "fell forward", why))
 
     @staticmethod
     def _receipt(exchange: Exchange) -> Receipt:

@@ -206,3 +206,69 @@ async def test_over_http_the_call_deadline_wins_when_it_is_the_shorter(tmp_path:
         assert "limits.call_timeout" in text and "--request-timeout" not in text, text
     finally:
         proxy.stop()
+
+
+def page_config(apis: FakeApis, extra: str = "", browserless: str = "") -> str:
+    """The local `readability` and a paid Browserless on the fake APIs; every other built-in off."""
+    off = "".join(
+        f"[{builtin.capability}_providers.{builtin.name}]\nenabled = false\n"
+        for builtin in registry.built_ins()
+        if builtin.name not in ("readability", "browserless")
+    )
+    browser = f'[browse_providers.browserless]\nbase_url = "{apis.base}/browserless"\n{browserless}'
+    return f"{off}[extract_providers.readability]\nenabled = true\n{browser}\n{extra}"
+
+
+BROWSERLESS = {"BROWSERLESS_TOKEN": "test-token"}
+
+
+@pytest.mark.parametrize(
+    ("guard", "arguments", "browserless", "extra"),
+    [
+        ("ceiling", {"max_cost_usd": 0}, "", ""),
+        ("deny", {}, "", '[routing.browse]\ndeny = ["browserless"]\n'),
+        ("budget", {}, "daily_budget_usd = 0.001\n", ""),
+    ],
+)
+async def test_a_near_empty_read_that_no_browser_may_render_comes_back_with_a_warning(
+    tmp_path: Path, apis: FakeApis, guard: str, arguments: dict[str, Any], browserless: str, extra: str
+) -> None:
+    """A URL intent whose read came back nearly empty, with every browser ruled out (a ceiling
+    of 0, deny, a daily budget under its price): the page as read, never a paid render, and a
+    warning that says why (README: "A call capped at 0 never falls forward into a paid render;
+    the empty extract comes back with a warning that says why")."""
+    config = write(tmp_path, page_config(apis, extra, browserless))
+    intent = {"intent": f"read {apis.base}/pages/spa", **arguments}
+    with anyio.fail_after(60):
+        async with Client(serve(tmp_path / "home", config, **BROWSERLESS), mode="auto", cache=None) as client:
+            result = await client.call_tool("frugal__execute", intent)
+    body = structured(result)
+    assert body["capability"] == "extract" and body["provider_used"] == "readability"
+    assert [(a["provider"], a["outcome"]) for a in body["attempts"]] == [("readability", "empty")]
+    assert body["cost_usd"] == 0 and body["total_cost_usd"] == 0
+    warning = next(w for w in body["warnings"] if "not rendered in a browser" in w)
+    assert f"{guard}: skipped browserless" in warning, warning
+    assert "no browser may render it: the page as read" in body["reason"]
+    assert apis.requests["browserless"] == 0 and apis.requests["spa"] == 1
+
+
+async def test_execute_takes_browse_cues_only_from_the_words_around_the_url(tmp_path: Path, apis: FakeApis) -> None:
+    """`read …/pages/js` is a free read (the "js" is the page's address, not a cue); `render
+    …/pages/spa` goes to the paid browser, and a near-empty read falls forward to it."""
+    config = write(tmp_path, page_config(apis))
+    with anyio.fail_after(60):
+        async with Client(serve(tmp_path / "home", config, **BROWSERLESS), mode="auto", cache=None) as client:
+            read = await client.call_tool("frugal__execute", {"intent": f"read {apis.base}/pages/js"})
+            assert apis.requests["browserless"] == 0
+            rendered = await client.call_tool("frugal__execute", {"intent": f"render {apis.base}/pages/spa"})
+            fell = await client.call_tool("frugal__execute", {"intent": f"summarize {apis.base}/pages/spa"})
+    body = structured(read)
+    assert body["capability"] == "extract" and body["provider_used"] == "readability"
+    assert "A proxy between an agent and its tools" in body["page"]["markdown"]
+    assert structured(rendered)["capability"] == "browse" and structured(rendered)["provider_used"] == "browserless"
+    forward = structured(fell)
+    assert [(a["provider"], a["outcome"]) for a in forward["attempts"]] == [
+        ("readability", "empty"),
+        ("browserless", "won"),
+    ]
+    assert forward["total_cost_usd"] == 0.002 and apis.requests["browserless"] == 2

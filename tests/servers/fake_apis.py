@@ -9,6 +9,11 @@ through each provider's `base_url`).
     /busy/...                              429 with Retry-After: 7
     /unavailable/...                       503 with Retry-After: 120 (RFC 9110 §10.2.3: how long the
                                            service is expected to be unavailable)
+    /pages/spa                             a page whose text only JavaScript writes (a near-empty read)
+    /pages/js                              an article, readable as it is served (its path says "js")
+    /browserless/content                   Browserless's REST `POST /content?token=` with `{url}`:
+                                           200 text/html, the rendered DOM
+                                           (docs.browserless.io/rest-apis/content)
 
 `requests` counts what each path prefix was asked, so a test can say a provider was not called.
 """
@@ -22,7 +27,7 @@ from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from tests.servers.threaded import serve_in_thread
@@ -36,6 +41,20 @@ CORPUS = [
     ("Proxy_server", "Proxy server", 'A <span class="searchmatch">proxy</span> sits between a client and a server'),
     ("Frugality", "Frugality", 'The quality of being <span class="searchmatch">frugal</span>'),
 ]
+SPA = (
+    "<!doctype html><html><head><title>App</title></head><body><div id='app'>Loading…</div>"
+    "<script src='/bundle.js'></script></body></html>"
+)
+ARTICLE_TEXT = (
+    "A proxy between an agent and its tools decides which provider answers each call. "
+    "It routes by price first, fails over when a provider errors or finds nothing, and puts "
+    "a receipt on every answer so that the agent can see who served it and what it cost. "
+)
+ARTICLE = (
+    "<!doctype html><html><head><title>Routing</title></head><body><article><h1>Routing</h1>"
+    + "".join(f"<p>{ARTICLE_TEXT}</p>" for _ in range(3))
+    + "</article></body></html>"
+)
 
 
 @dataclass
@@ -71,8 +90,25 @@ def _app(counts: collections.Counter[str]) -> Starlette:
         counts["unavailable"] += 1
         return Response("down for maintenance", status_code=503, headers={"Retry-After": "120"})
 
+    async def spa(request: Request) -> Response:
+        counts["spa"] += 1
+        return HTMLResponse(SPA)
+
+    async def article(request: Request) -> Response:
+        counts["article"] += 1
+        return HTMLResponse(ARTICLE)
+
+    async def rendered(request: Request) -> Response:
+        counts["browserless"] += 1
+        if not request.query_params.get("token"):
+            return Response("Unauthorized", status_code=401)
+        return HTMLResponse(ARTICLE)
+
     return Starlette(
         routes=[
+            Route("/pages/spa", spa),
+            Route("/pages/js", article),
+            Route("/browserless/content", rendered, methods=["POST"]),
             Route("/wikipedia/w/rest.php/v1/search/page", wikipedia),
             Route("/down/{rest:path}", down, methods=["GET", "POST"]),
             Route("/busy/{rest:path}", busy, methods=["GET", "POST"]),
