@@ -324,8 +324,8 @@ EXECUTE_TOOL: dict[str, Any] = {
             "priority": {
                 "type": "string",
                 "enum": ["cheap", "balanced", "premium"],
-                "description": "cheap: lowest cost first (default); balanced: fastest observed; premium: "
-                "premium providers first.",
+                "description": "cheap: lowest cost first; balanced: the configured strategy (the default); "
+                "premium: premium providers first.",
             },
             "max_cost_usd": _CEILING,
         },
@@ -341,7 +341,8 @@ EXECUTE_TOOL: dict[str, Any] = {
         ["capability"],
     ),
 }
-STRATEGY_OF_PRIORITY = {"cheap": "cheap", "balanced": "fast", "premium": "premium"}
+# balanced: the capability's configured strategy (`routing.<capability>.strategy`), as routed without one.
+STRATEGY_OF_PRIORITY: dict[str, str | None] = {"cheap": "cheap", "balanced": None, "premium": "premium"}
 TOOL_NAMES = {capability: tool["name"] for capability, tool in TOOLS.items()}
 # What the size governor keeps a routed answer's payload valid against, before the receipt is added.
 PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {

@@ -272,3 +272,16 @@ async def test_execute_takes_browse_cues_only_from_the_words_around_the_url(tmp_
         ("browserless", "won"),
     ]
     assert forward["total_cost_usd"] == 0.002 and apis.requests["browserless"] == 2
+
+
+async def test_execute_priority_balanced_defers_to_the_configured_strategy(tmp_path: Path, apis: FakeApis) -> None:
+    """README: "balanced defers to your configured strategy"; cheap and premium name their own."""
+    config = write(tmp_path, search_config(apis) + '[routing.search]\nstrategy = "premium"\n')
+    reasons = {}
+    with anyio.fail_after(60):
+        async with Client(serve(tmp_path / "home", config), mode="auto", cache=None) as client:
+            for priority in ("balanced", "cheap"):
+                arguments = {"intent": "look up proxy", "priority": priority}
+                reasons[priority] = structured(await client.call_tool("frugal__execute", arguments))["reason"]
+    assert "policy=premium: premium first, list price descending" in reasons["balanced"], reasons
+    assert "policy=cheap: effective cost ascending" in reasons["cheap"], reasons

@@ -125,7 +125,7 @@ def test_execute_routes_an_intent_onto_its_capability_with_a_priority() -> None:
     assert searched.why == "no URL: routed to a web search"
     read = table.execute(ExecuteRequest("read https://a.example/post", priority="balanced"))
     assert read.route.capability == "extract" and read.request == ExtractRequest("https://a.example/post")
-    assert read.route.strategy == "fast"
+    assert read.route.strategy is None  # balanced: the capability's configured strategy
     assert read.route.then is not None and read.route.then.providers == ("browse-a", "browse-b")
 
 
