@@ -258,7 +258,7 @@ class ProviderConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     premium: bool | None = None
     base_url: str | None = None  # replaces scheme, host and path prefix of the documented endpoint
     timeout: str | None = None
-    daily_budget_usd: Decimal | None = None  # USD a UTC day, exact; once spent the provider is skipped
+    daily_budget_usd: Decimal | None = None  # USD a UTC day, exact; once spent the provider is skipped; 0: no cap
     upstream: str | None = None
     tool: str | None = None
     args: dict[str, Any] = {}
@@ -274,9 +274,10 @@ class ProviderConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
     @property
     def daily_budget_micros(self) -> int | None:
+        """The daily cap in micro-dollars; None (no cap) when it is absent or zero."""
         if self.daily_budget_usd is None:
             return None
-        return money.to_micros(self.daily_budget_usd, "daily_budget_usd")
+        return money.to_micros(self.daily_budget_usd, "daily_budget_usd") or None
 
 
 Strategy = Literal["cheap", "fast", "premium"]

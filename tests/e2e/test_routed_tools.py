@@ -285,3 +285,16 @@ async def test_execute_priority_balanced_defers_to_the_configured_strategy(tmp_p
                 reasons[priority] = structured(await client.call_tool("frugal__execute", arguments))["reason"]
     assert "policy=premium: premium first, list price descending" in reasons["balanced"], reasons
     assert "policy=cheap: effective cost ascending" in reasons["cheap"], reasons
+
+
+async def test_a_daily_budget_of_zero_is_no_cap(tmp_path: Path, apis: FakeApis) -> None:
+    """README: "Zero or absent means no cap": a paid provider with `daily_budget_usd = 0` is called."""
+    text = search_config(apis).replace(
+        "[search_providers.wikipedia]\n", "[search_providers.wikipedia]\ncost_per_call = 0.001\ndaily_budget_usd = 0\n"
+    )
+    with anyio.fail_after(60):
+        async with Client(serve(tmp_path / "home", write(tmp_path, text)), mode="auto", cache=None) as client:
+            result = await client.call_tool("frugal__search", {"query": "proxy"})
+    body = structured(result)
+    assert body["provider_used"] == "wikipedia" and body["cost_usd"] == 0.001
+    assert "skipped" not in body and apis.requests["wikipedia"] == 1

@@ -106,6 +106,14 @@ def test_values_of_the_wrong_kind_and_empty_ones_are_named() -> None:
     assert imported.data == {}
 
 
+def test_a_daily_budget_of_zero_keeps_its_meaning_no_cap() -> None:
+    """The routing README: "Zero or absent means no cap"; carried as 0, it means that here too."""
+    imported = convert({"search_providers": {"serper": {"daily_budget_usd": 0}, "brave": {"daily_budget_usd": 0.16}}})
+    loaded = config_module.loads(imported.toml("models.yaml"))
+    assert loaded.search_providers["serper"].daily_budget_micros is None
+    assert loaded.search_providers["brave"].daily_budget_micros == 160_000
+
+
 def run(*args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     code = import_command(*args)  # type: ignore[arg-type]
     out, err = capsys.readouterr()
