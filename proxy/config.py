@@ -50,7 +50,9 @@ def unknown_name(name: str, what: str, known: Iterable[str], label: str = "known
 
 
 def parse_duration(text: str) -> float:
-    """Seconds in a Go-style duration: `90s`, `2m`, `1h30m`, `250ms`."""
+    """Seconds in a Go-style duration: `90s`, `2m`, `1h30m`, `250ms`, and `0` (as Go reads it)."""
+    if text == "0":
+        return 0.0
     position, total = 0, 0.0
     for match in _DURATION.finditer(text):
         if match.start() != position:
@@ -366,9 +368,10 @@ class CacheSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     max_entries: int = 512
 
     def ttl(self, capability: str) -> float | None:
-        """How long a capability's answers are kept; None: never cached (browse)."""
+        """How long a capability's answers are kept; None: never cached (browse, or a TTL of
+        `"0"`: that capability's caching is off)."""
         ttl = {"search": self.search_ttl, "extract": self.extract_ttl}.get(capability)
-        return parse_duration(ttl) if ttl is not None else None
+        return (parse_duration(ttl) or None) if ttl is not None else None
 
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")

@@ -35,6 +35,7 @@ from frugal_proxy.config import ToolFilter
 from frugal_proxy.errors import ProxyError, UpstreamError
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
+from frugal_proxy.providers.own_tools import LISTING_SCOPE, LISTING_TTL_MS
 
 log = logging.getLogger("frugal_proxy.catalog")
 
@@ -280,10 +281,14 @@ class Catalog:
                 merged.owners.setdefault(original, Owner(self._by_name[link_name], original))
         return merged
 
-    def hints(self, method: str) -> tuple[int, str]:
-        """The smallest TTL and the narrowest scope of the parts of a merged list."""
+    def hints(self, method: str, own: tuple[int, str] | None = None) -> tuple[int, str]:
+        """The smallest TTL and the narrowest scope of the parts of a merged list; `own`: the
+        hints of the proxy's own part of it (its own tools), when it has one."""
         ttls = [listing.ttl_ms for (m, _), listing in self._listings.items() if m == method]
         scopes = [listing.scope for (m, _), listing in self._listings.items() if m == method]
+        if own is not None:
+            ttls.append(own[0])
+            scopes.append(own[1])
         scope = "public" if scopes and all(s == "public" for s in scopes) else "private"
         return (min(ttls) if ttls else 0, scope)
 
@@ -304,7 +309,7 @@ class Catalog:
         if end < len(items):
             body["nextCursor"] = encode_cursor(end)
         if client.modern:
-            ttl, scope = self.hints(method)
+            ttl, scope = self.hints(method, (LISTING_TTL_MS, LISTING_SCOPE) if extra else None)
             body.update(resultType="complete", ttlMs=ttl, cacheScope=scope)
         return body
 

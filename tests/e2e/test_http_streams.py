@@ -319,6 +319,26 @@ async def test_listings_take_the_smallest_ttl_and_narrowest_scope_of_their_parts
         hinted.stop()
 
 
+async def test_serve_with_no_upstreams_lists_its_tools_with_the_catalog_hint(tmp_path: Path) -> None:
+    """README: "Catalog results (tools/list, server/discover) carry a one-hour ttlMs hint with
+    cacheScope: public": with no upstreams at all, the catalog is the proxy's own tools alone."""
+    config = tmp_path / "frugal.toml"
+    config.write_text("".join(f"[search_providers.{name}]\nenabled = false\n" for name in ("youcom-free",)))
+    argv = [sys.executable, "-m", "frugal_proxy", "serve", "--config", str(config), "--http", "127.0.0.1:0"]
+    proxy = Proxy(argv, {"FRUGAL_HOME": str(tmp_path / "home")})
+    try:
+        url = proxy.wait_listening()
+        with anyio.fail_after(40):
+            async with httpx2.AsyncClient(timeout=20) as http:
+                for method in ("server/discover", "tools/list"):
+                    reply = await http.post(url, json=modern_body(method), headers=modern_headers(method))
+                    result = reply.json()["result"]
+                    assert (result["ttlMs"], result["cacheScope"]) == (3_600_000, "public"), (method, result)
+        assert "frugal__fetch_slice" in [tool["name"] for tool in result["tools"]]
+    finally:
+        assert proxy.stop() == 0
+
+
 # -- 2024-11-05 HTTP+SSE ---------------------------------------------------------------------------
 
 

@@ -298,3 +298,13 @@ async def test_a_daily_budget_of_zero_is_no_cap(tmp_path: Path, apis: FakeApis) 
     body = structured(result)
     assert body["provider_used"] == "wikipedia" and body["cost_usd"] == 0.001
     assert "skipped" not in body and apis.requests["wikipedia"] == 1
+
+
+async def test_a_cache_ttl_of_zero_turns_that_caching_off(tmp_path: Path, apis: FakeApis) -> None:
+    """README: `search_ttl: 5m  # default 5m; "0" turns search caching off`."""
+    text = search_config(apis) + '[cache]\nenabled = true\nsearch_ttl = "0"\n'
+    with anyio.fail_after(60):
+        async with Client(serve(tmp_path / "home", write(tmp_path, text)), mode="auto", cache=None) as client:
+            bodies = [structured(await client.call_tool("frugal__search", {"query": "proxy"})) for _ in range(2)]
+    assert [body.get("cached") for body in bodies] == [None, None]
+    assert apis.requests["wikipedia"] == 2

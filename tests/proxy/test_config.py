@@ -69,6 +69,7 @@ def test_durations() -> None:
     assert config.parse_duration("250ms") == 0.25
     assert config.parse_duration("2m") == 120
     assert config.parse_duration("1h30m") == 5400
+    assert config.parse_duration("0") == 0  # Go reads a bare 0 as a duration, and only 0
     for bad in ("", "10", "1d", "m5", "5m "):
         with pytest.raises(ValueError):
             config.parse_duration(bad)

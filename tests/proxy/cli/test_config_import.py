@@ -114,6 +114,15 @@ def test_a_daily_budget_of_zero_keeps_its_meaning_no_cap() -> None:
     assert loaded.search_providers["brave"].daily_budget_micros == 160_000
 
 
+def test_a_cache_that_is_off_stays_off() -> None:
+    """A TTL of "0" turns that capability's caching off (the routing README); it is carried as
+    it is, not dropped for the default's 5m."""
+    imported = convert({"cache": {"enabled": True, "search_ttl": "0", "extract_ttl": "10m"}})
+    assert imported.dropped == []
+    loaded = config_module.loads(imported.toml("models.yaml"))
+    assert loaded.cache.ttl("search") is None and loaded.cache.ttl("extract") == 600.0
+
+
 def run(*args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     code = import_command(*args)  # type: ignore[arg-type]
     out, err = capsys.readouterr()
