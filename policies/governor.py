@@ -6,8 +6,8 @@ pipeline:
             with a signed receipt describing that spill)
     govern  measures the result; one that fits passes through byte for byte; one that does not
             is shaped, its full payloads spilled and a signed omission receipt attached in
-            `_meta["frugal/governor"]`; a routed page's `max_chars` lowers the route's budget
-            for that call
+            `_meta["frugal/governor"]`; a routed page's `max_chars` (the call's, else
+            `limits.max_chars`; 0: no cap) is its content budget instead, in either direction
 
 The proxy's own tools are left alone: their answers are already the governor's.
 """
@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import msgspec
 
-from frugal_proxy.config import Budget
 from frugal_proxy.governor.engine import Governor, raw_call_key
-from frugal_proxy.governor.shaping import MARKER_RESERVE, fits_at_a_glance
+from frugal_proxy.governor.shaping import fits_at_a_glance
 from frugal_proxy.policies import Policy
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.records import Decision, Exchange
@@ -29,8 +28,9 @@ OWN_PROVIDER = "frugal"  # providers.own_tools.PROVIDER_NAME; policies never imp
 class GovernorPolicy(Policy):
     name = "governor"
 
-    def __init__(self, governor: Governor) -> None:
+    def __init__(self, governor: Governor, max_chars: int = 0) -> None:
         self.governor = governor
+        self.max_chars = max_chars  # limits.max_chars: a routed page's default (0: no cap)
 
     async def admit(self, exchange: Exchange) -> None:
         route = exchange.route.name
@@ -51,9 +51,13 @@ class GovernorPolicy(Policy):
             return
         route = exchange.route
         budget = self.governor.budget(exchange.operator, route.name)
-        wanted = getattr(exchange.request, "max_chars", None)  # a routed page's per-call knob
-        if isinstance(wanted, int):
-            budget = page_budget(budget, wanted)
+        if hasattr(exchange.request, "max_chars"):  # a routed page: its max_chars, else the default
+            wanted = exchange.request.max_chars
+            if wanted == 0:
+                return  # the call asked for the whole page: no cap, the route's own budget included
+            content = self.max_chars if wanted is None else wanted
+            if content:
+                budget = msgspec.structs.replace(budget, content_chars=content)
         if fits_at_a_glance(raw, budget):
             return  # what `shape` would say at once, without its coroutine (most small results)
         shaped = await self.governor.shape(route.name, exchange.operator, raw, budget, route.output_schema)
@@ -66,16 +70,6 @@ class GovernorPolicy(Policy):
         )
         if artifact_ids:
             await self.governor.remember(exchange.operator, route.name, _call_key(exchange), artifact_ids)
-
-
-def page_budget(budget: Budget, max_chars: int) -> Budget:
-    """The route's budget lowered to a routed page's `max_chars`: the payload carries the page
-    twice (structuredContent and the same JSON in its text block), each copy with room for its
-    marker, so that about `max_chars` characters of the page are kept."""
-    chars = 2 * (max_chars + MARKER_RESERVE)
-    if chars >= budget.max_chars:
-        return budget
-    return msgspec.structs.replace(budget, max_tokens=-(-chars // 4))
 
 
 def _is_own(exchange: Exchange) -> bool:

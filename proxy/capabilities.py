@@ -138,8 +138,8 @@ def _check_url(url: str) -> None:
 
 
 def _check_max_chars(value: int | None) -> None:
-    if value is not None and value < 1:
-        raise ValueError("max_chars must be at least 1")
+    if value is not None and value < 0:
+        raise ValueError("max_chars must not be negative (0 is no cap)")
 
 
 def _check_ceiling(value: Decimal | None) -> None:
@@ -185,7 +185,11 @@ _CEILING = {
     "skipped before anything is called. 0 means free providers only.",
 }
 _PROVIDER = {"type": "string", "description": "Use only this provider (it is tried alone, no failover)."}
-_MAX_CHARS = {"type": "integer", "minimum": 1, "description": "Cut the page to about this many characters."}
+_MAX_CHARS = {
+    "type": "integer",
+    "minimum": 0,
+    "description": "Cut the page's text to this many characters (0: no cap); the default is the server's.",
+}
 
 _ATTEMPT = {
     "type": "object",
@@ -209,6 +213,10 @@ _RECEIPT_PROPERTIES: dict[str, Any] = {
     "attempts": {"type": "array", "items": _ATTEMPT},
     "total_cost_usd": {"type": "number"},
     "est_tokens": {"type": "integer"},
+    # A page's answer: its content characters (markdown, text, html) returned and in all.
+    "chars_returned": {"type": "integer"},
+    "chars_total": {"type": "integer"},
+    "truncated": {"type": "boolean"},
     "reason": {"type": "string"},
     "warnings": {"type": "array", "items": {"type": "string"}},
     "cached": {"type": "boolean"},

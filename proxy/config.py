@@ -146,6 +146,9 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     retries: int = 2
     max_message_bytes: int = 64 * 1024 * 1024
     page_size: int = 500
+    # The default page-content budget of frugal__extract, frugal__browse and a URL intent of
+    # frugal__execute, in characters; a call's `max_chars` overrides it either way (0: no cap).
+    max_chars: int = 0
 
     @property
     def call_timeout_seconds(self) -> float:
@@ -181,12 +184,16 @@ SPILL_DEFAULT_QUOTA_BYTES = 256 * 1024 * 1024
 
 
 class Budget(msgspec.Struct, frozen=True):
-    """One route's limits. `max_tokens` is a planning figure: chars / 4, rounded up."""
+    """One route's limits. `max_tokens` is a planning figure: chars / 4, rounded up.
+    `content_chars`: a routed page's `max_chars` (the call's, else `limits.max_chars`): its
+    content fields (markdown, text, html) share exactly this many characters, and the route's
+    other limits do not apply to them."""
 
     max_bytes: int = 32_768
     max_records: int = 50
     max_tokens: int = 8_192
     mode: Mode | None = None
+    content_chars: int | None = None
 
     @property
     def max_chars(self) -> int:
@@ -491,6 +498,8 @@ def loads(text: str, source: str = "<config>", environ: dict[str, str] | None = 
     config = msgspec.structs.replace(config, auth=_load_auth(auth, source, env))
     if config.limits.page_size < 1 or config.limits.max_message_bytes < 1024:
         raise ConfigError(f"{source}: at limits: page_size must be >= 1 and max_message_bytes >= 1024")
+    if config.limits.max_chars < 0:
+        raise ConfigError(f"{source}: at limits.max_chars: must not be negative (0, the default, is no cap)")
     try:
         config.limits.call_timeout_seconds  # noqa: B018 - validates the duration
     except ValueError as exc:

@@ -44,6 +44,8 @@ class Cut:
     schema_floor: int | None = None
     # The last kept item, shrunk (json_shape) because not even it fitted whole.
     head: bytes | None = None
+    # What the caller can ask for to see more, when it can (a routed page's max_chars).
+    advice: str | None = None
 
     @property
     def resume_offset(self) -> int:
@@ -62,9 +64,10 @@ def marker(cut: Cut, artifact_id: str | None) -> str:
     else:
         what = f"{cut.chars_returned} of {cut.chars_total} chars"
     if artifact_id is None:
-        return f"[frugal: output truncated to {what}; the rest could not be kept]"
+        return f"[frugal: output truncated to {what}; {cut.advice or 'the rest could not be kept'}]"
     args = _encoder.encode({"artifact_id": artifact_id, "offset": cut.resume_offset}).decode()
-    return f"[frugal: output truncated to {what}; call frugal__fetch_slice {args} for the rest]"
+    advice = f"{cut.advice}, or call" if cut.advice else "call"
+    return f"[frugal: output truncated to {what}; {advice} frugal__fetch_slice {args} for the rest]"
 
 
 class _Copies:
@@ -164,6 +167,33 @@ class TextGroup(_Copies):
             out.extra.append(line)
             return len(line)
         return len(separator + line)
+
+
+class ContentGroup(TextGroup):
+    """A routed page's content field under its `max_chars`: cut as prose, the marker ending the
+    field in every copy (clients that flatten structured output still see it)."""
+
+    ADVICE = "pass a larger max_chars to see more"
+
+    def cut_to(self, max_chars: int) -> Cut:
+        offset = cuts.cut_text(self.payload, len(self.payload), max_chars)
+        return Cut(
+            field=self.name,
+            mode="text",
+            payload=self.payload,
+            returned_bytes=offset,
+            chars_total=self.chars,
+            chars_returned=cuts.char_count(self.payload[:offset]),
+            advice=self.ADVICE,
+        )
+
+    def apply(self, out: Output, cut: Cut, artifact_id: str | None) -> int:
+        kept = cut.payload[: cut.returned_bytes].decode("utf-8", "surrogatepass")
+        separator = "" if not kept or kept.endswith("\n") else "\n"
+        for location in (self.location, *self.copies):
+            out.set_text(location, kept + separator + marker(cut, artifact_id))
+        out.json_blocks.update(self.json_copies)
+        return 0  # the page's figures count its content, not the marker
 
 
 class RecordsGroup(_Copies):
@@ -287,4 +317,4 @@ class RecordsGroup(_Copies):
         return len(line)
 
 
-Group = TextGroup | RecordsGroup
+Group = TextGroup | RecordsGroup  # ContentGroup is a TextGroup

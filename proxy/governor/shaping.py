@@ -36,8 +36,8 @@ import msgspec
 
 from frugal_proxy.config import Budget
 from frugal_proxy.governor import lazy_json, schema_check
+from frugal_proxy.governor.groups import ContentGroup, Found, Group, Kind, RecordsGroup, TextGroup
 from frugal_proxy.governor.groups import Cut as Cut
-from frugal_proxy.governor.groups import Found, Group, Kind, RecordsGroup, TextGroup
 from frugal_proxy.governor.groups import marker as marker
 from frugal_proxy.governor.result_parts import META_KEY as META_KEY
 from frugal_proxy.governor.result_parts import Output, Parts, Text
@@ -124,6 +124,8 @@ def fits_at_a_glance(result: bytes | msgspec.Raw, budget: Budget) -> bool:
     it holds fewer commas and escapes than `max_records` (no array has more items than commas
     plus one, no text more lines than `\\n` escapes plus one)."""
     size = len(result)
+    if budget.content_chars is not None:  # a page's content has no more characters than its JSON bytes
+        return size <= budget.content_chars
     if 2 * size > min(budget.max_bytes, budget.max_chars):
         return False
     data = bytes(result) if isinstance(result, msgspec.Raw) else result
@@ -154,8 +156,11 @@ def plan(result: bytes | msgspec.Raw, budget: Budget, schema: Any = None) -> Pla
         if "resultType" in body and _any.decode(body["resultType"]) not in ("complete", None):
             return None
         parts = Parts(body, blocks)
-    made = _plan(parts, budget, schema if isinstance(schema, dict) else None, structured_whole=False)
-    if made is not None and isinstance(schema, dict) and made.touches_structured:
+    if budget.content_chars is not None:
+        made = _content_plan(parts, budget.content_chars)
+    else:
+        made = _plan(parts, budget, schema if isinstance(schema, dict) else None, structured_whole=False)
+    if made is not None and isinstance(schema, dict) and made.touches_structured and budget.content_chars is None:
         broken = schema_check.violations(made.structured_after(), schema)
         if broken:
             made = _plan(parts, budget, None, structured_whole=True)
@@ -208,6 +213,55 @@ def _plan(parts: Parts, budget: Budget, schema: dict[str, Any] | None, structure
         return None
     over = room_bytes < 0 or room_chars < 0 or any((cut.returned_records or 0) > budget.max_records for cut in made)
     return Plan(parts, chosen, made, chars_total, kept_chars, over_budget=over)
+
+
+def _content_plan(parts: Parts, content_chars: int) -> Plan | None:
+    """A routed page under its `max_chars`: its content fields share exactly that many
+    characters in priority order (markdown, then text, then html), each cut rune-safe at a word
+    boundary; its other fields, and the route's other limits, are left alone. None when it fits."""
+    groups = _content_groups(parts)
+    total = sum(group.chars for group in groups)
+    if total <= content_chars:
+        return None
+    room, kept = content_chars, 0
+    chosen: list[Group] = []
+    made: list[Cut] = []
+    for group in groups:
+        cut = group.cut_to(room)
+        room -= cut.chars_returned
+        kept += cut.chars_returned
+        if cut.returned_bytes < len(group.payload):
+            chosen.append(group)
+            made.append(cut)
+    return Plan(parts, chosen, made, total, kept)
+
+
+def _content_groups(parts: Parts) -> list[ContentGroup]:
+    """The content fields of the page objects of structuredContent (`page.markdown`, `.text`,
+    `.html`), in priority order, each with the text blocks that are JSON copies of it."""
+    if parts.structured is None or _first(parts.structured) != b"{":
+        return []
+    try:
+        container = parts.fields()
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return []
+    texts = parts.texts()
+    json_copies = [i for i, text in texts.items() if _is_json_of(text.payload, (container, None, []))]
+    groups: list[ContentGroup] = []
+    for key, value in container.items():
+        if _first(value) != b"{":
+            continue
+        inner = _object.decode(value)
+        for kind in sorted(PRIORITY, key=PRIORITY.__getitem__):
+            raw = inner.get(kind)
+            if raw is None or _first(raw) != b'"':
+                continue
+            group = ContentGroup(
+                Text(("structuredContent", key, kind), f"structuredContent.{key}.{kind}", raw, None), kind, "text"
+            )
+            group.json_copies = json_copies
+            groups.append(group)
+    return groups
 
 
 def _kind_of(name: str, mime: str | None, payload: bytes) -> Kind:

@@ -219,7 +219,7 @@ def assemble(
     if settings.enabled:
         engine = Governor.embedded(settings)  # each operator may lower its own budgets
         assembly.governor = engine
-        assembly.policies.append(GovernorPolicy(engine))
+        assembly.policies.append(GovernorPolicy(engine, config.limits.max_chars if config is not None else 0))
         assembly.own_tools.extend(governor_tools(engine))
     if metrics is not None:
         assembly.policies.append(CallMetrics(metrics))

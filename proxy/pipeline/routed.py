@@ -14,7 +14,11 @@ JSON in its text block:
                         answer billed $0 on a unit of the provider's free monthly quota),
                         maybe_billed (a paid request that went out and got no answer saying it
                         failed: its cost_usd is its price, counted as spent)
-    est_tokens          the answer's size as the governor counts it (characters / 4)
+    est_tokens          a page's returned content characters / 4, rounded up; a search's whole
+                        answer as the governor counts it
+    chars_returned, chars_total, truncated
+                        a page's content characters (markdown, text, html) returned and in all,
+                        and `truncated: true` when they differ (page_sizes)
     reason              one line: what routed it and who won
     warnings, skipped   what was dropped, and each candidate a policy removed before any call
     cached, cache_age_ms  an answer from the result cache, and its age (it costs $0)
@@ -24,6 +28,7 @@ Amounts are exact decimals rendered as JSON numbers (money: integer micro-dollar
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -38,6 +43,9 @@ from frugal_proxy.records import Attempt, Decision, Exchange, Receipt
 
 EXECUTE = "frugal__execute"
 ROUTE_META = "frugal/route"
+PAGE_CONTENT = ("markdown", "text", "html")
+# The marker that ends a page field cut to its max_chars (governor.groups.ContentGroup).
+_CUT_MARKER = re.compile(r"\n?\[frugal: output truncated to (\d+) of \d+ chars; pass a larger max_chars[^\n]*\]\Z")
 
 _encoder = msgspec.json.Encoder(decimal_format="number")
 _OUTCOME = {"ok": "won", "empty": "empty"}
@@ -156,9 +164,13 @@ def answer(exchange: Exchange, receipt: Receipt, governed: Frame | None = None) 
     body.update(receipt_fields(exchange, receipt))
     if warnings:
         body["warnings"] = warnings
-    body["est_tokens"] = 0
-    text = _encoder.encode(body)
-    body["est_tokens"] = est_tokens(len(text) + sum(len(str(block.get("text", ""))) for block in extra))
+    page = body.get("page")
+    if isinstance(page, dict):
+        body.update(page_sizes(exchange, page))
+    else:
+        body["est_tokens"] = 0
+        text = _encoder.encode(body)
+        body["est_tokens"] = est_tokens(len(text) + sum(len(str(block.get("text", ""))) for block in extra))
     text = _encoder.encode(body)
     result: dict[str, Any] = {
         "content": [{"type": "text", "text": text.decode()}, *extra],
@@ -169,6 +181,24 @@ def answer(exchange: Exchange, receipt: Receipt, governed: Frame | None = None) 
     if meta:
         result["_meta"] = meta
     return jsonrpc.result(exchange.call.request_id, msgspec.Raw(_encoder.encode(result)))
+
+
+def page_sizes(exchange: Exchange, shown: dict[str, Any]) -> dict[str, Any]:
+    """A page answer's size fields: its content characters as returned (a field the governor
+    cut counts what its marker says was kept) and as the provider answered them."""
+    data = exchange.outcome.data if exchange.outcome is not None else None
+    total = sum(len(getattr(data, field) or "") for field in PAGE_CONTENT) if isinstance(data, Page) else 0
+    returned = 0
+    for field in PAGE_CONTENT:
+        value = shown.get(field)
+        if isinstance(value, str):
+            cut = _CUT_MARKER.search(value)
+            returned += int(cut.group(1)) if cut is not None else len(value)
+    sizes: dict[str, Any] = {"chars_returned": returned, "chars_total": max(total, returned)}
+    sizes["est_tokens"] = est_tokens(returned)
+    if returned != sizes["chars_total"]:
+        sizes["truncated"] = True
+    return sizes
 
 
 def _governed_body(governed: Frame | None) -> tuple[dict[str, Any], list[Any], dict[str, Any] | None] | None:

@@ -308,3 +308,42 @@ async def test_a_cache_ttl_of_zero_turns_that_caching_off(tmp_path: Path, apis: 
             bodies = [structured(await client.call_tool("frugal__search", {"query": "proxy"})) for _ in range(2)]
     assert [body.get("cached") for body in bodies] == [None, None]
     assert apis.requests["wikipedia"] == 2
+
+
+def content_of(body: dict[str, Any]) -> str:
+    return str(body["page"]["markdown"])
+
+
+async def test_max_chars_is_the_page_budget_and_the_call_overrides_the_default(tmp_path: Path, apis: FakeApis) -> None:
+    """README: `limits.max_chars` is the default page-content budget; a call's `max_chars`
+    overrides it in either direction (0: no cap); the cut field ends with the marker; every
+    page answer reports chars_returned, chars_total, est_tokens (chars / 4, rounded up) and,
+    when they differ, truncated: true."""
+    config = write(tmp_path, page_config(apis, "[limits]\nmax_chars = 300\n"))
+    url = f"{apis.base}/pages/long"
+    with anyio.fail_after(60):
+        async with Client(serve(tmp_path / "home", config, **BROWSERLESS), mode="auto", cache=None) as client:
+            default = structured(await client.call_tool("frugal__extract", {"url": url}))
+            larger = structured(await client.call_tool("frugal__extract", {"url": url, "max_chars": 50_000}))
+            uncapped = structured(await client.call_tool("frugal__extract", {"url": url, "max_chars": 0}))
+            smaller = structured(await client.call_tool("frugal__execute", {"intent": f"read {url}"}))
+            artifact = json.loads(content_of(default).rpartition("frugal__fetch_slice ")[2].split(" for the rest")[0])
+            rest = await client.call_tool("frugal__fetch_slice", {**artifact, "limit": 100_000})
+    total = default["chars_total"]
+    assert total > 20_000
+    assert default["chars_returned"] <= 300 and default["truncated"] is True
+    assert default["est_tokens"] == -(-default["chars_returned"] // 4)
+    kept, _, marker = content_of(default).rpartition("\n")
+    assert len(kept) == default["chars_returned"]
+    assert marker.startswith(
+        f"[frugal: output truncated to {default['chars_returned']} of {total} chars; "
+        "pass a larger max_chars to see more"
+    ), marker
+    assert "frugal__fetch_slice" in marker
+    assert rest.is_error is False and kept.rstrip() not in str(rest.structured_content)
+    # Up past the default and past the size governor's own budget (32 KB over both copies): the whole page.
+    for whole in (larger, uncapped):
+        assert whole["chars_returned"] == whole["chars_total"] == total and "truncated" not in whole
+        assert "[frugal: output truncated" not in content_of(whole)
+        assert whole["est_tokens"] == -(-total // 4)
+    assert smaller["chars_returned"] <= 300 < smaller["chars_total"] and smaller["truncated"] is True

@@ -156,6 +156,9 @@ async def test_a_routed_pages_max_chars_lowers_the_budget_for_that_call() -> Non
     await GovernorPolicy(governor).govern(short)
     assert short.answer is not None
     body = jsonrpc.decode_any(short.answer["result"])
-    kept = body["structuredContent"]["page"]["markdown"]
+    kept, _, marker = body["structuredContent"]["page"]["markdown"].rpartition("\n")
     assert 600 < len(kept) <= 800 and page["markdown"].startswith(kept)
+    # The marker ends the field itself (README), naming max_chars and the rest's artifact.
+    assert marker.startswith(f"[frugal: output truncated to {len(kept)} of 5000 chars; pass a larger max_chars")
+    assert "frugal__fetch_slice" in marker
     assert body["_meta"]["frugal/governor"]["receipts"][0]["field"] == "structuredContent.page.markdown"

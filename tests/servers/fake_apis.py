@@ -11,6 +11,7 @@ through each provider's `base_url`).
                                            service is expected to be unavailable)
     /pages/spa                             a page whose text only JavaScript writes (a near-empty read)
     /pages/js                              an article, readable as it is served (its path says "js")
+    /pages/long                            a long article (about 24,000 characters of text)
     /browserless/content                   Browserless's REST `POST /content?token=` with `{url}`:
                                            200 text/html, the rendered DOM
                                            (docs.browserless.io/rest-apis/content)
@@ -98,6 +99,11 @@ def _app(counts: collections.Counter[str]) -> Starlette:
         counts["article"] += 1
         return HTMLResponse(ARTICLE)
 
+    async def long_article(request: Request) -> Response:
+        counts["long"] += 1
+        paragraphs = "".join(f"<p>Part {n}. {ARTICLE_TEXT * 4}</p>" for n in range(24))
+        return HTMLResponse(f"<!doctype html><html><body><article><h1>Long</h1>{paragraphs}</article></body></html>")
+
     async def rendered(request: Request) -> Response:
         counts["browserless"] += 1
         if not request.query_params.get("token"):
@@ -108,6 +114,7 @@ def _app(counts: collections.Counter[str]) -> Starlette:
         routes=[
             Route("/pages/spa", spa),
             Route("/pages/js", article),
+            Route("/pages/long", long_article),
             Route("/browserless/content", rendered, methods=["POST"]),
             Route("/wikipedia/w/rest.php/v1/search/page", wikipedia),
             Route("/down/{rest:path}", down, methods=["GET", "POST"]),

@@ -123,6 +123,12 @@ def test_a_cache_that_is_off_stays_off() -> None:
     assert loaded.cache.ttl("search") is None and loaded.cache.ttl("extract") == 600.0
 
 
+def test_max_chars_is_carried_as_the_page_default() -> None:
+    imported = convert({"limits": {"max_chars": 40000}})
+    assert imported.dropped == []
+    assert config_module.loads(imported.toml("models.yaml")).limits.max_chars == 40_000
+
+
 def run(*args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     code = import_command(*args)  # type: ignore[arg-type]
     out, err = capsys.readouterr()

@@ -62,7 +62,9 @@ def test_the_answer_is_structured_content_and_the_same_json_as_text() -> None:
     assert json.loads(body["content"][0]["text"]) == content
     assert content["page"] == {"url": "https://a.example/", "title": "A", "markdown": "# A\n\nbody"}
     assert content["provider_used"] == "jina" and content["cost_usd"] == 0.002 and content["total_cost_usd"] == 0.002
-    assert content["est_tokens"] == -(-len(body["content"][0]["text"]) // 4)
+    # A page's size is its content: chars / 4, rounded up (the routing README's token receipt).
+    assert (content["chars_returned"], content["chars_total"], content["est_tokens"]) == (9, 9, 3)
+    assert "truncated" not in content
     assert jsonrpc.id_of(frame) == 9
 
 
