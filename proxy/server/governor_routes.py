@@ -35,6 +35,7 @@ from frugal_proxy.governor import keys
 from frugal_proxy.governor.engine import Governor
 from frugal_proxy.governor.operator_budgets import BudgetError
 from frugal_proxy.identities import InvalidOperator
+from frugal_proxy.protocol import limits
 from frugal_proxy.providers import governor_tools
 from frugal_proxy.server.guard import REGISTER_PATH, BodyTooLarge, GuardSettings, operator_of, read_body
 from frugal_proxy.server.operators import (
@@ -117,10 +118,7 @@ class GovernorHttp:
             ) from None
         except ClientDisconnect:
             raise governor_tools.GovernorRequestError("invalid_request", "the client went away mid-body") from None
-        try:
-            body = msgspec.json.decode(raw)
-        except msgspec.DecodeError as exc:
-            raise governor_tools.GovernorRequestError("invalid_request", f"the body is not JSON: {exc}") from None
+        body = _decoded(raw)
         if not isinstance(body, dict):
             raise governor_tools.GovernorRequestError("invalid_request", "the body must be a JSON object")
         return body
@@ -171,6 +169,34 @@ class GovernorHttp:
             return problem(exc.code, str(exc), None, **extra)
         body = {"operator": operator, "token": token, "note": "shown once: only its hash is kept"}
         return JSONResponse(body, 201, NO_STORE)
+
+
+# What to do about a body that breaks one of the line limits (protocol.limits), as on /mcp.
+_LIMIT_ADVICE = (
+    "send a body that keeps the limits /mcp keeps: at most "
+    f"{limits.MAX_DEPTH} levels of arrays and objects, UTF-8, numbers within a 64-bit float, integers "
+    f"of at most {limits.MAX_INTEGER_CHARS} characters (a larger one as a string); a deeper result "
+    "can go to /shape as a string in `text`"
+)
+
+
+def _decoded(raw: bytes) -> Any:
+    """The body's JSON value, checked against the line limits before msgspec recurses into it;
+    raises GovernorRequestError (400) naming the limit a body breaks and what to send instead."""
+    try:
+        value = limits.checked(raw)
+    except limits.LineRefused as exc:
+        what = f"the body is {exc}" if exc.parse else f"the body breaks a limit: {exc}"
+        raise governor_tools.GovernorRequestError("invalid_request", f"{what}; {_LIMIT_ADVICE}") from None
+    if value is not limits.UNREAD:
+        return value
+    try:  # over limits.FULL_CHECK_BYTES: its nesting and UTF-8 are checked, its values are read here
+        return msgspec.json.decode(raw)
+    except msgspec.ValidationError as exc:
+        message = f"the body breaks a limit: {limits.value_message(exc)}; {_LIMIT_ADVICE}"
+        raise governor_tools.GovernorRequestError("invalid_request", message) from None
+    except msgspec.DecodeError as exc:
+        raise governor_tools.GovernorRequestError("invalid_request", f"the body is not JSON: {exc}") from None
 
 
 def governor_routes(governor: Governor | None, guard: GuardSettings) -> list[Route]:

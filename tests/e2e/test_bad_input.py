@@ -485,6 +485,35 @@ def test_a_body_that_used_to_crash_the_proxy_gets_a_400(
     assert echo_over_http(http_proxy.url, "still here") == "still here"
 
 
+GOVERNOR_PATHS = ["/shape", "/fetch-slice", "/budgets", "/receipts/verify"]
+GOVERNOR_BODIES = {
+    "arrays 1000 deep": (b'{"route":"echo","result":' + DEEP + b"}", "128 levels"),
+    "objects 1000 deep": (b'{"receipt":' + b'{"a":' * 1000 + b"1" + b"}" * 1001, "128 levels"),
+    "an integer of 5000 digits": (b'{"offset":' + DIGITS + b"}", "4300 characters"),
+    "invalid UTF-8": (b'{"route":"\xff\xfe"}', "UTF-8"),
+}
+
+
+@pytest.mark.parametrize("path", GOVERNOR_PATHS)
+@pytest.mark.parametrize(("body", "named"), GOVERNOR_BODIES.values(), ids=GOVERNOR_BODIES.keys())
+def test_a_governor_body_that_used_to_crash_its_route_gets_a_400_naming_the_limit(
+    http_proxy: Proxy, path: str, body: bytes, named: str
+) -> None:
+    before = len(http_proxy.lines)
+    headers = {"Content-Type": "application/json"}
+    reply = httpx2.post(f"{http_proxy.base}{path}", content=body, headers=headers, timeout=10)
+    assert reply.status_code == 400, reply.text
+    refusal = reply.json()
+    assert refusal["error"] == "invalid_request" and named in refusal["message"], refusal
+    assert "send" in refusal["message"]  # what to do about it
+    # The route keeps serving: a valid body right after is answered.
+    shaped = httpx2.post(f"{http_proxy.base}/shape", json={"route": "echo", "text": "fine"}, timeout=10)
+    assert shaped.status_code == 200 and shaped.json()["result"]["content"][0]["text"] == "fine"
+    logged = http_proxy.lines[before:]
+    assert any("warning" in line and "governor HTTP request refused" in line for line in logged), logged
+    assert not any("RecursionError" in line or "Traceback" in line for line in logged), logged
+
+
 @pytest.fixture(scope="module")
 def faulty_http() -> Iterator[str]:
     for base in http_server("faulty"):
