@@ -79,7 +79,8 @@ def add_http_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=1000,
         metavar="N",
-        help="most open HTTP connections at once; more get 503 "
+        help="most open HTTP connections at once; one more takes the place of the oldest one waiting on its "
+        "client (none completed a request yet, then the longest idle), else gets 503 "
         "(default: 1000, lowered to fit the file-descriptor limit)",
     )
     group.add_argument(
@@ -87,7 +88,8 @@ def add_http_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=256,
         metavar="N",
-        help="most open HTTP connections from one client IP; more get 503 (default: 256)",
+        help="most open HTTP connections from one client IP; one more takes the place of that IP's oldest "
+        "one waiting on its client, else gets 503 (default: 256)",
     )
     group.add_argument(
         "--header-timeout",

@@ -8,7 +8,10 @@ hundred connections that never finish their headers used to take every file desc
 every client out. `LimitedHttpToolsProtocol` adds, per connection:
 
 - a cap on open connections per client IP and overall (`ConnectionLimits`, sans-IO): a
-  connection over either is answered 503 with what limit was hit and the flag that raises it,
+  connection over either takes the place of one that waits on its client (the oldest that has
+  not completed a request, then the longest idle; never one that showed a valid bearer token,
+  which the guard reports through `TRUST_HOOK`), which is shed with a 503 saying why; with none
+  waiting, the new one is answered 503 with what limit was hit and the flag that raises it,
   then closed;
 - a header deadline from the connection's start (or from the first byte of a kept-alive
   connection's next request, or from the end of the answer before it for a request that came
@@ -54,7 +57,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
@@ -75,6 +78,7 @@ WARN_EVERY = 10.0  # seconds between two warnings of one kind: a flood must not 
 DISCONNECT_HOOK = "frugal.on_disconnect"  # the scope["extensions"] key of the disconnect hook
 RESPOND_HOOK = "frugal.respond"  # the scope["extensions"] key of the whole-response writer
 RESPONDED_KEY = "frugal.responded"  # the scope key of the status that writer wrote
+TRUST_HOOK = "frugal.trust"  # the scope["extensions"] key the guard calls once a valid token was shown
 MAX_HEAD_BYTES = 16 * 1024  # a request line and headers over this get a 400 (h11's bound, kept)
 _HEAD, _BODY, _DONE = "head", "body", "done"  # how far the request being read has come
 _WHITESPACE = (0x20, 0x09)
@@ -83,9 +87,26 @@ _TOKEN = re.compile(rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+")  # RFC 9110's token: what h
 _FIRST_STEP = 64  # bytes: where the look for a request's start begins (most requests fit)
 
 
+# How far a connection that may be shed has come, the first shed first: it has not completed a
+# request since it opened, or it has (and is idle, or sending its next request).
+UNPROVEN, IDLE = 0, 1
+
+
+class Sheddable(Protocol):
+    """A connection that can be closed to make room for a new one."""
+
+    def shed(self, why: str) -> None: ...
+
+
 @dataclass
 class ConnectionLimits:
-    """Open connections by client IP and overall, and the caps on them."""
+    """Open connections by client IP and overall, and the caps on them.
+
+    A new connection over a cap takes the place of one waiting on its client (`wait`): one that
+    has not completed a request since it opened, the oldest first, else one idle or sending its
+    next request, the oldest first; the same client IP's for the per-IP cap, anyone's for the
+    overall one. Only when none waits (every one is being answered, or showed a valid token) is
+    the new one refused."""
 
     overall: int = DEFAULT_MAX_CONNECTIONS
     per_ip: int = DEFAULT_MAX_CONNECTIONS_PER_IP
@@ -96,6 +117,11 @@ class ConnectionLimits:
     waiting_refusals: int = 0
     _warned: dict[str, float] = field(default_factory=dict)
     _unsaid: Counter[str] = field(default_factory=Counter)
+    # The connections that wait on their client, by tier (UNPROVEN, IDLE), oldest first (dicts
+    # keep their insertion order, and a set and a del cost less than an OrderedDict's, once per
+    # request): overall (with each one's client IP) and by client IP (while it has connections open).
+    _waiting: tuple[dict[Sheddable, str], ...] = field(default_factory=lambda: ({}, {}), init=False, repr=False)
+    _waiting_from: dict[str, tuple[dict[Sheddable, None], ...]] = field(default_factory=dict, init=False, repr=False)
 
     def warn(self, message: str, now: float, **extra: object) -> None:
         """Log `message` at warn, at most once per WARN_EVERY seconds; the next one says how
@@ -107,20 +133,59 @@ class ConnectionLimits:
         log.warning(message, extra={**extra, "also_since_last": self._unsaid.pop(message, 0)})
 
     def admit(self, ip: str) -> str | None:
-        """Count a new connection from `ip` in and return None, or say which cap refuses it."""
-        if self.total >= self.overall:
+        """Count a new connection from `ip` in and return None (a waiting one shed, when a cap
+        is reached), or say which cap refuses it."""
+        if self.open[ip] >= self.per_ip and not self._shed_one(ip):
             return (
-                f"too many open connections ({self.overall}, the proxy's limit); try again shortly, "
-                "or raise it with --max-connections"
+                f"too many open connections from {ip} ({self.per_ip}, the per-client-IP limit), each "
+                "being answered; close some, or raise it with --max-connections-per-ip"
             )
-        if self.open[ip] >= self.per_ip:
+        if self.total >= self.overall and not self._shed_one(None):
             return (
-                f"too many open connections from {ip} ({self.per_ip}, the per-client-IP limit); close some, "
-                "or raise it with --max-connections-per-ip"
+                f"too many open connections ({self.overall}, the proxy's limit), each being answered; "
+                "try again shortly, or raise it with --max-connections"
             )
-        self.open[ip] += 1
+        count = self.open[ip]
+        if count == 0:
+            self._waiting_from[ip] = ({}, {})
+        self.open[ip] = count + 1
         self.total += 1
         return None
+
+    def wait(self, connection: Sheddable, ip: str, tier: int) -> None:
+        """`connection`, admitted from `ip`, waits on its client from now: it may be shed."""
+        self._waiting[tier][connection] = ip
+        self._waiting_from[ip][tier][connection] = None
+
+    def unwait(self, connection: Sheddable, ip: str, tier: int) -> None:
+        """`connection` no longer waits on its client (a request of it is complete, it closed)."""
+        del self._waiting[tier][connection]
+        del self._waiting_from[ip][tier][connection]
+
+    def _shed_one(self, ip: str | None) -> bool:
+        """Close the connection that has waited longest (of client `ip`, or of anyone), its
+        place given back at once; False when none waits."""
+        for tier in (UNPROVEN, IDLE):
+            if ip is None:
+                if not self._waiting[tier]:
+                    continue
+                victim, owner = next(iter(self._waiting[tier].items()))
+            else:
+                mine = self._waiting_from.get(ip)
+                if mine is None or not mine[tier]:
+                    continue
+                victim, owner = next(iter(mine[tier])), ip
+            self.unwait(victim, owner, tier)
+            self.release(owner)
+            which = "from that client IP" if ip is not None else "overall"
+            flag = "--max-connections-per-ip" if ip is not None else "--max-connections"
+            victim.shed(
+                f"the proxy was at its connection limit {which} and this connection was waiting on its "
+                f"request (the {'oldest that had not completed one' if tier == UNPROVEN else 'longest idle'}): "
+                f"closed to make room; send requests promptly, or raise {flag}"
+            )
+            return True
+        return False
 
     def release(self, ip: str) -> None:
         """A connection `admit` let in has closed."""
@@ -128,6 +193,7 @@ class ConnectionLimits:
         self.open[ip] -= 1
         if self.open[ip] <= 0:
             del self.open[ip]
+            self._waiting_from.pop(ip, None)  # every connection of it has stopped waiting
 
 
 def plain_response(status: int, reason: str, code: str, message: str, extra: str = "") -> bytes:
@@ -230,6 +296,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._on_lost: list[Callable[[], object]] = []
         self._lost = False
         self._idle_since: float | None = None  # when the last response ended, while no request is read
+        self._tier: int | None = None  # UNPROVEN or IDLE while it waits on its client (it may be shed)
+        self._trusted = False  # a request of it showed a valid bearer token: never shed
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -239,6 +307,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if refusal is None:
             self._ip = ip
             self._arm("headers")
+            self._wait(UNPROVEN)
             return
         self.limits.warn("connection refused: over a connection limit", self.loop.time(), status=503, reason=refusal)
         if self.limits.waiting_refusals >= MAX_WAITING_REFUSALS:
@@ -252,6 +321,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
         self._disarm()
+        self._unwait()
         if self.timeout_keep_alive_task is not None:
             self.timeout_keep_alive_task.cancel()
             self.timeout_keep_alive_task = None
@@ -405,10 +475,13 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             scope: dict[str, Any] = self.scope  # type: ignore[assignment]
             # (bound to the connection, not the request: a request's scope that held a callable
             # holding its cycle would make every request a reference cycle for the collector)
-            scope["extensions"] = {DISCONNECT_HOOK: self._when_lost, RESPOND_HOOK: self._respond}
+            hooks = {DISCONNECT_HOOK: self._when_lost, RESPOND_HOOK: self._respond, TRUST_HOOK: self._trust}
+            scope["extensions"] = hooks
 
     def on_message_complete(self) -> None:
         self._reading = _DONE
+        if self._tier is not None:
+            self._unwait()  # a whole request came: the connection is being answered
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
@@ -429,6 +502,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
                 self._idle_since = self.loop.time()
                 if self.timeout_keep_alive_task is None:
                     self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self._keep_alive_due)
+            if self._reading != _BODY:  # (a body still coming after its early answer is no wait)
+                self._wait(IDLE)
         if self._malformed is not None and self._answered():
             self._send_malformed()
 
@@ -444,6 +519,41 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self.timeout_keep_alive_task = self.loop.call_later(left, self._keep_alive_due)
         else:
             self.timeout_keep_alive_handler()
+
+    # -- shedding under a connection cap -------------------------------------------------------------
+
+    def _wait(self, tier: int) -> None:
+        """From now until a request of it is complete, the connection waits on its client."""
+        if self._ip is not None and self._tier is None and not self._trusted:
+            self._tier = tier
+            self.limits.wait(self, self._ip, tier)
+
+    def _unwait(self) -> None:
+        if self._tier is not None and self._ip is not None:
+            self.limits.unwait(self, self._ip, self._tier)
+        self._tier = None
+
+    def _trust(self) -> None:
+        """`TRUST_HOOK`: a request of this connection showed a valid bearer token."""
+        self._trusted = True
+        self._unwait()
+
+    def shed(self, why: str) -> None:
+        """Close the connection to make room for a new one (`ConnectionLimits` has given its
+        place back already): a 503 saying `why` when a request of it was begun or none was
+        sent yet, nothing when it is idle between requests."""
+        self._tier = self._ip = None
+        self._disarm()
+        self.limits.warn("connection shed to make room under a connection limit", self.loop.time(), status=503)
+        if self.transport.is_closing():
+            return
+        self._flush()
+        cycle = self.cycle
+        idle = self._reading == _DONE and self._begun > 0
+        if not idle and not self.pipeline and (cycle is None or cycle.response_complete or not cycle.response_started):
+            refusal = plain_response(503, "Service Unavailable", "too_many_connections", why, "retry-after: 1\r\n")
+            self.transport.write(refusal)
+        self.transport.close()
 
     # -- the disconnect hook -------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from frugal_proxy.identities import LOCAL, TOKEN_ENV
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.headers import accept_weights
 from frugal_proxy.protocol.jsonrpc import Frame
+from frugal_proxy.server.connections import TRUST_HOOK
 from frugal_proxy.server.operators import Operators
 
 log = logging.getLogger("frugal_proxy.http_guard")
@@ -205,6 +206,10 @@ class Guard:
                 await _refuse(send, 401, "unauthorized", message, {"WWW-Authenticate": "Bearer"})
                 return
             operator = found
+            extensions = scope.get("extensions")
+            trust = extensions.get(TRUST_HOOK) if extensions else None
+            if trust is not None:
+                trust()  # the connection showed a valid token: it is never shed to make room
         # The operator travels with the request, in its scope; handlers read it with operator_of,
         # and the headers as read here with headers_of.
         await self.app({**scope, OPERATOR_KEY: operator, HEADERS_KEY: headers}, receive, send)

@@ -11,15 +11,26 @@ import json
 import shutil
 import sys
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 
 import anyio
 import anyio.abc
 import httpx2
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import TextContent
 
 from tests.conftest import FAULTY_SERVER, proxy_command
-from tests.e2e.test_http_downstream import INITIALIZE, LEGACY_HEADERS, Proxy, modern_body, modern_headers, start
+from tests.e2e.test_http_downstream import (
+    INITIALIZE,
+    LEGACY_HEADERS,
+    META,
+    Proxy,
+    modern_body,
+    modern_headers,
+    start,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -121,11 +132,28 @@ async def test_the_header_deadline_restarts_for_each_request_on_a_kept_alive_con
 
 # -- connection caps ----------------------------------------------------------------------------------
 
+SLOW_CALL = json.dumps(
+    modern_body("tools/call", {"name": "slow", "arguments": {"seconds": 25}}, meta={**META, "progressToken": "p"})
+).encode()
+SLOW_HEADERS = [f"{key}: {value}" for key, value in modern_headers("tools/call", "slow").items()]
+
+
+@asynccontextmanager
+async def busy(proxy: Proxy, source: str = "127.0.0.1") -> AsyncIterator[anyio.abc.SocketStream]:
+    """A connection being answered: a slow call whose event stream has begun (never shed)."""
+    async with raw(proxy, source) as stream:
+        await stream.send(post(SLOW_CALL, *SLOW_HEADERS, "Content-Type: application/json"))
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += await stream.receive()
+        assert head.startswith(b"HTTP/1.1 200 "), head
+        yield stream
+
 
 @pytest.mark.parametrize("faulty_proxy", [("--max-connections-per-ip", "3")], indirect=True)
 async def test_connections_over_the_per_ip_cap_get_503_naming_the_flag(faulty_proxy: Proxy) -> None:
     with anyio.fail_after(20):
-        async with raw(faulty_proxy) as one, raw(faulty_proxy), raw(faulty_proxy):
+        async with busy(faulty_proxy) as one, busy(faulty_proxy), busy(faulty_proxy):
             async with raw(faulty_proxy) as fourth:
                 await fourth.send(post(LISTING, *MODERN_HEADERS))
                 refused = await read_all(fourth)
@@ -146,11 +174,132 @@ async def test_connections_over_the_per_ip_cap_get_503_naming_the_flag(faulty_pr
 @pytest.mark.parametrize("faulty_proxy", [("--max-connections", "2")], indirect=True)
 async def test_connections_over_the_overall_cap_get_503_naming_the_flag(faulty_proxy: Proxy) -> None:
     with anyio.fail_after(20):
-        async with raw(faulty_proxy), raw(faulty_proxy, source="127.0.0.2"), raw(faulty_proxy, "127.0.0.3") as third:
+        async with busy(faulty_proxy), busy(faulty_proxy, "127.0.0.2"), raw(faulty_proxy, "127.0.0.3") as third:
             refused = await read_all(third)  # sending nothing: answered after a short wait
     assert refused.startswith(b"HTTP/1.1 503 ")
     assert "--max-connections" in str(body_of(refused)["message"])
     assert any("over a connection limit" in line for line in faulty_proxy.lines)
+
+
+class Pressure:
+    """Connections held open from the test itself that never finish their request's headers,
+    as a slowloris holds them; each one the proxy closes is counted, with what it answered."""
+
+    def __init__(self, proxy: Proxy) -> None:
+        self.proxy = proxy
+        self.held = 0
+        self.closed: list[bytes] = []
+        self.one_closed = anyio.Event()
+
+    async def hold(self, tg: anyio.abc.TaskGroup, count: int, sources: list[str]) -> None:
+        """Open `count` connections, spread over `sources`, each once its predecessor is sending."""
+        for index in range(count):
+            opened = anyio.Event()
+            tg.start_soon(self._one, sources[index % len(sources)], opened)
+            await opened.wait()
+
+    async def _one(self, source: str, opened: anyio.Event) -> None:
+        async with raw(self.proxy, source) as stream:
+            await stream.send(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # headers that never end
+            self.held += 1
+            opened.set()
+            answer = await read_all(stream)
+        self.held -= 1
+        self.closed.append(answer)
+        self.one_closed.set()
+
+    async def closed_after(self, seen: int) -> bytes:
+        """What the first connection the proxy closed after the first `seen` was answered."""
+        while len(self.closed) <= seen:
+            self.one_closed = anyio.Event()
+            await self.one_closed.wait()
+        return self.closed[seen]
+
+
+async def echo_calls(url: str, mode: str, count: int, http: httpx2.AsyncClient | None = None) -> list[str]:
+    """`count` echo calls of one SDK client."""
+    transport = streamable_http_client(url, http_client=http) if http is not None else url
+    async with Client(transport, mode=mode, cache=None) as client:  # type: ignore[arg-type]
+        texts = []
+        for index in range(count):
+            result = await client.call_tool("echo", {"text": f"call {index}"})
+            assert isinstance(result.content[0], TextContent)
+            texts.append(result.content[0].text)
+        return texts
+
+
+def assert_shed(answer: bytes) -> None:
+    assert answer.startswith(b"HTTP/1.1 503 "), answer
+    refusal = body_of(answer)
+    assert refusal["error"] == "too_many_connections", refusal
+    assert "closed to make room" in str(refusal["message"]), refusal
+
+
+@pytest.mark.parametrize(
+    ("options", "sources"),
+    [
+        # One local process holds every connection a loopback client IP may have.
+        (("--max-connections-per-ip", "64"), ["127.0.0.1"]),
+        # Five addresses fill the overall cap; the SDK client comes from a sixth.
+        (("--max-connections", "64"), [f"127.0.0.{host}" for host in range(2, 7)]),
+    ],
+    ids=["per-ip", "overall"],
+)
+async def test_slow_connections_are_shed_so_that_valid_clients_are_served(
+    options: tuple[str, ...], sources: list[str], mode: str
+) -> None:
+    proxy = start(FAULTY, *options, "--header-timeout", "120")  # no deadline relieves the pressure
+    try:
+        pressure = Pressure(proxy)
+        with anyio.fail_after(90):
+            async with anyio.create_task_group() as tg:
+                await pressure.hold(tg, 64, sources)
+                # One connection more is answered, and the oldest slow one makes room for it.
+                async with raw(proxy) as probe:
+                    await probe.send(post(LISTING, *MODERN_HEADERS))
+                    assert (await read_response(probe)).startswith(b"HTTP/1.1 200 ")
+                assert_shed(await pressure.closed_after(0))
+                # An SDK client's calls all succeed while the slow connections are held.
+                assert await echo_calls(proxy.url, mode, 5) == [f"call {index}" for index in range(5)]
+                assert pressure.held >= 64 - 12, pressure.held  # the pressure lasted: few had to go
+                for answer in pressure.closed:
+                    assert_shed(answer)
+                tg.cancel_scope.cancel()
+        assert any("connection shed to make room" in line for line in proxy.lines)
+    finally:
+        proxy.stop()
+
+
+TOKEN = "http-limits-test-token-7d2b"
+
+
+async def test_connections_that_showed_a_valid_token_are_kept_and_tokenless_ones_make_room(mode: str) -> None:
+    proxy = start(
+        FAULTY, "--max-connections-per-ip", "16", "--keep-alive-timeout", "120", env={"FRUGAL_AUTH_TOKEN": TOKEN}
+    )
+    try:
+        with anyio.fail_after(60):
+            async with AsyncExitStack() as stack:
+                # Four connections of a token holder and twelve without one, each idle after a request.
+                trusted = [await stack.enter_async_context(raw(proxy)) for _ in range(4)]
+                for stream in trusted:
+                    await stream.send(post(LISTING, *MODERN_HEADERS, f"Authorization: Bearer {TOKEN}"))
+                    assert (await read_response(stream)).startswith(b"HTTP/1.1 200 ")
+                for _ in range(12):
+                    stream = await stack.enter_async_context(raw(proxy))
+                    await stream.send(post(LISTING, *MODERN_HEADERS))
+                    assert (await read_response(stream)).startswith(b"HTTP/1.1 401 ")
+                # Every place is taken: an SDK client with the token is served in the tokenless ones'.
+                async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=20) as http:
+                    assert await echo_calls(proxy.url, mode, 3, http) == ["call 0", "call 1", "call 2"]
+                # The token holder's connections were never shed, though they are the oldest idle ones.
+                for stream in trusted:
+                    await stream.send(post(LISTING, *MODERN_HEADERS, f"Authorization: Bearer {TOKEN}"))
+                    assert (await read_response(stream)).startswith(b"HTTP/1.1 200 ")
+        assert any("connection shed to make room" in line for line in proxy.lines)
+        assert not any(TOKEN in line for line in proxy.lines)
+    finally:
+        proxy.stop()
 
 
 # -- sessions whose handshake never finished ------------------------------------------------------------

@@ -331,6 +331,56 @@ def test_a_closed_connection_gives_its_place_back() -> None:
     assert limits.admit("10.0.0.2") is None
 
 
+class Held:
+    """A connection as the caps see it: shed() notes why."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.why: str | None = None
+
+    def shed(self, why: str) -> None:
+        self.why = why
+
+
+def held(limits: ConnectionLimits, ip: str, tier: int, name: str) -> Held:
+    assert limits.admit(ip) is None
+    connection = Held(name)
+    limits.wait(connection, ip, tier)
+    return connection
+
+
+def test_a_connection_over_the_per_ip_cap_takes_the_place_of_that_ips_oldest_waiting_one() -> None:
+    limits = ConnectionLimits(overall=10, per_ip=2)
+    oldest = held(limits, "10.0.0.1", connections.UNPROVEN, "oldest")
+    newer = held(limits, "10.0.0.1", connections.UNPROVEN, "newer")
+    other = held(limits, "10.0.0.2", connections.UNPROVEN, "other ip")  # older than none of 10.0.0.1's: kept
+    assert limits.admit("10.0.0.1") is None
+    assert oldest.why is not None and "--max-connections-per-ip" in oldest.why and "closed to make room" in oldest.why
+    assert newer.why is None and other.why is None
+    assert (limits.total, dict(limits.open)) == (3, {"10.0.0.1": 2, "10.0.0.2": 1})
+
+
+def test_one_that_never_completed_a_request_goes_before_an_idle_one_then_the_oldest_idle() -> None:
+    limits = ConnectionLimits(overall=3, per_ip=10)
+    idle = held(limits, "10.0.0.1", connections.IDLE, "idle, the oldest")
+    later_idle = held(limits, "10.0.0.3", connections.IDLE, "idle, later")
+    unproven = held(limits, "10.0.0.2", connections.UNPROVEN, "never completed a request")
+    assert limits.admit("10.0.0.4") is None  # the overall cap: anyone's
+    assert unproven.why is not None and "--max-connections" in unproven.why
+    assert idle.why is None
+    assert limits.admit("10.0.0.4") is None
+    assert idle.why is not None and "longest idle" in idle.why and later_idle.why is None
+    assert (limits.total, dict(limits.open)) == (3, {"10.0.0.3": 1, "10.0.0.4": 2})
+
+
+def test_a_connection_that_no_longer_waits_is_not_shed_and_nothing_waiting_means_a_refusal() -> None:
+    limits = ConnectionLimits(overall=10, per_ip=1)
+    answered = held(limits, "10.0.0.1", connections.UNPROVEN, "its request came whole")
+    limits.unwait(answered, "10.0.0.1", connections.UNPROVEN)
+    refusal = limits.admit("10.0.0.1")
+    assert refusal is not None and "each being answered" in refusal and answered.why is None
+
+
 def test_a_refusal_is_a_whole_response_that_closes_the_connection() -> None:
     response = plain_response(503, "Service Unavailable", "too_many_connections", "full", "retry-after: 1\r\n")
     head, _, body = response.partition(b"\r\n\r\n")
