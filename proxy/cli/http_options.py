@@ -72,7 +72,20 @@ def add_http_options(parser: argparse.ArgumentParser) -> None:
         help="end a session-era session unused this long (default: 1800)",
     )
     group.add_argument(
-        "--max-sessions", type=int, default=100, metavar="N", help="most session-era sessions at once (default: 100)"
+        "--max-sessions",
+        type=int,
+        default=100,
+        metavar="N",
+        help="most session-era sessions at once; at it, a new one takes the place of the one quiet longest, "
+        "once quiet for --session-reclaim-after, else gets 503 (default: 100)",
+    )
+    group.add_argument(
+        "--session-reclaim-after",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="at --max-sessions, end the session quiet longest (no request, no GET stream open) to make room "
+        "for a new one once it has been quiet this long (default: 60)",
     )
     group.add_argument(
         "--max-connections",
@@ -194,7 +207,8 @@ def run_http(
         guard.allowed_hosts = guard.allowed_hosts | {host}
     if operators.required and not is_loopback(host):
         guard.any_host = True  # see GuardSettings.any_host
-    for flag in ("request_timeout", "header_timeout", "body_timeout", "keep_alive_timeout", "handshake_timeout"):
+    timeouts = ("request_timeout", "header_timeout", "body_timeout", "keep_alive_timeout", "handshake_timeout")
+    for flag in (*timeouts, "session_idle_timeout", "session_reclaim_after"):
         if not getattr(options, flag) > 0:
             problem = f"--{flag.replace('_', '-')} must be a positive number of seconds"
             print(f"frugal-proxy: error: {problem}", file=sys.stderr)
@@ -227,6 +241,7 @@ def run_http(
         ),
         keep_alive_timeout=options.keep_alive_timeout,
         handshake_timeout=options.handshake_timeout,
+        reclaim_after=options.session_reclaim_after,
         forwarded_allow_ips=forwarded,
     )
     try:

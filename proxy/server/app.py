@@ -61,7 +61,7 @@ def build_app(endpoint: Endpoint, settings: HttpSettings, metrics: Metrics) -> H
     in front of the MCP endpoint, /healthz and /metrics (and the 2024-11-05 HTTP+SSE pair)."""
     legacy_routes: list[Route] = []
     if endpoint.sessions is not None:
-        legacy = LegacySse(endpoint.sessions, endpoint.answer, settings.guard.body_cap, settings.max_sessions)
+        legacy = LegacySse(endpoint.sessions, endpoint.answer, settings.guard.body_cap)
         legacy_routes = legacy.routes()
     app = Starlette(
         routes=[
@@ -135,6 +135,7 @@ async def serve_http(
                 idle_timeout=settings.idle_timeout,
                 max_sessions=settings.max_sessions,
                 handshake_timeout=settings.handshake_timeout,
+                reclaim_after=settings.reclaim_after,
             )
             tg.start_soon(sessions.expire_idle)
         endpoint = Endpoint(shared, sessions, settings)

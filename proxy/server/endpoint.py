@@ -50,7 +50,13 @@ from frugal_proxy.server.guard import (
     operator_of,
     read_messages,
 )
-from frugal_proxy.server.sessions import DEFAULT_HANDSHAKE_TIMEOUT, HttpSession, HttpSessions
+from frugal_proxy.server.sessions import (
+    DEFAULT_HANDSHAKE_TIMEOUT,
+    DEFAULT_RECLAIM_AFTER,
+    SESSIONS_FULL,
+    HttpSession,
+    HttpSessions,
+)
 from frugal_proxy.server.streams import (
     CancellableReply,
     EventStream,
@@ -84,6 +90,7 @@ class HttpSettings:
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
     keep_alive_timeout: float = DEFAULT_KEEP_ALIVE_TIMEOUT
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
+    reclaim_after: float = DEFAULT_RECLAIM_AFTER
     # The reverse proxies whose X-Forwarded-For / -Proto are believed (None: nobody's; the
     # client IP the rate limit and the logs key on is then the connection's own)
     forwarded_allow_ips: list[str] | None = None
@@ -236,9 +243,12 @@ class Endpoint:
             return await self._request(
                 self.shared, self._unique(frame), jsonrpc.id_of(frame), modern=False, operator=operator
             )
-        if len(self.sessions) >= self.settings.max_sessions:
-            message = f"too many sessions ({self.settings.max_sessions}); end one with DELETE or try later"
-            return rpc_error(503, jsonrpc.INTERNAL_ERROR, message, jsonrpc.id_of(frame))
+        full = self.sessions.make_room()
+        if full is not None:
+            message, retry = full
+            refused = rpc_error(503, SESSIONS_FULL, message, jsonrpc.id_of(frame))
+            refused.headers["Retry-After"] = str(retry)
+            return refused
         # The session belongs to the token that started it (sessions.open makes it its operator).
         entry = await self.sessions.open(jsonrpc.params_of(frame), operator=operator)
         entry.busy += 1

@@ -31,7 +31,7 @@ from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.router.router import Router
 from frugal_proxy.server.guard import operator_of, read_messages
-from frugal_proxy.server.sessions import HttpSession, HttpSessions
+from frugal_proxy.server.sessions import SESSIONS_FULL, HttpSession, HttpSessions
 from frugal_proxy.server.streams import until_disconnect
 
 log = logging.getLogger("frugal_proxy.http_legacy_sse")
@@ -44,20 +44,19 @@ INBOX_SIZE = 256  # messages POSTed and not yet taken up by the session
 Answer = Callable[[Router, Frame, Any, HttpSession | None], Awaitable[Frame]]
 
 
-def _error(status: int, message: str, ident: Any = None) -> Response:
+def _error(status: int, message: str, ident: Any = None, code: int = jsonrpc.INVALID_REQUEST) -> Response:
     log.warning("HTTP+SSE request refused: %s", message[:200], extra={"status": status})
-    body = jsonrpc.encode(jsonrpc.error(ident, jsonrpc.INVALID_REQUEST, message))
+    body = jsonrpc.encode(jsonrpc.error(ident, code, message))
     return Response(body, status, media_type="application/json")
 
 
 class LegacySse:
     """The two routes of the 2024-11-05 transport over the endpoint's session-era sessions."""
 
-    def __init__(self, sessions: HttpSessions, answer: Answer, body_cap: int, max_sessions: int) -> None:
+    def __init__(self, sessions: HttpSessions, answer: Answer, body_cap: int) -> None:
         self.sessions = sessions
         self.answer = answer
         self.body_cap = body_cap
-        self.max_sessions = max_sessions
         self._inboxes: dict[str, MemoryObjectSendStream[Frame]] = {}
 
     def routes(self) -> list[Route]:
@@ -67,8 +66,12 @@ class LegacySse:
         ]
 
     async def open_stream(self, request: Request) -> Response:
-        if len(self.sessions) >= self.max_sessions:
-            return _error(503, f"too many sessions ({self.max_sessions}); close one or try later")
+        full = self.sessions.make_room()
+        if full is not None:
+            message, retry = full
+            refused = _error(503, message, code=SESSIONS_FULL)
+            refused.headers["Retry-After"] = str(retry)
+            return refused
         # The session belongs to the token that opened it, and shares upstreams only within it.
         entry = await self.sessions.open(operator=operator_of(request))
         log.info("HTTP+SSE session started", extra={"sessions": len(self.sessions)})

@@ -17,6 +17,7 @@ waits in a bounded outbox until the client's standalone GET stream carries it (e
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 import time
 from collections.abc import Callable, Mapping
@@ -44,6 +45,14 @@ DRAIN_SECONDS = 5.0
 # `notifications/initialized`) within this many seconds is dropped: an abandoned handshake must
 # not hold a session slot (and its upstreams) until the idle timeout.
 DEFAULT_HANDSHAKE_TIMEOUT = 10.0
+# At `--max-sessions`, a new session takes the place of the one quiet longest (nothing in
+# flight, no GET stream open) once it has been quiet this many seconds: a client that went away
+# without DELETE must not hold a slot until the idle timeout.
+DEFAULT_RECLAIM_AFTER = 60.0
+# The refusal at the session cap: the server is full for now, not faulty (-32603 says it broke).
+# JSON-RPC 2.0 leaves -32000..-32099 to the implementation and MCP takes -32020..-32099, so this
+# is -32000, the code the SDKs' own HTTP transports refuse with; over HTTP 503 with Retry-After.
+SESSIONS_FULL = -32000
 
 
 @dataclass
@@ -108,11 +117,13 @@ class HttpSessions:
         idle_timeout: float,
         max_sessions: int,
         handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+        reclaim_after: float = DEFAULT_RECLAIM_AFTER,
     ) -> None:
         self._tg = task_group
         self._upstreams = upstreams
         self.idle_timeout = idle_timeout
         self.handshake_timeout = handshake_timeout
+        self.reclaim_after = reclaim_after
         self.max_sessions = max_sessions
         self._sessions: dict[str, HttpSession] = {}
         self._opening: set[str] = set()  # ids of sessions started but not yet registered
@@ -124,6 +135,30 @@ class HttpSessions:
     def __len__(self) -> int:
         """Live sessions plus those being opened (so that a burst cannot pass the bound)."""
         return len(self._sessions) + len(self._opening)
+
+    def make_room(self) -> tuple[str, int] | None:
+        """None when a new session may open: under `max_sessions`, or at it once the session
+        quiet longest, for `reclaim_after` seconds at least, has been ended to make room. Else why
+        not and the seconds after which to try again."""
+        if len(self) < self.max_sessions:
+            return None
+        now = time.monotonic()
+        quiet = [entry for entry in self._sessions.values() if entry.busy == 0]
+        oldest = min(quiet, key=lambda entry: entry.last_used, default=None)
+        if oldest is not None and now - oldest.last_used >= self.reclaim_after:
+            self.end(oldest.id)
+            log.warning(
+                "session ended to make room at --max-sessions: the one quiet longest",
+                extra={"quiet_seconds": round(now - oldest.last_used), "sessions": len(self)},
+            )
+            return None
+        wait = oldest.last_used + self.reclaim_after - now if oldest is not None else self.reclaim_after
+        message = (
+            f"too many sessions ({self.max_sessions}); none has been quiet for {self.reclaim_after:g} s "
+            "(--session-reclaim-after) to make room: end one with DELETE, try again after Retry-After, "
+            "or raise --max-sessions"
+        )
+        return message, max(1, math.ceil(wait))
 
     def get(self, session_id: str) -> HttpSession | None:
         return self._sessions.get(session_id)

@@ -356,6 +356,57 @@ async def test_an_initialize_the_client_abandoned_frees_its_session_at_once() ->
         proxy.stop()
 
 
+LISTING_IN_SESSION = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+
+
+async def handshake(http: httpx2.AsyncClient, url: str) -> dict[str, str]:
+    """A session-era session opened with its whole handshake; the headers of its requests."""
+    first = await http.post(url, json=INITIALIZE, headers=LEGACY_HEADERS)
+    headers = {**LEGACY_HEADERS, "Mcp-Session-Id": first.headers["mcp-session-id"]}
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert (await http.post(url, json=initialized, headers=headers)).status_code == 202
+    return headers
+
+
+async def test_at_the_session_cap_a_session_in_use_is_kept_and_the_refusal_says_the_server_is_full() -> None:
+    proxy = start(FAULTY, "--max-sessions", "1", "--session-reclaim-after", "1")
+    try:
+        with anyio.fail_after(30):
+            async with httpx2.AsyncClient(timeout=20) as http:
+                headers = await handshake(http, proxy.url)
+                stream_headers = {**headers, "Accept": "text/event-stream"}
+                async with http.stream("GET", proxy.url, headers=stream_headers) as stream:
+                    assert stream.status_code == 200  # its GET stream is open: the session is in use
+                    refused = await http.post(proxy.url, json=INITIALIZE, headers=LEGACY_HEADERS)
+                    # Full for now, not broken: -32000 (JSON-RPC's server-error range, outside the
+                    # codes MCP reserves), not -32603, with 503 and when to try again.
+                    assert refused.status_code == 503, refused.text
+                    error = refused.json()["error"]
+                    assert error["code"] == -32000 and refused.json()["id"] == 1, error
+                    assert "too many sessions (1)" in error["message"] and "--max-sessions" in error["message"]
+                    assert int(refused.headers["retry-after"]) >= 1
+                assert (await http.post(proxy.url, json=LISTING_IN_SESSION, headers=headers)).status_code == 200
+    finally:
+        proxy.stop()
+
+
+async def test_at_the_session_cap_the_session_quiet_longest_makes_room() -> None:
+    proxy = start(FAULTY, "--max-sessions", "1", "--session-reclaim-after", "1")
+    try:
+        with anyio.fail_after(40):
+            async with httpx2.AsyncClient(timeout=20) as http:
+                # A client that finished its handshake, made a call and went quiet without DELETE.
+                headers = await handshake(http, proxy.url)
+                assert (await http.post(proxy.url, json=LISTING_IN_SESSION, headers=headers)).status_code == 200
+                # Once it has been quiet for --session-reclaim-after, a new session takes its place
+                # (without it, the slot stays taken until the 30-minute idle timeout).
+                await initialize_until_it_succeeds(proxy.url, 10)
+                assert (await http.post(proxy.url, json=LISTING_IN_SESSION, headers=headers)).status_code == 404
+        assert any("session ended to make room at --max-sessions" in line for line in proxy.lines)
+    finally:
+        proxy.stop()
+
+
 # -- headers --------------------------------------------------------------------------------------------
 
 
