@@ -10,8 +10,10 @@ provider from a `Setup`. A built-in is on when:
 - and whatever else it `needs` is there (SearXNG needs `SEARXNG_URL`, the local browser a
   Chromium binary).
 
-A config table of a name that is no built-in, with `upstream` and `tool`, is a provider served
-by that upstream's MCP tool (providers.upstream_tool): the router binds it to its link.
+A config table with `upstream` and `tool` is a provider served by that upstream's MCP tool
+(providers.upstream_tool): the router binds it to its link. A table of a built-in's name that
+names them serves that name from the tool instead of the built-in driver (a `[search_providers.
+tavily]` written for the tavily-mcp server before Tavily had a driver keeps its meaning).
 Built-ins are listed in their documented order, which is also how the cheap strategy breaks
 ties; config-only providers follow in config-file order.
 """
@@ -110,6 +112,9 @@ def enable(config: Config, environ: Mapping[str, str] | None = None, http: HttpC
         seen: set[str] = set()
         for builtin in (b for b in built_ins() if b.capability == capability):
             options = _options_of(tables, builtin)
+            if _upstream_served(options):  # the table serves the name from an upstream tool instead
+                enabled.off[builtin.name] = f"served by [upstreams.{options.upstream}] tool {options.tool!r} instead"
+                continue
             seen.update(name for name in (builtin.name, *builtin.aliases) if name in tables)
             made = _make(builtin, options, env, client, config.routing.domains.rules)
             if isinstance(made, str):
@@ -117,9 +122,9 @@ def enable(config: Config, environ: Mapping[str, str] | None = None, http: HttpC
             else:
                 enabled.providers.append(made)
         for name, options in tables.items():
-            if name in seen or (capability, name) in known:
+            if name in seen or ((capability, name) in known and not _upstream_served(options)):
                 continue
-            if options.upstream is None or options.tool is None:
+            if not _upstream_served(options):
                 raise ValueError(
                     f"{capability}_providers.{name}: no built-in {capability} provider has this name; "
                     "a provider of your own names its 'upstream' and 'tool'"
@@ -182,6 +187,11 @@ def check_names(config: Config, source: str = "<config>") -> None:
                 if name not in names[capability]:
                     why = unknown_name(name, f"one of the {capability} providers", names[capability])
                     raise ConfigError(f"{source}: at routing.{capability}.{key}: {why}")
+
+
+def _upstream_served(options: ProviderConfig) -> bool:
+    """Whether a table names an upstream tool that serves its provider."""
+    return options.upstream is not None and options.tool is not None
 
 
 def _options_of(tables: Mapping[str, ProviderConfig], builtin: Builtin) -> ProviderConfig:

@@ -111,6 +111,27 @@ def test_a_name_of_your_own_is_served_by_an_upstream_tool() -> None:
     assert options.args == {"query": "{query}", "max_results": "{max_results}"}
 
 
+def test_a_built_ins_name_whose_table_names_an_upstream_tool_is_served_by_that_tool() -> None:
+    """A table written for an upstream's tool before a driver of the same name existed keeps its
+    meaning: the tool serves the name, the built-in driver stays off."""
+    config = config_module.loads(
+        """
+        [upstreams.mine]
+        command = ["mine-mcp"]
+        [search_providers.keyed]
+        upstream = "mine"
+        tool = "search"
+        cost_per_call = 0.008
+        """,
+        environ={},
+    )
+    found = registry.enable(config, {"KEYED_KEY": "k"}, client(lambda request: httpx2.Response(500)))
+    assert [provider.spec.name for provider in found.providers] == ["free-one", "reader"]
+    ((spec, options),) = found.upstream_tools
+    assert (spec.name, spec.price_micros, spec.endpoint, options.tool) == ("keyed", 8_000, "mine.search", "search")
+    assert found.off["keyed"] == "served by [upstreams.mine] tool 'search' instead"
+
+
 def test_an_unknown_name_without_an_upstream_tool_is_refused() -> None:
     config = Config(search_providers={"serpapi": ProviderConfig(cost_per_call=Decimal("0.01"))})
     with pytest.raises(ValueError, match=r"search_providers\.serpapi: no built-in search provider has this name"):
