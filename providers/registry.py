@@ -42,6 +42,8 @@ DRIVERS: tuple[str, ...] = (
     "wikipedia",
     "serper",
     "brave",
+    "tavily",
+    "exa",
     "readability",
     "jina",
     "firecrawl",

@@ -105,7 +105,7 @@ ENVIRON = {"SEARXNG_URL": "http://127.0.0.1:8888"}
 
 
 def test_the_built_in_drivers_are_web_search_drivers() -> None:
-    assert [param.id for param in WEB_SEARCH] == ["searxng", "youcom", "marginalia", "serper", "brave"]
+    assert [param.id for param in WEB_SEARCH] == ["searxng", "youcom", "marginalia", "serper", "brave", "tavily", "exa"]
 
 
 @pytest.mark.parametrize("builtin", WEB_SEARCH)
