@@ -12,7 +12,7 @@ ARG PYTHON_IMAGE=python:3.12-slim
 
 FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE NOTICE ./
 COPY proxy ./proxy
 COPY providers ./providers
 COPY policies ./policies

@@ -1,4 +1,5 @@
-"""The distribution holds exactly the source tree, and the installed CLI answers.
+"""The distribution holds exactly the source tree and its licence files, and the installed CLI
+answers.
 
 pyproject maps proxy/, providers/ and policies/ onto `frugal_proxy` with `package-dir`, so
 setuptools cannot discover subpackages by itself and a folder missing from its `packages`
@@ -87,7 +88,8 @@ def test_wheel_ships_every_module_of_the_tree(tmp_path: Path) -> None:
     expected = source_modules()
     assert f"{IMPORT_NAME}.__init__" in expected, "the package folders were not found"
 
-    with zipfile.ZipFile(build_wheel(tmp_path)) as wheel:
+    built = build_wheel(tmp_path)
+    with zipfile.ZipFile(built) as wheel:
         names = wheel.namelist()
 
     shipped = wheel_modules(names)
@@ -96,6 +98,11 @@ def test_wheel_ships_every_module_of_the_tree(tmp_path: Path) -> None:
         f"in the wheel but not in the tree: {sorted(shipped - expected)}"
     )
     assert f"{IMPORT_NAME}/py.typed" in names
+    licences = {PurePosixPath(name).name: name for name in names if "/licenses/" in name}
+    assert set(licences) == {"LICENSE", "NOTICE"}, f"the wheel's licence files: {sorted(licences)}"
+    with zipfile.ZipFile(built) as wheel:
+        assert wheel.read(licences["LICENSE"]) == (ROOT / "LICENSE").read_bytes()
+        assert b"Apache License" in wheel.read(licences["LICENSE"]) and b"tld" in wheel.read(licences["NOTICE"])
     top_level = {name.split("/", 1)[0] for name in names}
     stray = {entry for entry in top_level if entry != IMPORT_NAME and not entry.endswith(".dist-info")}
     assert not stray, f"the wheel installs names besides {IMPORT_NAME}: {sorted(stray)}"
