@@ -34,7 +34,8 @@ import msgspec
 
 from frugal_proxy.bridge.downstream import ClientGone, DownstreamPeer
 from frugal_proxy.bridge.listen_hub import ListenHub
-from frugal_proxy.bridge.mrtr import HeldCalls, fulfil_input_required
+from frugal_proxy.bridge.mrtr import HeldCalls, Question, fulfil_input_required
+from frugal_proxy.bridge.root_sets import RootSets
 from frugal_proxy.bridge.roots import GrantedRoots
 from frugal_proxy.errors import BridgeError, UpstreamDown, UpstreamTimeout
 from frugal_proxy.protocol import eras, jsonrpc
@@ -87,7 +88,11 @@ class UpstreamLink:
         *,
         on_change: ChangeHandler | None = None,
         deadline: float | None = None,
+        connect: Callable[[], UpstreamBase] | None = None,
     ) -> None:
+        """`connect` makes a fresh connection to the same upstream: given where many clients
+        share this link (the HTTP endpoint's stateless side), a 2026-07-28 client's roots are
+        kept on a connection per root set (bridge.root_sets), never on the link's own."""
         self.upstream = upstream
         self.name = upstream.name
         self.deadline = deadline  # seconds a request may wait for this upstream (None: no limit)
@@ -97,6 +102,11 @@ class UpstreamLink:
         self._on_change = on_change
         self.held = HeldCalls(upstream, task_group, on_answer=self._client_answered)
         self.roots = GrantedRoots(upstream)
+        self.root_sets = (
+            RootSets(upstream.name, connect, task_group, attach=self.held.attach, notify=self.on_upstream_notification)
+            if connect is not None
+            else None
+        )
         self.hub = ListenHub(downstream.send, self._subscribe_upstream, self._unsubscribe_upstream)
         self._init_lock = anyio.Lock()
         self._declared: dict[str, Any] | None = None  # what the proxy's own initialize declared
@@ -197,11 +207,20 @@ class UpstreamLink:
         if method in eras.INPUT_REQUIRED_METHODS:
             # Until the upstream holds the client's roots it may serve more than the client
             # granted: they are asked first, and the call goes up once the upstream has them.
-            first = self.roots.question() if "roots" in client.capabilities and "requestState" not in out else None
+            first = self._roots_question(client) if "requestState" not in out else None
             reply = await self.held.call(method, out, client.capabilities, on_progress, first=first)
         else:
             reply = await upstream.request(method, out, on_progress=on_progress)
         return complete_for_modern(method, reply)
+
+    def _roots_question(self, client: Client) -> Question | None:
+        """What a call of `client` asks first: its roots, unless it declared none (with many
+        clients on this link, every call asks, and its answer picks the connection)."""
+        if "roots" not in client.capabilities:
+            return None
+        if self.root_sets is not None:
+            return self.root_sets.question(bridged_capabilities(client.capabilities))
+        return self.roots.question()
 
     async def _ready(self, client: Client | None = None) -> None:
         """The upstream started and its era chosen; one that follows its client (it serves

@@ -11,7 +11,8 @@ and the client retries it (MRTR). The proxy converts in both directions:
   and waits for the next event of the same call. A held call that the client does not come back
   to is cancelled upstream when its hold expires. A call may first carry a `Question` of the
   proxy's own (the client's roots, say): the call goes upstream only once the
-  client's retry has answered it.
+  client's retry has answered it, on the connection that answer chose (a `Carrier`: the
+  connection holding those roots) or else the held calls' own.
 - `fulfil_input_required` (modern upstream, session-era client): the proxy asks the client each
   embedded request as a real server-to-client request and retries the call upstream with the
   answers, until it completes.
@@ -27,7 +28,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 import anyio.abc
@@ -56,14 +57,25 @@ class _Final:
 Answered = Callable[[str, Frame], Awaitable[None]]
 
 
+class Carrier(NamedTuple):
+    """The connection a held call goes on instead of the held calls' own, and what to call
+    once the call has ended there."""
+
+    connection: UpstreamBase
+    release: Callable[[], None]
+
+
 @dataclass(frozen=True, eq=False)
 class Question:
     """A request the proxy itself asks a modern client before a call goes upstream; `answered`
-    takes the client's reply (an error frame when it gave none), and the call waits for it."""
+    takes the client's reply (an error frame when it gave none), and the call waits for it and
+    goes on the connection it returns (None: the held calls' own). When `binding`, a call whose
+    answer failed fails with that error instead of going on anywhere."""
 
     method: str
     params: dict[str, Any]
-    answered: Callable[[Frame], Awaitable[None]]
+    answered: Callable[[Frame], Awaitable[Carrier | None]]
+    binding: bool = False
 
 
 @dataclass(eq=False)
@@ -73,11 +85,14 @@ class HeldCall:
     capabilities: dict[str, Any]
     send: MemoryObjectSendStream[Frame | _Final]
     receive: MemoryObjectReceiveStream[Frame | _Final]
+    upstream: UpstreamBase  # the connection it goes on
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     waiting_for: dict[str, jsonrpc.RequestId] = field(default_factory=dict)
     asked: dict[str, str] = field(default_factory=dict)  # input key -> the method asked
     own: dict[jsonrpc.RequestId, Question] = field(default_factory=dict)  # the proxy's questions, by id
     gate: anyio.Event | None = None  # set once the proxy's own question is answered
+    carrier: Carrier | None = None  # the connection its question's answer chose
+    refused: Exception | None = None  # why a binding question's answer let it go nowhere
     on_progress: ProgressHandler | None = None  # the current leg's; None between legs
     # Progress the upstream reported between two legs (after one answered input_required, before
     # the client's retry): delivered on the next leg, the last PROGRESS_KEPT of it.
@@ -152,7 +167,7 @@ class HeldCalls:
     ) -> HeldCall:
         self._sweep()
         send, receive = anyio.create_memory_object_stream[Frame | _Final](math.inf)
-        held = HeldCall(secrets.token_urlsafe(12), method, capabilities, send, receive)
+        held = HeldCall(secrets.token_urlsafe(12), method, capabilities, send, receive, self._upstream)
         self._calls[held.hold_id] = held
         if first is not None:
             own_id = f"frugal-{held.hold_id}"
@@ -172,9 +187,14 @@ class HeldCalls:
                 try:
                     if held.gate is not None:
                         await held.gate.wait()  # the proxy's own question comes first
-                    final.reply = await self._upstream.request(method, params, on_progress=progress)
+                    if held.refused is not None:
+                        raise held.refused
+                    final.reply = await held.upstream.request(method, params, on_progress=progress)
                 except Exception as exc:
                     final.failure = exc
+                finally:
+                    if held.carrier is not None:
+                        held.carrier.release()
             abandoned = final.reply is None and final.failure is None
             if abandoned:
                 final.failure = BridgeError(
@@ -219,20 +239,24 @@ class HeldCalls:
             question = held.own.pop(upstream_id, None)
             if question is not None:
                 try:
-                    await question.answered(reply)
+                    held.carrier = await question.answered(reply)
+                    if held.carrier is not None:
+                        held.upstream = held.carrier.connection
                 except anyio.get_cancelled_exc_class():
                     # This leg was cancelled (its deadline, the client): the whole call is abandoned,
                     # so it never goes upstream after its client was told it ended.
                     self._finish(held)
                     held.scope.cancel()
                     raise
-                except Exception as exc:  # the call goes on; the upstream's own answer will tell
+                except Exception as exc:  # the call goes on (the upstream's own answer will tell), unless bound
                     log.warning("the proxy's own question failed", extra={"reason": str(exc)[:200]})
+                    if question.binding:
+                        held.refused = exc
                 finally:
                     if held.gate is not None:
                         held.gate.set()
                 continue
-            await self._upstream.send_reply(reply)
+            await held.upstream.send_reply(reply)
             if self._on_answer is not None:
                 await self._on_answer(method, reply)
         return held
@@ -288,13 +312,15 @@ class HeldCalls:
         held.send.close()
         held.receive.close()
 
-    async def attach(self, frame: Frame) -> None:
-        """Route a server-to-client request of the upstream to the call it belongs to."""
+    async def attach(self, frame: Frame, upstream: UpstreamBase | None = None) -> None:
+        """Route a server-to-client request of the upstream (or of `upstream`, a connection a
+        question's answer chose) to the call it belongs to."""
         method = jsonrpc.method_of(frame) or ""
         ident = jsonrpc.id_of(frame)
-        open_calls = [held for held in self._calls.values() if not held.finished]
+        upstream = upstream or self._upstream
+        open_calls = [held for held in self._calls.values() if not held.finished and held.upstream is upstream]
         if not open_calls:
-            await self._upstream.send_reply(
+            await upstream.send_reply(
                 jsonrpc.error(
                     ident,
                     jsonrpc.METHOD_NOT_FOUND,
@@ -313,7 +339,7 @@ class HeldCalls:
                 "upstream asked for a capability the client did not declare",
                 extra={"method": method, "capability": needed},
             )
-            await self._upstream.send_reply(
+            await upstream.send_reply(
                 jsonrpc.error(
                     ident,
                     jsonrpc.METHOD_NOT_FOUND,

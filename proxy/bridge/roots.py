@@ -15,6 +15,10 @@ command line when the request fails, and serves whatever arrives before it has a
   was sent after that, so a `ping` answered with no roots/list before it says it has not asked
   (over stdio, where the upstream's messages arrive in the order it sent them). The wait is
   bounded by the call's own deadline (the link's).
+
+That is one client on the connection (stdio). Where many clients share the link, their roots go
+on connections of their own instead, one per root set (bridge.root_sets), and the link's own
+connection keeps this object's empty answer.
 """
 
 from __future__ import annotations
@@ -87,9 +91,14 @@ class GrantedRoots:
         """The client's answer to the proxy's own roots/list (an error grants nothing); returns
         once the upstream holds them, or has had its chance to ask."""
         roots = roots_of(reply)
+        await self.take(roots if roots is not None else [])
+
+    async def take(self, roots: list[Any]) -> None:
+        """The client granted `roots`: returns once the upstream holds them, or has had its
+        chance to ask."""
         self._waiting = True
         try:
-            self.known = roots if roots is not None else []
+            self.known = roots
             await self._hand_over()
         finally:
             self._waiting = False

@@ -9,6 +9,7 @@ upstream nothing is renamed or re-paged: the proxy is transparent.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -84,7 +85,10 @@ class Router:
         prices: dict[str, int] | None = None,
         timeouts: dict[str, float | None] | None = None,
         page_size: int = 500,
+        connect: Callable[[str], UpstreamBase] | None = None,
     ) -> None:
+        """`connect(name)` makes a fresh connection to upstream `name`: given where many
+        clients share this router (the HTTP endpoint's stateless side; bridge.root_sets)."""
         connections = upstreams if isinstance(upstreams, list) else [upstreams]
         self.downstream = downstream
         self._tg = task_group
@@ -92,7 +96,13 @@ class Router:
         deadlines = timeouts or {}
         self.links = [
             UpstreamLink(
-                up, self.client, downstream, task_group, on_change=self._changed, deadline=deadlines.get(up.name)
+                up,
+                self.client,
+                downstream,
+                task_group,
+                on_change=self._changed,
+                deadline=deadlines.get(up.name),
+                connect=None if connect is None else functools.partial(connect, up.name),
             )
             for up in connections
         ]

@@ -126,7 +126,9 @@ async def serve_http(
                 tg.cancel_scope.cancel()
                 return 2
         await assembly.start(tg)
-        shared = Router(connections, DownstreamPeer(_NoClient()), tg, **upstreams.options)
+        # Many clients share this Router: a 2026-07-28 client's roots get connections of their own.
+        connect = upstreams.fleet.connect_one if upstreams.fleet is not None else None
+        shared = Router(connections, DownstreamPeer(_NoClient()), tg, connect=connect, **upstreams.options)
         sessions = None
         if not settings.stateless:
             sessions = HttpSessions(

@@ -1,0 +1,94 @@
+"""Each client's roots bound its own calls, and no other client's: SDK clients over HTTP to
+`frugal-proxy --http` (with and without --stateless) in front of server-filesystem
+(npm @modelcontextprotocol/server-filesystem), which narrows what it serves to the roots its
+client grants when the client declares the roots capability (its `oninitialized` and
+`roots/list_changed` handlers), keeps its command-line directories when it gets no valid root,
+and refuses a path outside them with "Access denied"."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp_types import ListRootsResult, Root, TextContent
+
+from tests.e2e.test_http_downstream import Proxy, start
+from tests.e2e.test_wrap_stdio import FILESYSTEM_JS
+
+pytestmark = pytest.mark.anyio
+
+
+@dataclass
+class Tree:
+    """fsroot/hello.txt above fsroot/sub/inside.txt."""
+
+    top: Path
+    sub: Path
+    hello: Path
+    inside: Path
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Iterator[Tree]:
+    top = tmp_path / "fsroot"
+    (top / "sub").mkdir(parents=True)
+    (top / "hello.txt").write_text("hello from the top\n")
+    (top / "sub" / "inside.txt").write_text("inside the sub\n")
+    yield Tree(top, top / "sub", top / "hello.txt", top / "sub" / "inside.txt")
+
+
+def rooted(url: str, root: Path, mode: str = "2026-07-28") -> Client:
+    """A client whose one root is `root` (it declares the roots capability)."""
+
+    async def answer(context: Any) -> ListRootsResult:
+        return ListRootsResult(roots=[Root(uri=root.as_uri(), name=root.name)])
+
+    return Client(url, mode=mode, list_roots_callback=answer, cache=None)  # type: ignore[arg-type]
+
+
+async def read(client: Client, path: Path) -> tuple[bool, str]:
+    """Whether read_text_file of `path` was refused, and what it said."""
+    result = await client.call_tool("read_text_file", {"path": str(path)})
+    text = " ".join(block.text for block in result.content if isinstance(block, TextContent))
+    return bool(result.is_error), text
+
+
+def filesystem(tree: Tree, *options: str, directories: bool = True) -> Proxy:
+    return start(["node", str(FILESYSTEM_JS), *([str(tree.top)] if directories else [])], *options)
+
+
+@pytest.mark.parametrize("stateless", [False, True], ids=["sessions", "stateless"])
+@pytest.mark.parametrize("narrow_first", [False, True], ids=["wide-first", "narrow-first"])
+async def test_two_modern_clients_are_each_bound_by_their_own_roots(
+    tree: Tree, stateless: bool, narrow_first: bool
+) -> None:
+    """Client A grants fsroot, client B fsroot/sub, in either order: each is served as its own
+    roots say (directly B's read of fsroot/hello.txt is "Access denied"), before and after the
+    other's calls, and the first client's calls keep its roots once the second has come."""
+    served = filesystem(tree, *(["--stateless"] if stateless else []))
+    order = [tree.sub, tree.top] if narrow_first else [tree.top, tree.sub]
+    try:
+        with anyio.fail_after(90):
+            async with rooted(served.url, order[0]) as first:
+                seen = [await read(first, tree.hello)]
+                async with rooted(served.url, order[1]) as second:
+                    seen.append(await read(second, tree.hello))
+                    seen.append(await read(first, tree.hello))
+                    seen.append(await read(second, tree.inside))
+                    seen.append(await read(second, tree.hello))
+    finally:
+        served.stop()
+    refused = [outcome[0] for outcome in seen]
+    a_refused, b_refused = order[0] == tree.sub, order[1] == tree.sub
+    assert refused == [a_refused, b_refused, a_refused, False, b_refused], seen
+    for (was_refused, text), wanted in zip(
+        seen,
+        ["hello from the top", "hello from the top", "hello from the top", "inside the sub", "hello from the top"],
+        strict=True,
+    ):
+        assert (wanted in text) != was_refused, text
