@@ -487,6 +487,10 @@ class UpstreamLink:
         upstream_id = jsonrpc.id_of(frame)
         if method == "ping":
             await upstream.send_reply(jsonrpc.result(upstream_id, {}))
+        elif method == "roots/list" and self.root_sets is not None:
+            # Many clients share this connection (a session-era one without a session cannot be
+            # asked at all): it holds none of their roots, never a wider list (fail closed).
+            await self.roots.answer(frame)
         elif self.client.era == "legacy":
             self._tg.start_soon(self._relay_server_request, upstream, frame)
         elif method == "roots/list" and (self.roots.answers_here or not self.held.open):

@@ -92,3 +92,23 @@ async def test_two_modern_clients_are_each_bound_by_their_own_roots(
         strict=True,
     ):
         assert (wanted in text) != was_refused, text
+
+
+async def test_a_stateless_session_era_client_is_never_served_another_clients_roots(tree: Tree) -> None:
+    """With --stateless a session-era client cannot be asked for its roots, so the upstream's
+    own connection, which serves it, holds none (server-filesystem started without directories
+    then serves nothing): not the fsroot a 2026-07-28 client granted before it, nor anything
+    wider than the client's fsroot/sub; the modern client keeps its own roots meanwhile."""
+    served = filesystem(tree, "--stateless", directories=False)
+    try:
+        with anyio.fail_after(90):
+            async with rooted(served.url, tree.top) as modern:
+                seen = [await read(modern, tree.hello)]
+                async with rooted(served.url, tree.sub, mode="legacy") as legacy:
+                    seen.append(await read(legacy, tree.hello))
+                    seen.append(await read(legacy, tree.inside))
+                    seen.append(await read(modern, tree.hello))
+    finally:
+        served.stop()
+    assert [outcome[0] for outcome in seen] == [False, True, True, False], seen
+    assert "hello from the top" not in seen[1][1] and "inside the sub" not in seen[2][1]

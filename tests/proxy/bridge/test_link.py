@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
+from frugal_proxy.bridge.downstream import ClientUnreachable, DownstreamPeer
 from frugal_proxy.bridge.link import Client, UpstreamLink, bridged_capabilities, covers, widened
 from frugal_proxy.errors import BridgeError, UpstreamTimeout
 from frugal_proxy.protocol import eras, jsonrpc
@@ -177,6 +178,59 @@ async def test_modern_to_legacy_never_leaves_the_upstream_wider_roots_than_grant
     assert ("notifications/roots/list_changed", None) in upstream.notifications
     assert seen_by_call == [[{"roots": []}, {"roots": granted}]]  # the call came after the narrowing
     assert body(later) == {"roots": granted}
+
+
+class Unreachable:
+    """A client side that cannot be asked anything (a session-era client without a session)."""
+
+    async def send(self, frame: Frame | list[Frame]) -> None:
+        raise ClientUnreachable("no session to ask it on (--stateless)")
+
+
+@asynccontextmanager
+async def shared_link(upstream: FakeUpstream, client: Client, made: list[FakeUpstream]) -> AsyncIterator[UpstreamLink]:
+    """A link that many clients share: fresh connections (fake upstreams, kept in `made`) for
+    the 2026-07-28 clients' root sets."""
+
+    def connect() -> FakeUpstream:
+        made.append(FakeUpstream(era="legacy"))
+        return made[-1]
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            yield UpstreamLink(upstream, client, DownstreamPeer(Unreachable()), tg, connect=connect)
+            tg.cancel_scope.cancel()
+
+
+async def test_a_shared_links_modern_client_is_served_on_a_connection_holding_its_roots() -> None:
+    """Each call of a client that declares roots asks them, then goes on the connection for
+    that root set, which answers roots/list with them; the link's own holds none."""
+    upstream = FakeUpstream(era="legacy")
+    made: list[FakeUpstream] = []
+    granted = [{"uri": "file:///data/sub", "name": "sub"}]
+    client = Client("modern", {"roots": {}})
+    async with shared_link(upstream, Client(), made) as link:
+        for _ in range(2):
+            first = body(await link.forward("tools/call", params(name="read", _meta=MODERN_META), client, None))
+            ((key, asked),) = first["inputRequests"].items()
+            assert asked["method"] == "roots/list"
+            answers = {key: {"roots": granted}}
+            retry = params(name="read", _meta=MODERN_META, requestState=first["requestState"], inputResponses=answers)
+            assert body(await link.forward("tools/call", retry, client, None))["content"][0]["text"].startswith("read")
+        (rooted,) = made  # the same roots twice: one connection
+        assert "tools/call" not in upstream.methods() and rooted.methods().count("tools/call") == 2
+        assert body(await rooted.ask("roots/list", {})) == {"roots": granted}
+        assert body(await upstream.ask("roots/list", {})) == {"roots": []}
+
+
+async def test_a_shared_links_session_era_client_that_cannot_be_asked_grants_no_roots() -> None:
+    """Without a session the client cannot be asked: the upstream gets an empty root list (not
+    an error, which server-filesystem takes as leave to serve its own directories)."""
+    upstream = FakeUpstream(era="legacy")
+    client = Client("legacy", {"roots": {}})
+    async with shared_link(upstream, client, []) as link:
+        await link.initialize_for_client({"capabilities": {"roots": {}}}, passthrough=True)
+        assert body(await upstream.ask("roots/list", {})) == {"roots": []}
 
 
 # -- session-era client ------------------------------------------------------------------------
