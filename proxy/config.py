@@ -149,6 +149,9 @@ class Limits(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     # The default page-content budget of frugal__extract, frugal__browse and a URL intent of
     # frugal__execute, in characters; a call's `max_chars` overrides it either way (0: no cap).
     max_chars: int = 0
+    # Upstream connections (processes, for a stdio upstream) the HTTP endpoint keeps per upstream
+    # for its 2026-07-28 clients' distinct root sets (bridge.root_sets).
+    root_sets: int = 16
 
     @property
     def call_timeout_seconds(self) -> float:
@@ -523,6 +526,8 @@ def loads(text: str, source: str = "<config>", environ: dict[str, str] | None = 
             raise ConfigError(f"{source}: at cache.{key}: {exc}") from None
     if config.cache.max_entries < 1:
         raise ConfigError(f"{source}: at cache.max_entries: must be at least 1")
+    if config.limits.root_sets < 1:
+        raise ConfigError(f"{source}: at limits.root_sets: must be at least 1 (connections per upstream)")
     if not 0 <= config.limits.retries <= MAX_RETRIES:
         raise ConfigError(f"{source}: at limits.retries: 0 to {MAX_RETRIES} (0 turns retries off)")
     for capability in ("search", "extract", "browse"):

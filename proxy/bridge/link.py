@@ -35,6 +35,7 @@ import msgspec
 from frugal_proxy.bridge.downstream import ClientGone, DownstreamPeer
 from frugal_proxy.bridge.listen_hub import ListenHub
 from frugal_proxy.bridge.mrtr import HeldCalls, Question, fulfil_input_required
+from frugal_proxy.bridge.root_sets import DEFAULT_LIMIT as DEFAULT_ROOT_SETS
 from frugal_proxy.bridge.root_sets import RootSets
 from frugal_proxy.bridge.roots import GrantedRoots
 from frugal_proxy.errors import BridgeError, UpstreamDown, UpstreamTimeout
@@ -89,10 +90,12 @@ class UpstreamLink:
         on_change: ChangeHandler | None = None,
         deadline: float | None = None,
         connect: Callable[[], UpstreamBase] | None = None,
+        root_sets: int = DEFAULT_ROOT_SETS,
     ) -> None:
         """`connect` makes a fresh connection to the same upstream: given where many clients
         share this link (the HTTP endpoint's stateless side), a 2026-07-28 client's roots are
-        kept on a connection per root set (bridge.root_sets), never on the link's own."""
+        kept on a connection per root set (at most `root_sets`; bridge.root_sets), never on the
+        link's own."""
         self.upstream = upstream
         self.name = upstream.name
         self.deadline = deadline  # seconds a request may wait for this upstream (None: no limit)
@@ -103,7 +106,14 @@ class UpstreamLink:
         self.held = HeldCalls(upstream, task_group, on_answer=self._client_answered)
         self.roots = GrantedRoots(upstream)
         self.root_sets = (
-            RootSets(upstream.name, connect, task_group, attach=self.held.attach, notify=self.on_upstream_notification)
+            RootSets(
+                upstream.name,
+                connect,
+                task_group,
+                attach=self.held.attach,
+                notify=self.on_upstream_notification,
+                limit=root_sets,
+            )
             if connect is not None
             else None
         )

@@ -43,7 +43,7 @@ from frugal_proxy.upstream.fleet import run
 
 log = logging.getLogger("frugal_proxy.bridge")
 
-DEFAULT_LIMIT = 16  # connections (processes, for a stdio upstream) per upstream, one per root set
+DEFAULT_LIMIT = 16  # connections (processes, for a stdio upstream) per upstream: `limits.root_sets`
 DEFAULT_IDLE_SECONDS = 60.0
 
 Attach = Callable[[Frame, UpstreamBase], Awaitable[None]]

@@ -68,6 +68,7 @@ def session_options(config: Config) -> dict[str, Any]:
     return {
         "config": config,
         "page_size": config.limits.page_size,
+        "root_sets": config.limits.root_sets,
         "prefixes": {name: up.prefix for name, up in config.upstreams.items()},
         "filters": {name: up.tools for name, up in config.upstreams.items() if up.tools.allow or up.tools.deny},
         "prices": {name: up.price_micros for name, up in config.upstreams.items()},

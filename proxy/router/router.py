@@ -21,6 +21,7 @@ import msgspec
 
 from frugal_proxy.bridge.downstream import ClientGone, ClientUnreachable, DownstreamPeer
 from frugal_proxy.bridge.link import Client, UpstreamLink, complete_for_legacy
+from frugal_proxy.bridge.root_sets import DEFAULT_LIMIT as DEFAULT_ROOT_SETS
 from frugal_proxy.capabilities import EXECUTE_TOOL, TOOLS, request_of
 from frugal_proxy.config import ToolFilter
 from frugal_proxy.errors import ProxyError, UpstreamDown
@@ -86,9 +87,11 @@ class Router:
         timeouts: dict[str, float | None] | None = None,
         page_size: int = 500,
         connect: Callable[[str], UpstreamBase] | None = None,
+        root_sets: int = DEFAULT_ROOT_SETS,
     ) -> None:
         """`connect(name)` makes a fresh connection to upstream `name`: given where many
-        clients share this router (the HTTP endpoint's stateless side; bridge.root_sets)."""
+        clients share this router (the HTTP endpoint's stateless side), for at most
+        `root_sets` root sets per upstream (bridge.root_sets)."""
         connections = upstreams if isinstance(upstreams, list) else [upstreams]
         self.downstream = downstream
         self._tg = task_group
@@ -103,6 +106,7 @@ class Router:
                 on_change=self._changed,
                 deadline=deadlines.get(up.name),
                 connect=None if connect is None else functools.partial(connect, up.name),
+                root_sets=root_sets,
             )
             for up in connections
         ]

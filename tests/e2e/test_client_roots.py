@@ -17,7 +17,7 @@ import pytest
 from mcp import Client
 from mcp_types import ListRootsResult, Root, TextContent
 
-from tests.e2e.test_http_downstream import Proxy, start
+from tests.e2e.test_http_downstream import Proxy, serve_config, start
 from tests.e2e.test_wrap_stdio import FILESYSTEM_JS
 
 pytestmark = pytest.mark.anyio
@@ -112,3 +112,37 @@ async def test_a_stateless_session_era_client_is_never_served_another_clients_ro
         served.stop()
     assert [outcome[0] for outcome in seen] == [False, True, True, False], seen
     assert "hello from the top" not in seen[1][1] and "inside the sub" not in seen[2][1]
+
+
+async def test_root_sets_beyond_limits_root_sets_take_the_place_of_an_idle_one(tree: Tree, tmp_path: Path) -> None:
+    """`limits.root_sets = 1`: a second root set closes the first one's idle connection (one
+    server process for the roots beside the upstream's own, never more), and each client is
+    still served as its own roots say, the first one on a connection opened again for it."""
+    config = tmp_path / "frugal.toml"
+    config.write_text(
+        f'[limits]\nroot_sets = 1\n\n[upstreams.fs]\ncommand = ["node", "{FILESYSTEM_JS}", "{tree.top}"]\n'
+    )
+    served = serve_config(config)
+    url = served.url
+    try:
+        with anyio.fail_after(90):
+            own = await settle(served, 1)  # the upstream's own process
+            async with rooted(url, tree.top) as wide, rooted(url, tree.sub) as narrow:
+                seen = [await read(wide, tree.hello)]
+                assert len(await settle(served, 2)) == 2
+                seen.append(await read(narrow, tree.hello))
+                assert len(await settle(served, 2)) == 2 and own <= served.children()
+                seen.append(await read(wide, tree.hello))
+                assert len(await settle(served, 2)) == 2
+    finally:
+        assert served.stop() == 0
+    assert [outcome[0] for outcome in seen] == [False, True, False], seen
+
+
+async def settle(proxy: Proxy, count: int, seconds: float = 30.0) -> set[int]:
+    """The proxy's child processes once there are `count` of them (or after `seconds`)."""
+    for _ in range(int(seconds / 0.1)):
+        if len(proxy.children()) == count:
+            break
+        await anyio.sleep(0.1)
+    return proxy.children()

@@ -118,6 +118,15 @@ def start(upstream: list[str], *options: str, env: dict[str, str] | None = None)
     return proxy
 
 
+def serve_config(config: Path, *options: str) -> Proxy:
+    """`serve --config CONFIG --http` on 127.0.0.1, listening."""
+    proxy = Proxy(
+        [sys.executable, "-m", "frugal_proxy", "serve", "--config", str(config), "--http", "127.0.0.1:0", *options]
+    )
+    proxy.wait_listening()
+    return proxy
+
+
 @pytest.fixture(scope="module")
 def notes_proxy() -> Iterator[Proxy]:
     proxy = start(notes_command())

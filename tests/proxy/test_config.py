@@ -189,6 +189,13 @@ def test_retries_are_0_to_5() -> None:
         config.loads("[limits]\nretries = 6")
 
 
+def test_limits_root_sets_bounds_the_connections_per_upstream() -> None:
+    assert config.loads("").limits.root_sets == 16
+    assert config.loads("[limits]\nroot_sets = 2").limits.root_sets == 2
+    with pytest.raises(ConfigError, match=r"at limits.root_sets: must be at least 1"):
+        config.loads("[limits]\nroot_sets = 0")
+
+
 def test_the_loop_guard_settings_are_checked() -> None:
     loaded = config.loads("")
     assert (loaded.routing.loop_limit, loaded.routing.loop_window_seconds) == (5, 60.0)
