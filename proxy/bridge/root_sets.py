@@ -146,10 +146,6 @@ class RootSets:
             raise
         return Carrier(entry.connection, lambda: self._release(entry))
 
-    def close_all(self) -> None:
-        for entry in list(self._entries.values()):
-            self._close(entry)
-
     # -- internals ----------------------------------------------------------------------------------
 
     def _wire(self, entry: _Rooted) -> None:
