@@ -347,6 +347,10 @@ class UpstreamLink:
         """This upstream's part of a `server/discover` result (for `client`, the request's)."""
         upstream = self.upstream
         await self._ready(client)
+        if upstream.era == "legacy":
+            # A probe that timed out may still be answered while the proxy initializes: then the
+            # upstream is modern after all, and its discover result is what describes it.
+            await self.ensure_initialized(client)
         if upstream.era == "modern":
             body = dict(upstream.discover_result or {})
             body["supportedVersions"] = list(eras.MODERN_VERSIONS)
@@ -354,7 +358,6 @@ class UpstreamLink:
             body.setdefault("ttlMs", 0)
             body.setdefault("cacheScope", "private")
             return body
-        await self.ensure_initialized(client)
         initialized = upstream.initialize_result or {}
         result: dict[str, Any] = {
             "resultType": "complete",

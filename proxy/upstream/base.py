@@ -69,6 +69,11 @@ class _Watch:
 _WATCHING: contextvars.ContextVar[_Watch | None] = contextvars.ContextVar("upstream_watching", default=None)
 
 LATE_PROBE_WAIT = 10.0
+# How long an upstream that is up (its process started, its URL connected) may take to answer the
+# era probe before the proxy gives up on 2026-07-28 and serves it in the session era, with a
+# warning: a server still importing its modules on a busy machine took 14-20 s (--probe-timeout
+# is when the proxy stops waiting idly and asks again or tries initialize alongside).
+START_UP_DEADLINE = 60.0
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 30.0
 HEALTHY_AFTER = 60.0
@@ -460,6 +465,12 @@ class UpstreamBase(abc.ABC):
             with anyio.move_on_after(LATE_PROBE_WAIT):
                 await self._probe_settled.wait()
         if "result" in reply:
+            if not self._probe_settled.is_set():
+                log.warning(
+                    "upstream accepted initialize with server/discover unanswered: it is served in the "
+                    "session era (a slow start? raise --probe-timeout)",
+                    extra={"upstream": self.name, "probe_timeout": self.probe_timeout},
+                )
             self._session_open = True
             self.era = "legacy"
             body = jsonrpc.decode_any(reply["result"])

@@ -44,6 +44,7 @@ from frugal_proxy.protocol.headers import modern_headers
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.upstream import http_wire as wire
 from frugal_proxy.upstream.base import (
+    START_UP_DEADLINE,
     NotificationHandler,
     Pending,
     ProgressHandler,
@@ -216,11 +217,24 @@ class HttpUpstreamConnection(SessionMode, SseMode):
         frame = jsonrpc.request(probe_id, "server/discover", params)
         headers = modern_headers("server/discover", params, {})
         try:
-            reply = await self._post(frame, headers, probe_id, read_timeout=self.probe_timeout)
+            try:
+                reply = await self._post(frame, headers, probe_id, read_timeout=self.probe_timeout)
+            except httpx2.ReadTimeout:
+                # Connected, and no answer yet: a server that is slow to start (or busy) is not a
+                # session-era one; it gets the rest of the start-up deadline to answer.
+                log.info(
+                    "server/discover timed out; asking again, up to the start-up deadline",
+                    extra={"upstream": self.name, "seconds": self.probe_timeout, "deadline": START_UP_DEADLINE},
+                )
+                wait = max(START_UP_DEADLINE - self.probe_timeout, self.probe_timeout)
+                reply = await self._post(frame, headers, probe_id, read_timeout=wait)
         except Refused as refused:
             return await self._after_refused_probe(refused)
         except httpx2.ReadTimeout:
-            log.info("server/discover timed out; trying the session era", extra={"upstream": self.name})
+            log.warning(
+                "server/discover got no answer within the start-up deadline; serving the upstream in the session era",
+                extra={"upstream": self.name, "deadline": START_UP_DEADLINE},
+            )
             self.mode = "streamable"
             return None
         except httpx2.TransportError as exc:

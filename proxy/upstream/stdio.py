@@ -164,10 +164,17 @@ class UpstreamConnection(UpstreamBase):
                 settled.set()
             outcome.append(discovered(reply))
             answered.set()
-            late = self.generation == generation and self.era == "legacy" and not self._session_open
-            if late and outcome[0] is not None:
-                log.info("upstream answered server/discover late", extra={"upstream": self.name})
-                self._become_modern(outcome[0])
+            if outcome[0] is None or self.generation != generation or self.era != "legacy":
+                return
+            if self._session_open:
+                log.warning(
+                    "upstream answered server/discover after it had accepted initialize: it stays in "
+                    "the session era (a slow start? raise --probe-timeout)",
+                    extra={"upstream": self.name, "probe_timeout": self.probe_timeout},
+                )
+                return
+            log.info("upstream answered server/discover late", extra={"upstream": self.name})
+            self._become_modern(outcome[0])
 
         assert self._tg is not None
         self._tg.start_soon(probe)

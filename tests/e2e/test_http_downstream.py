@@ -57,6 +57,7 @@ class Proxy:
         self.lines: list[str] = []
         show_stderr_on_failure(self.process, self.lines)
         self.url = ""
+        self._said = threading.Condition()  # notified on every line of stderr
         self._listening = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -65,7 +66,9 @@ class Proxy:
         assert self.process.stderr is not None
         for raw in self.process.stderr:
             line = raw.decode(errors="replace").rstrip("\n")
-            self.lines.append(line)
+            with self._said:
+                self.lines.append(line)
+                self._said.notify_all()
             if "frugal-proxy: listening on " in line and not self.url:
                 # The whole line and nothing else (an upstream's copied stderr once landed
                 # inside it: the client was sent to a path that is no endpoint and got 404s).
@@ -73,6 +76,17 @@ class Proxy:
                 self.url = found.group(1) if found else ""
                 self._listening.set()
         self._listening.set()
+
+    def wait_for_line(self, *parts: str, timeout: float = 60.0) -> str:
+        """The first line of its stderr that holds every one of `parts`, waited for (blocking:
+        run it in a thread); fails the test after `timeout` seconds."""
+        with self._said:
+            found = self._said.wait_for(
+                lambda: next((line for line in self.lines if all(part in line for part in parts)), None), timeout
+            )
+        if found is None:
+            pytest.fail(f"the proxy did not log {parts!r} within {timeout:g} s:\n" + "\n".join(self.lines[-20:]))
+        return found
 
     def wait_listening(self, timeout: float = 30.0) -> str:
         self._listening.wait(timeout)
