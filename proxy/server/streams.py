@@ -103,8 +103,13 @@ async def _write_events(send: Send, stream: EventLog, after: int, *, ids: bool, 
     return not reading.cancelled_caught
 
 
+# The `retry` of a priming event (SEP-1699): how long a client waits before it reconnects with
+# Last-Event-ID to a stream that ended before its reply.
+RECONNECT_MS = 1000
+
+
 def _priming(stream: EventLog, after: int) -> bytes:
-    return b"id: " + stream.event_id(after).encode() + b"\ndata: \n\n"
+    return b"id: " + stream.event_id(after).encode() + b"\nretry: %d\ndata: \n\n" % RECONNECT_MS
 
 
 async def until_disconnect(receive: Receive) -> None:

@@ -60,7 +60,15 @@ SESSION_CHECKS = {
     "server-session-id-visible-ascii": "there is no session id to check",
     "server-accepts-multiple-post-streams": "the scenario stops before its streams without a session id",
     "server-sse-streams-functional": "the scenario stops before its streams without a session id",
+    "server-sse-retry-field": "a stream without a session cannot be resumed: it has no priming event",
 }
+
+# Checks of scenarios the suite runs but does not score (pending in 0.2.0-alpha.12) that must
+# succeed through the proxy where they succeed directly. server-sse-polling's
+# `server-sse-disconnect-resume` is not one of them: it needs the server to close a request's
+# stream mid-call, which the fixture's tool asks of the SDK's own HTTP transport and a proxy over
+# stdio is never asked (docs/development.md).
+UNSCORED_CHECKS = {"server-sse-polling": {"server-sse-retry-field"}}
 
 
 @dataclass(frozen=True)
@@ -107,6 +115,14 @@ class Results:
             f"{name}: {check}"
             for name in scenarios
             for check in direct.succeeded.get(name, set()) - self.succeeded.get(name, set())
+        )
+
+    def unscored_checks_lost(self, direct: Results) -> list[str]:
+        """The UNSCORED_CHECKS that succeed in `direct` and not here."""
+        return sorted(
+            f"{name}: {check}"
+            for name, ids in UNSCORED_CHECKS.items()
+            for check in (direct.succeeded.get(name, set()) & ids) - self.succeeded.get(name, set())
         )
 
     def all_scored(self) -> set[str]:
@@ -271,7 +287,11 @@ def test_proxy_passes_what_the_server_passes(
     lost = sorted(name for name in expected if not through.passed(name))
     failed = [f"{name}: {failure}" for name in lost for failure in through.failures.get(name, ["no result"])]
     assert not lost, f"{run} through the {mode}: {through.counts()}; failing only through it:\n" + "\n".join(failed)
-    checks = [lost for lost in through.checks_lost(direct, expected) if not stateless or not _session_check(lost)]
+    checks = [
+        lost
+        for lost in through.checks_lost(direct, expected) + through.unscored_checks_lost(direct)
+        if not stateless or not _session_check(lost)
+    ]
     assert not checks, f"{run} through the {mode}: checks that succeed only directly:\n" + "\n".join(checks)
 
 
@@ -317,5 +337,5 @@ def test_proxy_of_a_dual_era_url_passes_what_the_server_passes(
     assert not lost, f"{run} through the proxy of the URL: {through.counts()}; failing only through it:\n" + "\n".join(
         failed
     )
-    checks = through.checks_lost(direct, expected)
+    checks = through.checks_lost(direct, expected) + through.unscored_checks_lost(direct)
     assert not checks, f"{run} through the proxy of the URL: checks that succeed only directly:\n" + "\n".join(checks)

@@ -57,7 +57,7 @@ async def sse_events(response: httpx2.Response) -> AsyncIterator[dict[str, str]]
             if event:
                 yield event
             event = {}
-        elif line.startswith(("id:", "data:", "event:")):
+        elif line.startswith(("id:", "data:", "event:", "retry:")):
             key, _, value = line.partition(":")
             event[key] = value.removeprefix(" ")
 
@@ -161,6 +161,21 @@ async def test_a_session_era_client_that_prefers_sse_gets_its_reply_as_a_stream(
         assert len(events) == 1 and events[0]["id"]
         reply = json.loads(events[0]["data"])
         assert reply["id"] == ident and reply["result"]["tools"]
+
+
+async def test_a_2025_11_25_priming_event_says_when_to_reconnect(proxy: Proxy) -> None:
+    """The priming event of a 2025-11-25 request's stream carries `retry` (SEP-1699), so that a
+    client whose stream ends before its reply knows when to resume it with Last-Event-ID."""
+    body = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "add", "arguments": {"a": 1, "b": 2}}}
+    with anyio.fail_after(30):
+        async with httpx2.AsyncClient(timeout=20) as http:
+            headers = await open_session(http, proxy.url, "2025-11-25")
+            prefers_sse = {**headers, "Accept": "text/event-stream, application/json"}
+            async with http.stream("POST", proxy.url, json=body, headers=prefers_sse) as stream:
+                priming, *events = [event async for event in sse_events(stream)]
+    assert priming["data"] == "" and priming["id"]
+    assert int(priming["retry"]) > 0
+    assert json.loads(events[-1]["data"])["result"]["structuredContent"] == {"result": 3}
 
 
 @pytest.fixture(scope="module")

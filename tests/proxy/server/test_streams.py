@@ -15,7 +15,14 @@ from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.records import ProgressSink
 from frugal_proxy.server.events import EventLog
 from frugal_proxy.server.sessions import HttpSession, Outbox
-from frugal_proxy.server.streams import EventStream, ReplyStream, prefers_event_stream, reply_response, rpc_error
+from frugal_proxy.server.streams import (
+    RECONNECT_MS,
+    EventStream,
+    ReplyStream,
+    prefers_event_stream,
+    reply_response,
+    rpc_error,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -106,7 +113,7 @@ async def test_a_resumable_stream_numbers_its_events_and_its_call_outlives_the_c
             await anyio.wait_all_tasks_blocked()
             go_on.set()
     body = connection.body()
-    assert body.startswith(b"id: 4-0\ndata: \n\n") and b"id: 4-1\nevent: message" in body
+    assert body.startswith(b"id: 4-0\nretry: %d\ndata: \n\n" % RECONNECT_MS) and b"id: 4-1\nevent: message" in body
     assert log.last == 2 and log.closed  # the reply waits in the log for Last-Event-ID
 
 
