@@ -424,7 +424,8 @@ class Endpoint:
                 entry.busy -= 1
                 entry.touch()
         if scope.cancelled_caught:
-            return timed_out_reply(ident, jsonrpc.method_of(frame), self.settings.request_timeout)
+            modern = eras.modern_meta(jsonrpc.params_of(frame)) is not None
+            return timed_out_reply(ident, jsonrpc.method_of(frame), self.settings.request_timeout, modern=modern)
         if reply is None:
             return cancelled_reply(ident)
         if session is self.shared and jsonrpc.method_of(frame) == "tools/list":

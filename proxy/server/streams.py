@@ -214,7 +214,7 @@ class PlainReply(Response):
     def expire(self) -> None:
         if self.reply_frame.done():
             return
-        self.reply_frame.set_result(timed_out_reply(self.ident, "tools/call", self.timeout))
+        self.reply_frame.set_result(timed_out_reply(self.ident, "tools/call", self.timeout, modern=self.modern))
         self.cancel()
 
     def _disconnected(self) -> None:
@@ -272,16 +272,20 @@ class PlainReply(Response):
 REQUEST_TIMEOUT = -32001  # the code SDKs use for a request that timed out
 
 
-def timed_out_reply(ident: Any, method: str | None, seconds: float) -> Frame:
+def timed_out_reply(ident: Any, method: str | None, seconds: float, *, modern: bool) -> Frame:
     """The answer to a request the request timeout cut (logged at warn): a tool error for a
-    tools/call, the SDKs' timeout error for anything else."""
+    tools/call (in the client's era: `resultType` is 2026-07-28's), the SDKs' timeout error for
+    anything else."""
     message = (
         f"{method} got no answer within {seconds:g} s (the request timeout, --request-timeout); "
         "it was cancelled upstream"
     )
     log.warning("request timed out", extra={"method": method, "seconds": seconds})
     if method == "tools/call":
-        return jsonrpc.result(ident, jsonrpc.tool_error_result(message))
+        body = jsonrpc.tool_error_result(message)
+        if not modern:
+            del body["resultType"]
+        return jsonrpc.result(ident, body)
     return jsonrpc.error(ident, REQUEST_TIMEOUT, message)
 
 

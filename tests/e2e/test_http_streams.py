@@ -294,6 +294,34 @@ async def test_the_request_timeout_answers_a_session_era_call_and_cancels_it_ups
         slow.stop()
 
 
+async def test_the_request_timeouts_tool_error_carries_result_type_only_to_a_2026_07_28_client() -> None:
+    """`resultType` is 2026-07-28's: the tool error the proxy answers a call the request timeout
+    cut with has it for a 2026-07-28 client and not for a session-era one, over the plain JSON
+    reply and over the request's SSE stream alike."""
+    slow = start(notes_command(), "--request-timeout", "1")
+    try:
+        url = slow.url
+        results: dict[str, dict[str, Any]] = {}
+        with anyio.fail_after(60):
+            async with httpx2.AsyncClient(timeout=20) as http:
+                modern = modern_body("tools/call", {"name": "sleep", "arguments": {"seconds": 20}}, ident=9)
+                reply = await http.post(url, json=modern, headers=modern_headers("tools/call", "sleep"))
+                results["modern"] = reply.json()["result"]
+                headers = await open_session(http, url, "2025-11-25")
+                results["session, json"] = (await http.post(url, json=legacy_sleep(10, 20), headers=headers)).json()[
+                    "result"
+                ]
+                prefers_sse = {**headers, "Accept": "text/event-stream, application/json"}
+                async with http.stream("POST", url, json=legacy_sleep(11, 20), headers=prefers_sse) as stream:
+                    events = [event async for event in sse_events(stream) if event.get("data")]
+                results["session, sse"] = json.loads(events[-1]["data"])["result"]
+    finally:
+        slow.stop()
+    for era, result in results.items():
+        assert result["isError"] is True and "--request-timeout" in result["content"][0]["text"], (era, result)
+        assert ("resultType" in result) is (era == "modern"), (era, result)
+
+
 def test_a_bad_request_timeout_is_refused() -> None:
     done = subprocess.run(
         proxy_command(notes_command(), "--http", "127.0.0.1:0", "--request-timeout", "0"),
