@@ -69,10 +69,10 @@ class _Watch:
 _WATCHING: contextvars.ContextVar[_Watch | None] = contextvars.ContextVar("upstream_watching", default=None)
 
 LATE_PROBE_WAIT = 10.0
-# How long an upstream that is up (its process started, its URL connected) may take to answer the
-# era probe before the proxy gives up on 2026-07-28 and serves it in the session era, with a
-# warning: a server still importing its modules on a busy machine took 14-20 s (--probe-timeout
-# is when the proxy stops waiting idly and asks again or tries initialize alongside).
+# How long a remote upstream whose URL accepts connections may take to answer the era probe before
+# the proxy serves it in the session era, with a warning: a server on a busy machine took 14-20 s
+# (past --probe-timeout it is asked again). Over stdio the probe is never withdrawn instead: past
+# --probe-timeout initialize waits LATE_PROBE_WAIT more for it, then goes after it in the pipe.
 START_UP_DEADLINE = 60.0
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 30.0
