@@ -16,9 +16,10 @@ import anyio
 import pytest
 from mcp import Client
 
-from tests.conftest import ROOT, notes_command, params, proxy_command, reserved_port
+from tests.conftest import FAULTY_SERVER, ROOT, notes_command, params, proxy_command, reserved_port
 from tests.e2e.test_http_downstream import Proxy, start
 from tests.e2e.test_notes_server_http import _wait_listening
+from tests.rawclient import MODERN_META, RawClient
 
 pytestmark = pytest.mark.anyio
 
@@ -101,3 +102,18 @@ async def test_a_remote_dual_era_upstream_stopped_past_the_probe_timeout_is_not_
         server.terminate()
         with anyio.fail_after(15):
             await server.wait()
+
+
+async def test_a_session_era_fallback_after_an_unanswered_probe_is_logged_at_warn() -> None:
+    """A session-era server that never answers server/discover (nor refuses it) is served in the
+    session era once it accepts initialize, and the proxy says why, at warn (the default level)."""
+    upstream = ["env", "FAULTY_IGNORE_DISCOVER=1", sys.executable, str(FAULTY_SERVER)]
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            client = await RawClient.start(tg, proxy_command(upstream, "--probe-timeout", "0.3"))
+            reply = await client.request(1, "tools/list", {"_meta": MODERN_META}, wait=45)
+            assert "echo" in {tool["name"] for tool in reply["result"]["tools"]}
+            assert await client.close() == 0
+            tg.cancel_scope.cancel()
+    said = client.stderr.decode()
+    assert "warning" in said and "server/discover unanswered" in said and "--probe-timeout" in said, said

@@ -7,7 +7,8 @@ would: write garbage to stdout, answer ids nobody sent, send oversized lines, di
 stdout as it is, then answers the call with `reply` (no answer when it is null): a hostile
 upstream for the bad-input and fuzz tests. `cancellations` answers with the request ids of the
 `notifications/cancelled` it has received (each is also noted on stderr), `noisy {lines}`
-writes that many lines of garbage before its answer.
+writes that many lines of garbage before its answer. With FAULTY_IGNORE_DISCOVER set it never
+answers `server/discover` (nor says it does not know it).
 """
 
 from __future__ import annotations
@@ -160,6 +161,8 @@ def handle(message: dict) -> None:
         call(request_id, message["params"]["name"], message["params"].get("arguments") or {})
     elif method == "ping":
         send({"jsonrpc": "2.0", "id": request_id, "result": {}})
+    elif method == "server/discover" and os.environ.get("FAULTY_IGNORE_DISCOVER"):
+        return  # a session-era server that never answers a method it does not know
     else:
         send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": "Method not found"}})
 
