@@ -5,7 +5,7 @@
     ├── keys/                        the receipt keys (governor.keys)
     ├── auth/operators.json          registered operators (server.operators)
     ├── install/wrapped.json         what `mcp install --wrap` rewrote (install.state)
-    ├── usage/YYYY-MM.jsonl          the usage ledger, one line per call, per UTC month (ledger)
+    ├── usage/YYYY-MM.<replica>.jsonl the usage ledger, one line per call, per UTC month (ledger)
     └── run/serve-<pid>.json         each running `serve`'s upstream states (cli.serve)
 
 `write_private` is the only writer of these files (the usage ledger, append-only, has its own:

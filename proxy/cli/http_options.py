@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from frugal_proxy.ledger import replica
+
 if TYPE_CHECKING:
     from frugal_proxy.config import Auth
     from frugal_proxy.server.sessions import UpstreamSet
@@ -224,6 +226,11 @@ def run_http(
     if not options.http_path.startswith("/"):
         print("frugal-proxy: error: --http-path must start with /", file=sys.stderr)
         return 2
+    try:
+        chosen = replica.configured()  # serve's --replica-id is there by now
+    except ValueError as exc:
+        print(f"frugal-proxy: error: {exc}", file=sys.stderr)
+        return 2
     settings = HttpSettings(
         host=host,
         port=port,
@@ -243,6 +250,7 @@ def run_http(
         handshake_timeout=options.handshake_timeout,
         reclaim_after=options.session_reclaim_after,
         forwarded_allow_ips=forwarded,
+        replica=chosen,
     )
     try:
         sock = listen_socket(host, port)

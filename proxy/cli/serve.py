@@ -31,6 +31,7 @@ from frugal_proxy.capabilities import CAPABILITIES, EXECUTE_TOOL
 from frugal_proxy.cli.http_options import add_http_options
 from frugal_proxy.cli.signals import stop_on_signal
 from frugal_proxy.config import Config, ConfigError
+from frugal_proxy.ledger import replica
 from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.providers import registry
 from frugal_proxy.router.router import Router
@@ -109,9 +110,22 @@ def serve_command(argv: list[str]) -> int:
         help="deadline of one call, over a routed tool's whole failover chain ('90s', '2m'; '0s': none); "
         "overrides limits.call_timeout (default: 60s for routed tools, 5m for plain ones)",
     )
+    parser.add_argument(
+        "--replica-id",
+        metavar="ID",
+        help=f"this replica's name in its usage ledger file, YYYY-MM.<ID>.jsonl (default: ${replica.REPLICA_ENV}, "
+        "else the host name): each replica writing into a shared usage folder needs its own",
+    )
     add_http_options(parser)
     options = parser.parse_args(argv)
     logs.configure(options.log_level)
+    try:
+        chosen = replica.check(options.replica_id) if options.replica_id is not None else replica.configured()
+    except ValueError as exc:
+        print(f"frugal-proxy: {exc}", file=sys.stderr)
+        return 2
+    if chosen is not None:  # the ledger reads it where the pipeline is assembled
+        os.environ[replica.REPLICA_ENV] = chosen
     loaded = _load(options.config, optional=True)
     if isinstance(loaded, int):
         return loaded

@@ -1,4 +1,5 @@
-"""`frugal-proxy stats [--month YYYY-MM] [--json]`: the month's receipt from the usage ledger.
+"""`frugal-proxy stats [--month YYYY-MM] [--dir FOLDER] [--json]`: the month's receipt from the
+usage ledger, every replica's file of the month in the usage folder.
 
     frugal receipt · July 2026 (UTC)
     tool      provider     calls       paid
@@ -20,6 +21,7 @@ import datetime
 import sys
 import time
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -59,11 +61,25 @@ def stats_command(argv: list[str]) -> int:
         description="The month's receipt from the usage ledger: calls, spend, what the premium route would cost.",
     )
     parser.add_argument("--month", type=_month, metavar="YYYY-MM", help="a UTC month (default: this one)")
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        metavar="FOLDER",
+        help="the usage folder to read: a volume the replicas share, or their files collected "
+        "(default: $FRUGAL_HOME/usage)",
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON, for scripts")
     options = parser.parse_args(argv)
     logs.configure("warning")
+    if options.dir is not None and not options.dir.is_dir():
+        print(
+            f"frugal-proxy stats: --dir {options.dir} is not a folder: "
+            "name the folder that holds the YYYY-MM.*.jsonl files",
+            file=sys.stderr,
+        )
+        return 2
     month = options.month or utc_month(time.time())
-    figures = tally_month(month)
+    figures = tally_month(month, options.dir)
     if options.json:
         sys.stdout.write(_encoder.encode(as_json(figures)).decode() + "\n")
     else:
@@ -116,8 +132,7 @@ def render(figures: MonthTally) -> Text:
     out.append(f"frugal receipt · {title(figures.month)} (UTC)\n", style="bold")
     if not figures.calls:
         out.append(f"no calls recorded in {title(figures.month)}", style="dim")
-        where = reader.month_path(figures.month)
-        out.append(f" (nothing in {where})" if not where.exists() else "")
+        out.append(f" (nothing in {reader.folder(figures.folder)})" if not figures.files else "")
         if not ledger.enabled():
             out.append(f"\n{ledger.STATS_ENV}=off: this machine records no calls", style="yellow")
         return out
@@ -155,11 +170,26 @@ def render(figures: MonthTally) -> Text:
     out.append(FOOTNOTE + "\n", style="dim")
     if figures.maybe_billed:
         out.append(MAYBE_FOOTNOTE + "\n", style="dim")
+    out.append(read_from(figures) + "\n", style="dim")
     if figures.skipped_lines:
         out.append(f"{figures.skipped_lines} unreadable ledger line(s) skipped\n", style="yellow")
     out.append("\n")
     out.append_text(day_bars(figures))
     return out
+
+
+def read_from(figures: MonthTally) -> str:
+    """How many replicas' ledgers the receipt read: `read 3 replicas' ledgers: a, b, c`, and a
+    month's one file from before replica ids named as such."""
+    named = [replica for replica in figures.replicas if replica]
+    parts = []
+    if named:
+        whose = "1 replica's ledger" if len(named) == 1 else f"{len(named)} replicas' ledgers"
+        parts.append(f"read {whose}: {', '.join(named)}")
+    if "" in figures.replicas:
+        single = f"{figures.month}.jsonl (written before replica ids)"
+        parts.append(f"and {single}" if named else f"read 1 ledger file: {single}")
+    return ", ".join(parts)
 
 
 def _line(cells: tuple[str, ...], widths: list[int]) -> str:
@@ -245,6 +275,8 @@ def as_json(figures: MonthTally) -> dict[str, Any]:
             for d in figures.days
         ],
         "skipped_lines": figures.skipped_lines,
-        "ledger": str(reader.month_path(figures.month)),
+        "ledger": str(reader.folder(figures.folder)),
+        "replicas": [replica for replica in figures.replicas if replica],
+        "files": [str(path) for path in figures.files],
         "recording": ledger.enabled(),
     }

@@ -6,6 +6,8 @@ chunks of whole lines, each chunk decoded by one msgspec call (`decode_lines`) w
 line by line when it holds a bad one. A reader decodes only the fields it names in its own
 struct: the others are skipped at parse speed.
 
+    month_files(month)         the month's files: one per replica (`YYYY-MM.<id>.jsonl`), and
+                               the one file of a month written before replica ids (`YYYY-MM.jsonl`)
     lines(path, Kind)          every readable line, oldest first (batches of them: `batches`)
     newest_first(path, Kind)   from the end backwards, for readers that want the recent tail
 """
@@ -32,9 +34,35 @@ CHUNK_BYTES = 4 * 1024 * 1024
 _decoders: dict[Any, Any] = {}
 
 
-def month_path(month: str, directory: Path | None = None) -> Path:
-    """The file of one UTC month, `YYYY-MM`."""
-    return (directory or home.usage_dir()) / f"{month}.jsonl"
+def month_path(month: str, directory: Path | None = None, replica: str | None = None) -> Path:
+    """The file of one UTC month, `YYYY-MM`, that `replica` writes; without one, the month's one
+    file as it was written before replica ids."""
+    name = f"{month}.jsonl" if replica is None else f"{month}.{replica}.jsonl"
+    return folder(directory) / name
+
+
+def folder(directory: Path | None = None) -> Path:
+    """The usage folder: `directory`, else $FRUGAL_HOME/usage."""
+    return directory or home.usage_dir()
+
+
+def month_files(month: str, directory: Path | None = None) -> list[Path]:
+    """Every file of one UTC month in the usage folder: the one-file layout's first, then each
+    replica's by its id. A folder that does not exist has none."""
+    where = folder(directory)
+    found = sorted(where.glob(f"{month}.*.jsonl"))
+    single = month_path(month, where)
+    return ([single] if single.exists() else []) + [path for path in found if replica_of(path, month) is not None]
+
+
+def replica_of(path: Path, month: str) -> str | None:
+    """The replica id in a month file's name; "" for the one-file layout, None for a file that
+    is neither (another month's, a stray)."""
+    name = path.name
+    if name == f"{month}.jsonl":
+        return ""
+    middle = name.removeprefix(f"{month}.").removesuffix(".jsonl")
+    return middle if name.startswith(f"{month}.") and name.endswith(".jsonl") and "." not in middle and middle else None
 
 
 @dataclass

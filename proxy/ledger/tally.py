@@ -1,5 +1,6 @@
 """The month's receipt as figures: what `frugal-proxy stats` shows and `--json` prints. Sans-IO
-apart from `tally_month`, which reads the month's file.
+apart from `tally_month`, which reads the month's files: every replica's, and the one file of a
+month written before replica ids.
 
     calls       every line: answered, cached, failed and refused calls alike
     paid        what every attempt billed (failed attempts bill $0; a paid empty answer bills)
@@ -79,6 +80,9 @@ class MonthTally:
     rows: list[Row] = field(default_factory=list)
     days: list[Day] = field(default_factory=list)
     skipped_lines: int = 0  # lines that did not decode (a torn last line after a crash)
+    folder: Path | None = None  # the usage folder read
+    files: list[Path] = field(default_factory=list)  # the files read
+    replicas: list[str] = field(default_factory=list)  # their replica ids ("" for the one-file layout)
 
     @property
     def saved(self) -> int:
@@ -140,10 +144,18 @@ _returned = operator.attrgetter("tokens_returned")
 
 
 def tally_month(month: str, directory: Path | None = None) -> MonthTally:
-    """The receipt of one UTC month (`YYYY-MM`) from its file; a month with no file has no calls."""
-    path = reader.month_path(month, directory)
-    damage = reader.Damage(path)
-    result = tally(month, reader.batches(path, Tallied, damage))
-    result.skipped_lines = len(damage.lines)
-    damage.warn()
+    """The receipt of one UTC month (`YYYY-MM`) from every file of it in the usage folder; a
+    month with no file has no calls."""
+    files = reader.month_files(month, directory)
+    damages = [reader.Damage(path) for path in files]
+    result = tally(
+        month,
+        (batch for path, damage in zip(files, damages, strict=True) for batch in reader.batches(path, Tallied, damage)),
+    )
+    result.folder = reader.folder(directory)
+    result.files = files
+    result.replicas = [str(reader.replica_of(path, month)) for path in files]
+    result.skipped_lines = sum(len(damage.lines) for damage in damages)
+    for damage in damages:
+        damage.warn()
     return result

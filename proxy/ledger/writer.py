@@ -1,15 +1,20 @@
-"""Appends usage lines to `$FRUGAL_HOME/usage/YYYY-MM.jsonl`, off the event loop, in batches.
+"""Appends usage lines to `$FRUGAL_HOME/usage/YYYY-MM.<replica>.jsonl`, off the event loop, in
+batches (ledger.replica: which replica this process is; a writer made without one writes the
+one-file layout of before, `YYYY-MM.jsonl`).
 
-How several processes share one month's file: each opens it with O_APPEND and writes whole lines
-only, in chunks of at most PIPE_BUF bytes (4096 on Linux and macOS), one write() per chunk. With
-O_APPEND the kernel moves to the end of the file and writes as one step, so two appenders never
-land on the same offset; a write of at most PIPE_BUF bytes is not split (a page-sized write to a
-local file is never short but on a full disk or a fatal signal), so a line is never interleaved
-with another process's. This was chosen over one write per batch under an advisory lock
-(flock) because nothing can be held: a writer that stalls or is stopped cannot make the others
-wait, a reader needs no lock at all, and there is no lock file to clean up; the cost is one
-write() per 4 KiB instead of per batch, which is still well over 100,000 lines a second. Network
-file systems (NFS) do not honour O_APPEND across machines: keep FRUGAL_HOME on a local disk.
+How several processes share one month's file (those of one machine share its replica id, and so
+its file; two `serve` processes given the same `--replica-id` and usage folder too): each opens
+it with O_APPEND and writes whole lines only, in chunks of at most PIPE_BUF bytes (4096 on Linux
+and macOS), one write() per chunk. With O_APPEND the kernel moves to the end of the file and
+writes as one step, so two appenders never land on the same offset; a write of at most PIPE_BUF
+bytes is not split (a page-sized write to a local file is never short but on a full disk or a
+fatal signal), so a line is never interleaved with another process's. This was chosen over one
+write per batch under an advisory lock (flock) because nothing can be held: a writer that stalls
+or is stopped cannot make the others wait, a reader needs no lock at all, and there is no lock
+file to clean up; the cost is one write() per 4 KiB instead of per batch, which is still well
+over 100,000 lines a second. Network
+file systems (NFS) do not honour O_APPEND across machines: on a volume shared between machines,
+each machine writes only its own replica's file, and no two machines may share a replica id.
 
 When things go wrong:
 
@@ -42,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from frugal_proxy.ledger.line import MAX_LINE, UsageLine, encode, month_of
+from frugal_proxy.ledger.reader import month_path
 
 log = logging.getLogger("frugal_proxy.ledger")
 
@@ -78,8 +84,9 @@ _Item = UsageLine | _Later | _Flush
 class LedgerWriter:
     """The usage ledger of one folder (one per folder per process: `writer_for`)."""
 
-    def __init__(self, directory: Path, *, torn_settle: float = TORN_SETTLE) -> None:
+    def __init__(self, directory: Path, *, replica: str | None = None, torn_settle: float = TORN_SETTLE) -> None:
         self.directory = directory
+        self.replica = replica
         self.torn_settle = torn_settle
         self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -201,7 +208,7 @@ class LedgerWriter:
         fd = self._fds.get(month)
         if fd is None:
             self._close_files()  # a new month: the old file is done
-            fd = self._fds[month] = _open(self.directory / f"{month}.jsonl", self.torn_settle)
+            fd = self._fds[month] = _open(month_path(month, self.directory, self.replica), self.torn_settle)
         chunk = bytearray()
         for line in lines:
             if len(chunk) + len(line) > MAX_LINE:
@@ -281,16 +288,16 @@ def _write_all(fd: int, data: bytes | bytearray) -> None:
         view = view[done:]
 
 
-_writers: dict[Path, LedgerWriter] = {}
+_writers: dict[tuple[Path, str | None], LedgerWriter] = {}
 _writers_lock = threading.Lock()
 
 
-def writer_for(directory: Path) -> LedgerWriter:
-    """The process's one writer of `directory` (every pipeline of the process shares it)."""
+def writer_for(directory: Path, replica: str | None = None) -> LedgerWriter:
+    """The process's one writer of `directory` as `replica` (every pipeline of the process shares it)."""
     with _writers_lock:
-        writer = _writers.get(directory)
+        writer = _writers.get((directory, replica))
         if writer is None:
-            writer = _writers[directory] = LedgerWriter(directory)
+            writer = _writers[(directory, replica)] = LedgerWriter(directory, replica=replica)
         return writer
 
 

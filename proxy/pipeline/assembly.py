@@ -35,7 +35,7 @@ from frugal_proxy.config import (
     split_candidate,
 )
 from frugal_proxy.governor.engine import Governor
-from frugal_proxy.ledger import feeds
+from frugal_proxy.ledger import feeds, replica
 from frugal_proxy.ledger.line import timestamp
 from frugal_proxy.ledger.writer import writer_for
 from frugal_proxy.pipeline.dispatch import DispatchSettings
@@ -225,7 +225,7 @@ def assemble(
         assembly.policies.append(CallMetrics(metrics))
     if ledger.enabled(environ):  # the usage ledger, unless FRUGAL_STATS=off
         rack = registry.rack_rates(config) if config is not None else {}
-        assembly.policies.append(Ledger(writer_for(home.usage_dir()), rack))
+        assembly.policies.append(Ledger(writer_for(home.usage_dir(), replica.replica_id(environ)), rack))
     return assembly
 
 

@@ -32,6 +32,16 @@ class Handshakes:
         self.own_tools = own_tools
         self.single = len(links) == 1
 
+    def assume_initialized(self, version: str) -> None:
+        """Serve a session-era client that initialized elsewhere in its era: a request of one
+        reached a stateless endpoint whose router no initialize has reached (a load balancer
+        spreads a --stateless fleet's requests over every replica). Its MCP-Protocol-Version
+        header names the version; its capabilities are unknown, and nothing is sent to a
+        stateless client unasked anyway. A router another client initialized is left as it is."""
+        if self.client.era is None:
+            self.client.era = "legacy"
+            self.client.protocol_version = version
+
     async def initialize(self, params: dict[str, msgspec.Raw]) -> Frame:
         decoded = {key: jsonrpc.decode_any(value) for key, value in params.items()}
         self.client.era = "legacy"

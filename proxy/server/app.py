@@ -138,6 +138,7 @@ async def serve_http(
                 max_sessions=settings.max_sessions,
                 handshake_timeout=settings.handshake_timeout,
                 reclaim_after=settings.reclaim_after,
+                replica=settings.replica,
             )
             tg.start_soon(sessions.expire_idle)
         endpoint = Endpoint(shared, sessions, settings)

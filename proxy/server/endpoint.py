@@ -94,6 +94,8 @@ class HttpSettings:
     # The reverse proxies whose X-Forwarded-For / -Proto are believed (None: nobody's; the
     # client IP the rate limit and the logs key on is then the connection's own)
     forwarded_allow_ips: list[str] | None = None
+    # The replica id given to this process (--replica-id, FRUGAL_REPLICA_ID): session ids begin with it
+    replica: str | None = None
 
 
 class Endpoint:
@@ -144,6 +146,8 @@ class Endpoint:
             return await self._modern(request, frame, version, method or "", params)
         sse = prefers_event_stream(headers_of(request).get("accept"))
         if self.sessions is None:
+            if version in eras.HANDSHAKE_VERSIONS:  # its initialize may have reached another replica
+                self.shared.handshakes.assume_initialized(version)
             return await self._take(self.shared, frame, version, operator=operator_of(request), sse=sse, params=params)
         entry = self._session_of(request)
         if isinstance(entry, Response):

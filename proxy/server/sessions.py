@@ -118,8 +118,12 @@ class HttpSessions:
         max_sessions: int,
         handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
         reclaim_after: float = DEFAULT_RECLAIM_AFTER,
+        replica: str | None = None,
     ) -> None:
         self._tg = task_group
+        # A session id begins with the replica's id (`replica-1.…`), so that a load balancer
+        # that cannot learn ids from responses (nginx without Plus) routes by the prefix.
+        self._id_prefix = f"{replica}." if replica else ""
         self._upstreams = upstreams
         self.idle_timeout = idle_timeout
         self.handshake_timeout = handshake_timeout
@@ -168,7 +172,7 @@ class HttpSessions:
         `operator`, whose token opened it; `initialize`, the params of the client's initialize,
         and the operator decide which upstream connections it shares (only with sessions of the
         same operator)."""
-        session_id = secrets.token_urlsafe(32)
+        session_id = self._id_prefix + secrets.token_urlsafe(32)
         self._opening.add(session_id)  # before any await: the caller's bound check and this count are one step
         try:
             started: HttpSession = await self._tg.start(self._run, session_id, initialize, operator)

@@ -1,5 +1,5 @@
 """The usage ledger through `frugal-proxy serve` and the wrap form, as a user has it: every call
-appends one line to $FRUGAL_HOME/usage/YYYY-MM.jsonl once the process has it, a routed call and a
+appends one line to $FRUGAL_HOME/usage/YYYY-MM.<replica>.jsonl once the process has it, a routed call and a
 plain one alike, and `FRUGAL_STATS=off` writes nothing. Providers reach loopback Web APIs
 (tests/servers/fake_apis.py); every other built-in is denied."""
 
@@ -18,6 +18,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
+from frugal_proxy.ledger import reader
 from frugal_proxy.state.usage import utc_month
 from tests.conftest import notes_command
 from tests.e2e.test_routed_tools import search_config
@@ -39,10 +40,13 @@ def proxy(home: Path, args: list[str], **env: str) -> StdioServerParameters:
 
 
 def ledger_lines(home: Path) -> list[dict[str, Any]]:
-    path = home / "usage" / f"{utc_month(time.time())}.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
+    """This month's lines, from every file of the month (one per replica id)."""
+    return [
+        json.loads(line)
+        for path in reader.month_files(utc_month(time.time()), home / "usage")
+        for line in path.read_text().splitlines()
+        if line
+    ]
 
 
 async def test_a_routed_call_and_a_plain_call_each_append_one_line(tmp_path: Path, apis: FakeApis) -> None:
@@ -68,7 +72,8 @@ async def test_a_routed_call_and_a_plain_call_each_append_one_line(tmp_path: Pat
     assert (plain["tool"], plain["capability"], plain["provider"], plain["outcome"]) == ("add", None, "notes", "ok")
     assert (plain["cost_usd"], plain["rack_usd"]) == (0, 0)
     assert empty["outcome"] == "empty" and empty["provider"] == "wikipedia"
-    assert "secret-query" not in (home / "usage").joinpath(f"{utc_month(time.time())}.jsonl").read_text()
+    [written] = reader.month_files(utc_month(time.time()), home / "usage")
+    assert "secret-query" not in written.read_text()
     # The receipt counts them.
     environ = {**os.environ, "FRUGAL_HOME": str(home)}
     with anyio.fail_after(30):

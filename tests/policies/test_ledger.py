@@ -16,7 +16,7 @@ import pytest
 from frugal_proxy.capabilities import ExtractRequest, Page, SearchHit, SearchRequest
 from frugal_proxy.config import GovernorSettings, loads
 from frugal_proxy.governor.engine import Governor
-from frugal_proxy.ledger import reader
+from frugal_proxy.ledger import reader, replica
 from frugal_proxy.ledger.line import UsageLine, encode
 from frugal_proxy.ledger.tally import tally_month
 from frugal_proxy.ledger.writer import LedgerWriter
@@ -245,7 +245,9 @@ async def test_frugal_stats_off_writes_nothing(frugal_home: Path, monkeypatch: p
     await pipeline.run(tool("read", {}))
     [ledger] = [policy for policy in on.policies if isinstance(policy, Ledger)]
     assert ledger.sink.flush()  # type: ignore[attr-defined]
-    found = list(reader.lines(reader.month_path(lines_month()), UsageLine))
+    [path] = reader.month_files(lines_month())  # this process's replica file
+    assert reader.replica_of(path, lines_month()) == replica.replica_id()
+    found = list(reader.lines(path, UsageLine))
     assert [line.tool for line in found] == ["read"]
 
 

@@ -4,6 +4,7 @@ JSON, an empty month saying so. The fixture month and its figures are tests/ledg
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ you saved                                  $0.0120   (62%)
 context kept out of the model                8,900 tokens (cut by the governor, fetchable while spilled)
 * rack rate = list price of each capability's premium provider, snapshotted at call time.
   failed calls excluded.
+read 1 ledger file: 2026-07.jsonl (written before replica ids)
 1 unreadable ledger line(s) skipped
 
 per day (UTC)  █ paid  ░ saved
@@ -130,3 +132,38 @@ def test_spend_that_may_have_been_billed_is_counted_and_flagged(
     figures = json.loads(capsys.readouterr().out)
     assert (figures["paid_usd"], figures["maybe_billed_usd"]) == (0.002, 0.001)
     assert [(row["outcome"], row["maybe_billed_usd"]) for row in figures["rows"]] == [("ok", 0), ("transient", 0.001)]
+
+
+def test_a_fleets_month_says_how_many_replicas_it_read(
+    tmp_path: Path, frugal_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The usage folder of a fleet (a shared volume, or the replicas' files collected into one
+    folder with --dir): one receipt of every replica's file, saying whose."""
+    collected = tmp_path / "collected"
+    collected.mkdir()
+    for n, replica in enumerate(("replica-1", "replica-2", "replica-3"), 1):
+        line = encode(usage_line(ts="2026-07-03T08:00:00.000Z", provider="serper", total_cost_usd=0.003))
+        (collected / f"2026-07.{replica}.jsonl").write_bytes(line * n)
+    assert stats_command(["--month", "2026-07", "--dir", str(collected)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"\ntotal +6 +\$0\.0180\n", out)
+    assert "read 3 replicas' ledgers: replica-1, replica-2, replica-3\n" in out
+    assert stats_command(["--month", "2026-07", "--dir", str(collected), "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert (figures["calls"], figures["paid_usd"]) == (6, 0.018)
+    assert figures["replicas"] == ["replica-1", "replica-2", "replica-3"] and figures["ledger"] == str(collected)
+    assert [Path(name).name for name in figures["files"]] == [f"2026-07.replica-{n}.jsonl" for n in (1, 2, 3)]
+    write_month(collected)  # and the month's one file from before replica ids
+    assert (
+        "read 3 replicas' ledgers: replica-1, replica-2, replica-3, and 2026-07.jsonl (written before"
+        in render(tally_month("2026-07", collected)).plain
+    )
+    (collected / "2026-07.jsonl").unlink()
+    (collected / "2026-07.replica-2.jsonl").unlink()
+    (collected / "2026-07.replica-3.jsonl").unlink()
+    assert "read 1 replica's ledger: replica-1\n" in render(tally_month("2026-07", collected)).plain
+
+
+def test_dir_must_be_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert stats_command(["--dir", str(tmp_path / "nowhere")]) == 2
+    assert "is not a folder: name the folder that holds the YYYY-MM.*.jsonl files" in capsys.readouterr().err

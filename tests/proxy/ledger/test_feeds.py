@@ -101,3 +101,23 @@ def test_latencies_of_successful_calls_oldest_first(tmp_path: Path) -> None:
     assert found == {"serper": [25.0, 26.0, 27.0, 28.0, 29.0], "brave": [500.0], "jina": [9.0]}
     wanted = feeds.served_latencies(["serper"], samples=3, now=JULY_3, directory=tmp_path)
     assert wanted == {"serper": [27.0, 28.0, 29.0]}
+
+
+def test_every_replicas_file_counts(tmp_path: Path) -> None:
+    """On a usage folder the replicas share, the rebuild reads each replica's file and the month's
+    one file from before replica ids; the latest latencies are the fleet's, merged by time."""
+    (tmp_path / "2026-07.jsonl").write_bytes(
+        encode(usage_line(ts="2026-07-02T09:00:00.000Z", billed={"serper": 0.001}, served_ms={"serper": 1.0}))
+    )
+    (tmp_path / "2026-07.replica-1.jsonl").write_bytes(
+        encode(usage_line(ts="2026-07-02T10:00:00.000Z", billed={"serper": 0.003}, served_ms={"serper": 3.0}))
+        + encode(usage_line(ts="2026-07-02T12:00:00.000Z", free_quota=["serper"], served_ms={"serper": 5.0}))
+    )
+    (tmp_path / "2026-07.replica-2.jsonl").write_bytes(
+        encode(usage_line(ts="2026-07-02T11:00:00.000Z", billed={"serper": 0.003}, served_ms={"serper": 4.0}))
+        + encode(usage_line(ts="2026-07-02T11:00:00.000Z", billed={"serper": 0.003}, served_ms={"serper": 2.0}))
+    )
+    assert feeds.spend_on("2026-07-02", tmp_path) == {"search/serper": 10_000}
+    assert feeds.billed_calls("2026-07", tmp_path) == {"serper": 5}
+    latest = feeds.served_latencies(["serper"], samples=3, now=JULY_3, directory=tmp_path)
+    assert latest == {"serper": [4.0, 2.0, 5.0]}  # 11:00 twice in its file's order, then 12:00

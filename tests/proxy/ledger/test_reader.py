@@ -59,3 +59,15 @@ def test_newest_first_reads_backwards_across_blocks(tmp_path: Path) -> None:
     newest = reader.newest_first(path, UsageLine, block_bytes=999)
     assert [next(newest).attempts for _ in range(3)] == [499, 498, 497]
     newest.close()
+
+
+def test_a_months_files_are_each_replicas_and_the_one_file_of_before(tmp_path: Path) -> None:
+    for name in ("2026-07.b.jsonl", "2026-07.a.jsonl", "2026-07.jsonl", "2026-08.a.jsonl", "2026-07.x.y.jsonl"):
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "2026-07.a.jsonl.tmp").write_bytes(b"")
+    found = reader.month_files("2026-07", tmp_path)
+    assert [path.name for path in found] == ["2026-07.jsonl", "2026-07.a.jsonl", "2026-07.b.jsonl"]
+    assert [reader.replica_of(path, "2026-07") for path in found] == ["", "a", "b"]
+    assert reader.replica_of(tmp_path / "2026-07.x.y.jsonl", "2026-07") is None
+    assert reader.month_path("2026-07", tmp_path, "a") == tmp_path / "2026-07.a.jsonl"
+    assert reader.month_files("2026-07", tmp_path / "missing") == []

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from frugal_proxy.ledger.line import encode
 from frugal_proxy.ledger.tally import Tallied, tally, tally_month
+from tests.ledger_lines import usage_line
 from tests.ledger_month import write_month
 
 
@@ -55,3 +57,16 @@ def test_a_line_of_a_later_version_is_read_for_the_fields_it_shares(tmp_path: Pa
     path.write_bytes(b'{"ts":"2026-07-05T00:00:00.000Z","tool":"t","outcome":"ok","new_field":[1,2],"rack_usd":0.5}\n')
     month = tally_month("2026-07", tmp_path)
     assert (month.calls, month.rack) == (1, 500_000)
+
+
+def test_a_fleets_month_is_every_replicas_file_and_the_one_file_of_before(tmp_path: Path) -> None:
+    """Three replicas' files and a month's one file from before replica ids: one receipt of all
+    of them, which says whose files it read."""
+    write_month(tmp_path)  # 9 calls in 2026-07.jsonl, a torn last line
+    for n, replica in enumerate(("replica-1", "replica-2", "replica-3"), 1):
+        line = encode(usage_line(ts=f"2026-07-0{n}T10:00:00.000Z", provider="serper", total_cost_usd=0.003))
+        (tmp_path / f"2026-07.{replica}.jsonl").write_bytes(line * n)
+    month = tally_month("2026-07", tmp_path)
+    assert month.replicas == ["", "replica-1", "replica-2", "replica-3"]
+    assert month.calls == 9 + 1 + 2 + 3 and month.paid == 7_500 + 6 * 3_000
+    assert month.skipped_lines == 1 and month.folder == tmp_path

@@ -88,6 +88,14 @@ def test_lines_are_written_to_their_months_file_owner_only(tmp_path: Path) -> No
     assert ledger.written == 2 and ledger.dropped == 0
 
 
+def test_a_replicas_lines_go_to_its_own_file(tmp_path: Path) -> None:
+    ledger = LedgerWriter(tmp_path, replica="replica-2")
+    ledger.append(usage_line())
+    assert ledger.flush()
+    assert [path.name for path in tmp_path.iterdir()] == ["2026-07.replica-2.jsonl"]
+    assert writer.writer_for(tmp_path, "a") is writer.writer_for(tmp_path, "a") is not writer.writer_for(tmp_path, "b")
+
+
 def test_many_lines_are_written_in_order(tmp_path: Path) -> None:
     ledger = LedgerWriter(tmp_path)
     for n in range(5000):
