@@ -10,11 +10,12 @@ import logging
 import time
 
 from frugal_proxy.policies import Policy
-from frugal_proxy.records import Exchange
+from frugal_proxy.records import Exchange, deliberate
 
 log = logging.getLogger("frugal_proxy.calls")
 # The verdicts of a guard that kept a provider, or the whole call, from going ahead.
 WARNED = frozenset({"skipped", "refused", "stopped"})
+_ERRORS_CHARS = 1000  # of the attempts' errors, in the line of a call no provider answered
 
 
 class CallLog(Policy):
@@ -22,7 +23,8 @@ class CallLog(Policy):
 
     async def seal(self, exchange: Exchange) -> None:
         for decision in exchange.trace:
-            if decision.verdict in WARNED:
+            # A provider the config denies is the operator's choice, said once at start.
+            if decision.verdict in WARNED and not deliberate(decision):
                 log.warning(
                     f"{decision.policy}: {decision.verdict}",
                     extra={
@@ -31,6 +33,13 @@ class CallLog(Policy):
                         "why": decision.detail,
                     },
                 )
+        attempts = exchange.attempts
+        if attempts and exchange.cached is None and not any(a.outcome in ("ok", "empty") for a in attempts):
+            errors = "; ".join(f"{a.provider}: {a.error or a.outcome}" for a in attempts)
+            log.warning(
+                "no provider answered",
+                extra={"tool": exchange.call.tool, "attempts": len(attempts), "errors": errors[:_ERRORS_CHARS]},
+            )
         if not log.isEnabledFor(logging.INFO):
             return
         receipt = exchange.receipt

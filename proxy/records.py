@@ -123,6 +123,12 @@ class Decision(msgspec.Struct, frozen=True):
     provider: str | None = None  # the candidate the decision is about (a skip, a drop)
 
 
+def deliberate(decision: Decision) -> bool:
+    """A skip the config asks for on every call (a `deny`), not something that happened to this
+    one: the receipt's `skipped[]` lists it, its reason and the call log do not repeat it."""
+    return decision.policy == "deny" and decision.verdict == "skipped"
+
+
 def reason(trace: list[Decision], served: bool) -> str:
     """The trace as the one line a receipt carries: the last decision, or what dispatch did."""
     if not trace:

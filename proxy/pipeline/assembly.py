@@ -254,6 +254,7 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
             if all(key != candidate_key(candidate) for key, _, _ in assembly.candidates):
                 assembly.candidates.append((candidate_key(candidate), *split))
     by_route = {name: tool_route.routing for name, tool_route in config.routes.items()}
+    _say_denied(routing, specs)
     link = assembly.redis = _redis(config, environ)
     usage: MemoryUsage | RedisUsage
     spend: MemorySpend | RedisSpend
@@ -280,6 +281,15 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
         Budget(_daily_caps(config), spend),  # route, dispatch: daily_budget_usd
         Cooldown(_cooldown(config), _cooldowns(link)),  # route, dispatch: fenced off after a 429
     ]
+
+
+def _say_denied(routing: Mapping[str, CapabilityRouting], specs: list[ProviderSpec]) -> None:
+    """Say once, at start, which providers that are on a `deny` keeps from every call: a choice
+    of the config, so a call's log and reason do not repeat it (its `skipped[]` still lists it)."""
+    for capability, settings in routing.items():
+        denied = [spec.name for spec in specs if spec.capability == capability and spec.name in settings.deny]
+        if denied:
+            log.info(f"routing.{capability}.deny: never called", extra={"providers": ", ".join(denied)})
 
 
 def _by_own_names(settings: CapabilityRouting, names: Mapping[str, str]) -> CapabilityRouting:

@@ -39,7 +39,7 @@ from frugal_proxy.capabilities import Page
 from frugal_proxy.governor.shaping import est_tokens
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
-from frugal_proxy.records import Attempt, Decision, Exchange, Receipt
+from frugal_proxy.records import Attempt, Decision, Exchange, Receipt, deliberate
 
 EXECUTE = "frugal__execute"
 ROUTE_META = "frugal/route"
@@ -97,7 +97,11 @@ def receipt_fields(exchange: Exchange, receipt: Receipt) -> dict[str, Any]:
 def reason_line(exchange: Exchange, receipt: Receipt) -> str:
     """`policy=cheap: effective cost ascending; provider=marginalia won on attempt 1`, with each
     skip and drop the route phase noted."""
-    parts = [_part(d) for d in exchange.trace if d.phase == "route" or d.verdict in ("fell forward", "skipped")]
+    parts = [
+        _part(d)
+        for d in exchange.trace
+        if (d.phase == "route" or d.verdict in ("fell forward", "skipped")) and not deliberate(d)
+    ]
     if exchange.cached is not None:
         parts.append(f"answered from the cache (first served by {receipt.provider_used})")
     elif receipt.provider_used is None:

@@ -91,6 +91,32 @@ async def test_a_routed_search_answers_with_its_receipt(tmp_path: Path, apis: Fa
     assert apis.requests["wikipedia"] == 1
 
 
+async def test_a_deny_of_the_config_is_in_skipped_and_not_in_each_reason(tmp_path: Path, apis: FakeApis) -> None:
+    """A deliberate deny is the same on every call: the receipt's skipped[] keeps it, the reason
+    names only what decided this call."""
+    off = "".join(
+        f"[{builtin.capability}_providers.{builtin.name}]\nenabled = false\n"
+        for builtin in registry.built_ins()
+        if builtin.name not in ("wikipedia", "marginalia")
+    )
+    config = write(
+        tmp_path,
+        f'[search_providers.wikipedia]\nbase_url = "{apis.base}/wikipedia"\n'
+        f'[search_providers.marginalia]\nbase_url = "{apis.base}/marginalia"\n'
+        f'{off}[routing.search]\ndeny = ["marginalia"]\n',
+    )
+    with anyio.fail_after(60):
+        async with Client(serve(tmp_path / "home", config), mode="legacy", cache=None) as client:
+            result = await client.call_tool("frugal__search", {"query": "proxy"})
+    body = structured(result)
+    assert body["provider_used"] == "wikipedia"
+    assert body["skipped"] == [
+        {"provider": "marginalia", "guard": "deny", "why": "skipped marginalia (denied by routing.search.deny)"}
+    ]
+    assert body["reason"] == "policy=cheap: effective cost ascending; provider=wikipedia won on attempt 1"
+    assert apis.requests.get("marginalia", 0) == 0
+
+
 async def test_bad_arguments_and_a_failing_provider_get_clear_errors(tmp_path: Path, apis: FakeApis) -> None:
     config = write(tmp_path, search_config(apis, wikipedia="/down"))
     with anyio.fail_after(60):

@@ -43,9 +43,32 @@ async def test_one_line_per_call_with_tool_provider_outcome_and_attempts(caplog:
     assert SECRET not in caplog.text and all(SECRET not in str(value) for value in fields.values())
 
 
-async def test_nothing_is_logged_below_info(caplog: pytest.LogCaptureFixture) -> None:
+async def test_below_info_only_a_call_no_provider_answered_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="frugal_proxy.calls"):
-        await run(FakeProvider("only", fails))
+        await run(FakeProvider("fast", answers))  # served: nothing at warn
+        assert [r for r in caplog.records if r.name == "frugal_proxy.calls"] == []
+        await run(FakeProvider("first", fails), FakeProvider("second", fails))
+    (line,) = [r for r in caplog.records if r.name == "frugal_proxy.calls"]
+    assert line.levelno == logging.WARNING and line.getMessage() == "no provider answered"
+    fields = line.__dict__
+    assert (fields["tool"], fields["attempts"]) == ("search", 2)
+    assert fields["errors"] == "first: timed out; second: timed out"
+    assert SECRET not in caplog.text
+
+
+async def test_a_deny_the_config_asks_for_is_not_warned_on_each_call(caplog: pytest.LogCaptureFixture) -> None:
+    from frugal_proxy.policies import Policy
+    from frugal_proxy.records import Decision
+
+    class Denies(Policy):
+        def route(self, exchange: Exchange) -> None:
+            detail = "skipped slow (denied by routing.search.deny)"
+            exchange.trace.append(Decision("route", "deny", "skipped", detail, provider="slow"))
+            exchange.candidates = exchange.candidates[1:]
+
+    pipeline = build_pipeline({"slow": FakeProvider("slow", fails), "fast": FakeProvider("fast", answers)}, [Denies()])
+    with caplog.at_level(logging.WARNING, logger="frugal_proxy.calls"), anyio.fail_after(5):
+        await pipeline.run(Exchange(Call(1, "search", {}), Route("search", ("slow", "fast"))))
     assert [r for r in caplog.records if r.name == "frugal_proxy.calls"] == []
 
 

@@ -121,6 +121,16 @@ def test_a_routed_tool_is_listed_only_while_a_provider_of_its_capability_is_on()
     assert [route.name for route in assembly.routes if route.capability is not None] == []
 
 
+def test_a_deny_of_providers_that_are_on_is_said_once_at_start(caplog: pytest.LogCaptureFixture) -> None:
+    from frugal_proxy import config
+
+    text = '[routing.search]\ndeny = ["youcom-free", "serper"]\n'  # serper is off: no key
+    with caplog.at_level(logging.INFO, logger="frugal_proxy.pipeline"):
+        assemble(config=config.loads(text), environ={})
+    denied = [r for r in caplog.records if r.getMessage() == "routing.search.deny: never called"]
+    assert [(r.levelno, r.__dict__["providers"]) for r in denied] == [(logging.INFO, "youcom-free")]
+
+
 def test_the_domain_policy_gets_each_upstreams_url_arguments() -> None:
     from frugal_proxy import config
     from frugal_proxy.policies.domains import DomainPolicy
