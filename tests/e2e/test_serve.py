@@ -123,8 +123,10 @@ async def test_a_dead_upstream_fails_only_its_own_tools_and_comes_back(tmp_path:
 
 async def test_list_changed_reaches_a_modern_client(tmp_path: Path) -> None:
     config = write_config(tmp_path)
+    # Pinned to 2026-07-28: `auto` gives up on server/discover after the SDK's 10 s, which serve
+    # starting three upstreams on a busy machine can take, and then listens in the session era.
     with anyio.fail_after(60):
-        async with Client(serve(config, tmp_path / "home"), mode="auto", cache=None) as client:
+        async with Client(serve(config, tmp_path / "home"), mode="2026-07-28", cache=None) as client:
             async with client.listen(resources_list_changed=True) as sub:
                 assert sub.honored.resources_list_changed is True
                 await client.call_tool("notes__add_note", {"name": "z", "text": "zz"})
