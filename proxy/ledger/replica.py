@@ -51,12 +51,12 @@ def replica_id(environ: Mapping[str, str] | None = None) -> str:
     """This process's replica id: $FRUGAL_REPLICA_ID, else the default. A bad value is a warning
     (once) and the default is used: the ledger never stops a call (serve refuses it at start)."""
     try:
-        return configured(environ) or default_id()
+        return configured(environ) or _HERE
     except ValueError as error:
         if str(error) not in _warned:
             _warned.add(str(error))
-            log.warning("usage ledger: %s; using the default replica id", error, extra={"replica": default_id()})
-        return default_id()
+            log.warning("usage ledger: %s; using the default replica id", error, extra={"replica": _HERE})
+        return _HERE
 
 
 def default_id(hostname: str | None = None, machine_id: Path = MACHINE_ID) -> str:
@@ -70,3 +70,8 @@ def default_id(hostname: str | None = None, machine_id: Path = MACHINE_ID) -> st
     suffix = f"-{hashlib.sha256(machine.encode()).hexdigest()[:6]}" if machine else ""
     name = (name or "host")[: MAX_LENGTH - len(suffix)].strip("-_") or "host"
     return name + suffix
+
+
+# This machine's default id, read once when the module is imported: `replica_id` runs where the
+# pipeline is assembled, which may be on the event loop, and reading the machine id is file I/O.
+_HERE = default_id()
