@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import msgspec
 
@@ -588,7 +588,9 @@ def _check_state(source: str, state: StateSettings, env: dict[str, str]) -> None
         why = redis_url_error(state.url)
         if why is not None:
             raise ConfigError(f"{source}: at state.url: {why}")
-        if urlsplit(state.url).password is not None:
+        parts = urlsplit(state.url)
+        # redis-py also reads `?password=` (and `?username=`) from the query string.
+        if parts.password is not None or {"password", "username"} & set(parse_qs(parts.query)):
             raise ConfigError(
                 f"{source}: at state.url: a password does not belong in the config file; "
                 f"set {REDIS_PASSWORD_ENV}, or the whole URL in {REDIS_URL_ENV}"

@@ -67,6 +67,7 @@ class _Rooted:
     granted: list[Any]
     declared: dict[str, Any]
     lock: anyio.Lock = field(default_factory=anyio.Lock)  # one initialize at a time
+    started: bool = False  # its task (running the connection) has been started
     ready: bool = False  # initialized, and its roots handed over
     calls: int = 0  # calls going on it now
     uses: int = 0  # calls it has been given (an idle close goes ahead only if none came since)
@@ -126,11 +127,15 @@ class RootSets:
             entry = _Rooted(key, connection, GrantedRoots(connection), roots, declared)
             self._wire(entry)
             self._entries[key] = entry
-            await self._tg.start(self._own, entry)
         self._entries.move_to_end(key)
+        # Counted busy before any await: a concurrent acquire at the limit must not take a
+        # connection still being opened for its idle one and close it.
         entry.calls += 1
         entry.uses += 1
         try:
+            if not entry.started:
+                entry.started = True
+                await self._tg.start(self._own, entry)
             async with entry.lock:
                 if entry.closed.is_set():
                     raise BridgeError(

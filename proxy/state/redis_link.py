@@ -24,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import anyio
 import anyio.abc
@@ -234,9 +234,17 @@ def _redis_errors() -> type[Exception]:
 
 
 def shown_url(url: str) -> str:
-    """A Redis URL as it may be printed or logged: without its user and password."""
+    """A Redis URL as it may be printed or logged: without its user and password, wherever they
+    are written (before the host, or as `?password=` / `?username=`)."""
     parts = urlsplit(url)
-    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    pairs = parse_qsl(parts.query)
+    if "@" not in parts.netloc and not any(key in _SECRET_QUERY for key, _ in pairs):
+        return url  # nothing to hide (and `unix:///path` keeps its form)
+    query = urlencode([(key, "***" if key in _SECRET_QUERY else value) for key, value in pairs], safe="*")
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2], query=query))
+
+
+_SECRET_QUERY = frozenset({"password", "username"})
 
 
 def seconds_until(end: float) -> int:

@@ -17,8 +17,11 @@ Which wins after a restart: a hash holds a `~seeded` field once some replica has
 ledger's figures to it. With it, Redis holds the day and no ledger is replayed (`seed` is a
 no-op); without it (a new day, or Redis flushed or lost), the first replica to notice adds what
 its ledger files say was billed (`rebuild`, given by the assembly) and sets the field; a
-reservation that finds the field gone waits for that rebuild. Calls in flight at the moment of a
-flush are counted by their ledger lines once billed, not by their lost reservations.
+reservation that finds the field gone waits for that rebuild. The field's value names that
+seeding, and a reservation carries it: a call in flight at a flush that then does not bill takes
+nothing back from the re-seeded hash, which never held its price. A call in flight at a flush that
+does bill is counted by neither (the rebuild read the ledger before its line), until the next
+rebuild: a flush mid-day can let at most the calls in flight at that moment through beyond a cap.
 
 While Redis is unreachable, `reserve` raises Unreachable (the budget and the routing policy skip
 the provider with `state: redis unreachable`) and a `release` is lost: its reservation stays
@@ -27,6 +30,7 @@ counted, which errs on the side of the cap.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Awaitable, Callable, Mapping
 
 import anyio
@@ -37,25 +41,31 @@ from frugal_proxy.state.spend import seconds_to_midnight, utc_day
 from frugal_proxy.state.usage import utc_month
 
 SEEDED = "~seeded"
+# Between a reservation's period and the seeding of the hash it was made in (`2026-12-03@9f…`).
+_SEEDING_MARK = "@"
 UNSEEDED = -1
 
 # KEYS[1] the hash; ARGV: field, amount, limit, ttl (s), channel, event prefix. Returns {granted,
-# total}: granted 1 when amount was added within limit, 0 when it would pass it, -1 when the hash
-# has not been seeded (new, flushed or lost).
+# total, seeding}: granted 1 when amount was added within limit, 0 when it would pass it, -1 when
+# the hash has not been seeded (new, flushed or lost); seeding is the `~seeded` field's value, which
+# names this seeding of the hash (a release after a flush and a re-seed must not take back what
+# the new hash never held).
 _RESERVE = """
-if redis.call('HEXISTS', KEYS[1], '~seeded') == 0 then return {-1, 0} end
+local seeding = redis.call('HGET', KEYS[1], '~seeded')
+if not seeding then return {-1, 0, ''} end
 local total = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
 local amount = tonumber(ARGV[2])
-if total + amount > tonumber(ARGV[3]) then return {0, total} end
+if total + amount > tonumber(ARGV[3]) then return {0, total, seeding} end
 total = redis.call('HINCRBY', KEYS[1], ARGV[1], amount)
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 redis.call('PUBLISH', ARGV[5], ARGV[6] .. ' ' .. ARGV[1] .. ' ' .. total)
-return {1, total}
+return {1, total, seeding}
 """
 
-# KEYS[1] the hash; ARGV: field, amount, channel, event prefix. Takes back at most what is there.
+# KEYS[1] the hash; ARGV: field, amount, channel, event prefix, the seeding the reservation was made
+# in. Takes back at most what is there, and nothing (-1) from another seeding of the hash.
 _RELEASE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('HGET', KEYS[1], '~seeded') ~= ARGV[5] then return -1 end
 local total = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
 local back = math.min(total, tonumber(ARGV[2]))
 total = redis.call('HINCRBY', KEYS[1], ARGV[1], -back)
@@ -63,10 +73,11 @@ redis.call('PUBLISH', ARGV[3], ARGV[4] .. ' ' .. ARGV[1] .. ' ' .. total)
 return total
 """
 
-# KEYS[1] the hash; ARGV: ttl (s), then field, amount pairs. Adds them only if no replica has.
+# KEYS[1] the hash; ARGV: ttl (s), this seeding's random name, then field, amount pairs. Adds them
+# only if no replica has.
 _SEED = """
-if redis.call('HSETNX', KEYS[1], '~seeded', '1') == 0 then return 0 end
-for i = 2, #ARGV, 2 do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end
+if redis.call('HSETNX', KEYS[1], '~seeded', ARGV[2]) == 0 then return 0 end
+for i = 3, #ARGV, 2 do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1]) end
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 return 1
 """
@@ -143,18 +154,20 @@ class _Counters:
                 continue
             if period == self._period:
                 self._mirror[field] = total
-            return period if granted else None
+            seeding = reply[2].decode() if isinstance(reply[2], bytes) else str(reply[2])
+            return f"{period}{_SEEDING_MARK}{seeding}" if granted else None
         raise Unreachable  # seeded and gone again at once: treat as not answering
 
-    async def _take_back(self, field: str, amount: int, period: str) -> None:
+    async def _take_back(self, field: str, amount: int, reservation: str) -> None:
+        period, _, seeding = reservation.partition(_SEEDING_MARK)
         if period != self._roll():
             return
         total = await self.link.run(
             lambda: self._release(
-                keys=[self._key(period)], args=[field, amount, self.link.events, f"{self.kind} {period}"]
+                keys=[self._key(period)], args=[field, amount, self.link.events, f"{self.kind} {period}", seeding]
             )
         )
-        if total is not UNREACHABLE and period == self._period:
+        if total is not UNREACHABLE and int(total) >= 0 and period == self._period:
             self._mirror[field] = int(total)
 
     async def _seed_from_ledger(self, period: str) -> None:
@@ -170,7 +183,7 @@ class _Counters:
     async def add_seed(self, counts: Mapping[str, int], period: str) -> bool:
         """Add `counts` (the ledger's, from before this process served) to the period's hash if
         no replica has seeded it yet: False when Redis already held the period (it wins)."""
-        args: list[str | int] = [self._ttl()]
+        args: list[str | int] = [self._ttl(), secrets.token_hex(8)]
         for field, amount in counts.items():
             args += [field, amount]
         reply = await self.link.run(lambda: self._seed(keys=[self._key(period)], args=args))

@@ -37,19 +37,27 @@ def seconds_to_midnight(now: float) -> float:
     return 86_400.0 - now % 86_400.0
 
 
+def period_of(reservation: str) -> str:
+    """The UTC day (or month) a reservation counts in. A reservation is what `reserve` returned:
+    the period itself in memory, the period and the seeding of its hash on Redis
+    (`2026-12-03@9f3a…`); only the store that made it reads the rest."""
+    return reservation.partition("@")[0]
+
+
 class SpendBook(Protocol):
     def spent(self, key: str) -> int:
         """Today's spend of the provider, reservations included."""
         ...
 
     async def reserve(self, key: str, micros: int, cap: int, deadline: float | None = None) -> str | None:
-        """Add `micros` to today's spend if the sum stays within `cap`: the day it counts in, or
-        None when it would pass the cap. While spend is rebuilt after a restart it waits, until
-        `deadline` at most (then StillSeeding)."""
+        """Add `micros` to today's spend if the sum stays within `cap`: the reservation (naming the
+        day it counts in, `period_of`), or None when it would pass the cap. While spend is rebuilt
+        after a restart it waits, until `deadline` at most (then StillSeeding)."""
         ...
 
     async def release(self, key: str, micros: int, day: str) -> None:
-        """Take back a reservation that was not billed (a no-op once its day is over)."""
+        """Take back a reservation (what `reserve` returned) that was not billed (a no-op once its
+        day is over)."""
         ...
 
 

@@ -293,6 +293,11 @@ def test_the_redis_backend_without_its_client_says_which_extra_to_install(monkey
             {},
             "at state.url: a password does not belong in the config file; set FRUGAL_REDIS_PASSWORD",
         ),
+        (
+            'url = "redis://cache:6379/0?password=hunter2"',
+            {},
+            "at state.url: a password does not belong in the config file; set FRUGAL_REDIS_PASSWORD",
+        ),
         ('url = "unix://"', {}, "at state.url: a unix:// URL needs the socket's path"),
         (
             'backend = "redis"',

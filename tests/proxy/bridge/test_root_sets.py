@@ -152,3 +152,42 @@ async def test_a_refused_initialize_fails_the_call_and_keeps_no_connection() -> 
                 await sets.acquire(A, DECLARED)
             assert len(sets) == 0
             tg.cancel_scope.cancel()
+
+
+async def test_a_connection_still_opening_is_busy_not_idle_at_the_limit() -> None:
+    """While the connection for A is being opened, a call for B at the limit finds every
+    connection busy and is refused; it never closes A's under A's call."""
+    gate = anyio.Event()
+    made = anyio.Event()
+
+    class SlowStart(Closing):
+        async def __aenter__(self) -> UpstreamBase:
+            made.set()
+            await gate.wait()
+            return await super().__aenter__()
+
+    fakes = Pool()
+
+    def connect() -> UpstreamBase:
+        fakes.made.append(SlowStart())
+        return fakes.made[-1]
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            sets = RootSets("fs", connect, tg, attach=fakes.attach, notify=fakes.notify, limit=1)
+            got: list[Any] = []
+            done = anyio.Event()
+
+            async def first() -> None:
+                got.append(await sets.acquire(A, DECLARED))
+                done.set()
+
+            tg.start_soon(first)
+            await made.wait()
+            with pytest.raises(BridgeError, match="already has 1 connections"):
+                await sets.acquire(B, DECLARED)
+            gate.set()
+            await done.wait()
+            assert await roots_held(got[0].connection) == A
+            assert not fakes.made[0].closed.is_set() and len(fakes.made) == 1
+            tg.cancel_scope.cancel()

@@ -8,7 +8,7 @@ import logging
 import anyio
 import pytest
 
-from frugal_proxy.state.redis_link import UNREACHABLE, RedisLink
+from frugal_proxy.state.redis_link import UNREACHABLE, RedisLink, shown_url
 from tests.redis_server import RedisServer, redis_server, replica, until
 
 __all__ = ["redis_server"]
@@ -62,3 +62,11 @@ async def test_the_probe_names_the_version_and_a_round_trip(redis_server: RedisS
     assert version == redis_server.command("INFO", "server").split("redis_version:")[1].split()[0]
     assert millis > 0
     assert link.key("spend", "2026-12-03") == "frugal:spend:2026-12-03"
+
+
+def test_a_url_is_shown_without_its_credentials_wherever_they_are_written() -> None:
+    assert shown_url("redis://user:hunter2@cache:6379/0") == "redis://cache:6379/0"
+    assert shown_url("rediss://cache:6380/1?password=hunter2&username=me&ssl_cert_reqs=none") == (
+        "rediss://cache:6380/1?password=***&username=***&ssl_cert_reqs=none"
+    )
+    assert shown_url("unix:///run/redis/redis.sock?db=2") == "unix:///run/redis/redis.sock?db=2"

@@ -12,7 +12,7 @@ import pytest
 
 from frugal_proxy.state.redis_link import Unreachable
 from frugal_proxy.state.redis_spend import RedisSpend, RedisUsage
-from frugal_proxy.state.spend import MemorySpend, utc_day
+from frugal_proxy.state.spend import MemorySpend, period_of, utc_day
 from frugal_proxy.state.usage import MemoryUsage, utc_month
 from tests.redis_server import RedisServer, backend, redis_server, replica, server, until
 
@@ -63,11 +63,12 @@ async def test_a_reservation_within_the_cap_goes_ahead_and_one_past_it_does_not(
     backend: str, server: RedisServer | None
 ) -> None:
     async with shared("spend", backend, server, 1, Clock()) as (book,):
-        assert await book.reserve("search/a", 6, 10) == DAY
-        assert await book.reserve("search/a", 4, 10) == DAY  # exactly on the cap: goes ahead
+        assert period_of(await book.reserve("search/a", 6, 10)) == DAY
+        second = await book.reserve("search/a", 4, 10)  # exactly on the cap: goes ahead
+        assert second is not None and period_of(second) == DAY
         assert await book.reserve("search/a", 1, 10) is None
         assert book.spent("search/a") == 10
-        await book.release("search/a", 4, DAY)
+        await book.release("search/a", 4, second)
         assert book.spent("search/a") == 6
         await book.release("search/a", 4, "2026-01-01")  # a day that is over: nothing
         assert book.spent("search/a") == 6
@@ -106,23 +107,24 @@ async def test_free_quota_units_are_exact_over_several_replicas(backend: str, se
             async with anyio.create_task_group() as tg:
                 for number in range(20):
                     tg.start_soon(one, number)
-        assert months.count(MONTH) == 5 and months.count(None) == 15
-        await counters[1].release("serper", MONTH)
+        assert [period_of(month) for month in months if month].count(MONTH) == 5 and months.count(None) == 15
+        await counters[1].release("serper", next(month for month in months if month))
         for counter in counters:
             await agreed(counter, lambda counter=counter: counter.calls_this_month("serper") == 4)  # type: ignore[misc]
-        assert await counters[2].reserve("serper", 5) == MONTH
+        assert period_of(await counters[2].reserve("serper", 5)) == MONTH
 
 
 async def test_the_day_rolls_over_at_utc_midnight(backend: str, server: RedisServer | None) -> None:
     clock = Clock()
     async with shared("spend", backend, server, 1, clock) as (book,):
-        assert await book.reserve("search/a", 10, 10) == DAY
+        yesterday = await book.reserve("search/a", 10, 10)
+        assert yesterday is not None and period_of(yesterday) == DAY
         clock.now += 86_400
         if backend == "redis":
             await book.seed_period({}, utc_day(clock.now))
         assert book.spent("search/a") == 0
-        assert await book.reserve("search/a", 10, 10) == utc_day(clock.now)
-        await book.release("search/a", 10, DAY)  # yesterday's: a no-op
+        assert period_of(await book.reserve("search/a", 10, 10)) == utc_day(clock.now)
+        await book.release("search/a", 10, yesterday)  # yesterday's: a no-op
         assert book.spent("search/a") == 10
 
 
@@ -149,7 +151,7 @@ async def test_redis_holding_the_day_wins_over_the_ledger(redis_server: RedisSer
         one, two = RedisSpend(first, Clock()), RedisSpend(second, Clock())
         await one.seed_period({"search/a": 7}, DAY)
         await two.seed_period({"search/a": 7}, DAY)
-        assert await two.reserve("search/a", 3, 10) == DAY
+        assert period_of(await two.reserve("search/a", 3, 10)) == DAY
         assert await one.reserve("search/a", 1, 10) is None
         assert redis_server.command("HGET", f"frugal:spend:{DAY}", "search/a") == "10"
 
@@ -164,12 +166,34 @@ async def test_after_a_flush_the_next_reservation_rebuilds_from_the_ledger(redis
     async with replica(redis_server.url) as link:
         book = RedisSpend(link, Clock(), rebuild=ledger)
         await book.seed_period({"search/a": 2}, DAY)
-        assert await book.reserve("search/a", 2, 10) == DAY
+        assert period_of(await book.reserve("search/a", 2, 10)) == DAY
         redis_server.command("FLUSHALL")
         assert await book.reserve("search/a", 3, 10) is None  # the ledger's 8 are back: 8 + 3 > 10
-        assert await book.reserve("search/a", 2, 10) == DAY
+        assert period_of(await book.reserve("search/a", 2, 10)) == DAY
         assert asked == [DAY]
         assert book.spent("search/a") == 10
+
+
+async def test_a_reservation_from_before_a_flush_takes_nothing_back_from_the_rebuilt_day(
+    redis_server: RedisServer,
+) -> None:
+    """A call in flight at a flush that then does not bill: the rebuilt hash never held its
+    price, so its release must not lower what the new day holds (that would let calls past the
+    cap later)."""
+
+    async def ledger(period: str) -> Mapping[str, int]:
+        return {"search/a": 4}
+
+    async with replica(redis_server.url) as link:
+        book = RedisSpend(link, Clock(), rebuild=ledger)
+        await book.seed_period({}, DAY)
+        in_flight = await book.reserve("search/a", 3, 10)
+        assert in_flight is not None
+        redis_server.command("FLUSHALL")
+        assert period_of(await book.reserve("search/a", 6, 10)) == DAY  # rebuilt: 4 + 6
+        await book.release("search/a", 3, in_flight)  # from the hash the flush removed
+        assert redis_server.command("HGET", f"frugal:spend:{DAY}", "search/a") == "10"
+        assert await book.reserve("search/a", 1, 10) is None
 
 
 async def test_a_reservation_raises_unreachable_when_redis_is_stopped_and_works_after(
@@ -184,4 +208,4 @@ async def test_a_reservation_raises_unreachable_when_redis_is_stopped_and_works_
                     await book.reserve("search/a", 1, 10)
             assert link.state == "degraded"
         await until(link, lambda: link.state == "ok")
-        assert await book.reserve("search/a", 1, 10) == DAY
+        assert period_of(await book.reserve("search/a", 1, 10)) == DAY
