@@ -1,9 +1,11 @@
 """A fleet on one machine, for end-to-end tests: `frugal-proxy serve --http` replicas on
 127.0.0.1, each with its own --replica-id, sharing one FRUGAL_HOME (so one usage folder, as a
 volume the replicas of a real fleet share), and HAProxy from Debian in front of them, run with
-examples/fleet/haproxy.cfg itself (its addresses come from the environment).
+examples/fleet/haproxy.cfg itself (its addresses come from the environment). Given a
+redis-server (tests/redis_server.py's `redis_server` fixture), the replicas keep their books
+there: `[state] backend = "redis"` is added to a copy of their config.
 
-    with running_fleet(tmp_path, config) as fleet:
+    with running_fleet(tmp_path, config, redis=redis_server) as fleet:
         fleet.front                     the MCP URL HAProxy serves
         fleet.replicas[i]               .id, .url (direct), .proxy (the process, its stderr)
         fleet.lines(replica)            the lines of that replica's ledger file, this month
@@ -11,10 +13,7 @@ examples/fleet/haproxy.cfg itself (its addresses come from the environment).
                                         0.2 s after the call at most)
         fleet.kill(replica)             kill -9, then wait until HAProxy has taken it out
         fleet.haproxy.states()          each server's state in HAProxy (UP, DOWN, …)
-
-The shared-state assertions (caps, cooldowns, loop guard, a spill fetched from another replica)
-belong here too once a shared `[state]` backend exists: start its server in `running_fleet` and
-give each replica its address through the config.
+        fleet.redis                     the replicas' redis-server, or None (memory backend)
 """
 
 from __future__ import annotations
@@ -37,6 +36,7 @@ from frugal_proxy.ledger import reader
 from frugal_proxy.state.usage import utc_month
 from tests.conftest import ROOT, notes_command, reserved_port
 from tests.e2e.test_http_downstream import Proxy
+from tests.redis_server import RedisServer
 
 HAPROXY_CFG = ROOT / "examples" / "fleet" / "haproxy.cfg"
 REPLICA_IDS = ("replica-1", "replica-2", "replica-3")  # the servers haproxy.cfg names
@@ -49,6 +49,15 @@ def priced_notes_config(tmp_path: Path) -> Path:
     """A serve config: the notes server as the one upstream, every call $0.003."""
     path = tmp_path / "frugal.toml"
     path.write_text(f"[upstreams.notes]\ncommand = {json.dumps(notes_command())}\ncost_per_call = {PRICE}\n")
+    return path
+
+
+def on_redis(config: Path, server: RedisServer) -> Path:
+    """A copy of `config` (beside it) whose replicas keep their state on `server`. The command
+    timeouts are long: a loaded machine's slow answer must not read as Redis being down."""
+    path = config.with_name(f"{config.stem}.redis{config.suffix}")
+    state = f'\n[state]\nbackend = "redis"\nurl = "{server.url}"\ntimeout = "5s"\nconnect_timeout = "5s"\n'
+    path.write_text(config.read_text() + state)
     return path
 
 
@@ -153,6 +162,8 @@ class Fleet:
     home: Path
     replicas: list[Replica]
     haproxy: HaProxy
+    config: Path  # what the replicas run with (on Redis: the copy that says so)
+    redis: RedisServer | None = None
 
     @property
     def front(self) -> str:
@@ -189,17 +200,20 @@ class Fleet:
 
 
 @contextlib.contextmanager
-def running_fleet(tmp_path: Path, config: Path, *options: str) -> Iterator[Fleet]:
+def running_fleet(tmp_path: Path, config: Path, *options: str, redis: RedisServer | None = None) -> Iterator[Fleet]:
     """Three replicas (`serve --http` with `options`, e.g. --stateless) and HAProxy in front,
-    every replica up in HAProxy's eyes; everything stopped afterwards, by pid."""
+    every replica up in HAProxy's eyes; everything stopped afterwards, by pid. With `redis`,
+    the replicas share their state on it (the test's fixture starts and stops the server)."""
     home = tmp_path / "fleet-home"
+    if redis is not None:
+        config = on_redis(config, redis)
     replicas: list[Replica] = []
     haproxy: HaProxy | None = None
     try:
         for replica in REPLICA_IDS:
             replicas.append(start_replica(config, home, replica, *options))
         haproxy = HaProxy(tmp_path, replicas)
-        fleet = Fleet(home, replicas, haproxy)
+        fleet = Fleet(home, replicas, haproxy, config, redis)
         fleet.wait_all_up()
         yield fleet
     finally:

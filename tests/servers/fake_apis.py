@@ -5,6 +5,9 @@ through each provider's `base_url`).
     /wikipedia/w/rest.php/v1/search/page   Wikimedia REST search: {"pages": [{key, title, excerpt}]}
                                            (mediawiki.org/wiki/API:REST_API/Reference#Search_pages);
                                            a query with "nothing" finds nothing
+    /held/w/rest.php/v1/search/page        the same search, but a query with "hold" is answered only
+                                           once `release` is set (`holding` is set when one arrives):
+                                           a paid call kept in flight while a test kills its replica
     /down/...                              503 for every request
     /busy/...                              429 with Retry-After: 7
     /unavailable/...                       503 with Retry-After: 120 (RFC 9110 §10.2.3: how long the
@@ -22,10 +25,12 @@ through each provider's `base_url`).
 from __future__ import annotations
 
 import collections
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import anyio
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -58,26 +63,44 @@ ARTICLE = (
 )
 
 
+HELD_SECONDS = 120.0  # a held request is answered then even if no test released it
+
+
 @dataclass
 class FakeApis:
     base: str
     requests: collections.Counter[str] = field(default_factory=collections.Counter)
+    holding: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
 
 
-def _app(counts: collections.Counter[str]) -> Starlette:
+def _search_pages(request: Request) -> Response:
+    query = request.query_params.get("q", "").lower()
+    limit = int(request.query_params.get("limit", "50"))
+    if "nothing" in query:
+        return JSONResponse({"pages": []})
+    words = query.split()
+    pages = [
+        {"id": n, "key": key, "title": title, "excerpt": excerpt, "matched_title": None, "description": None}
+        for n, (key, title, excerpt) in enumerate(CORPUS)
+        if any(word in excerpt.lower() or word in title.lower() for word in words)
+    ]
+    return JSONResponse({"pages": pages[:limit]})
+
+
+def _app(apis: FakeApis) -> Starlette:
+    counts = apis.requests
+
     async def wikipedia(request: Request) -> Response:
         counts["wikipedia"] += 1
-        query = request.query_params.get("q", "").lower()
-        limit = int(request.query_params.get("limit", "50"))
-        if "nothing" in query:
-            return JSONResponse({"pages": []})
-        words = query.split()
-        pages = [
-            {"id": n, "key": key, "title": title, "excerpt": excerpt, "matched_title": None, "description": None}
-            for n, (key, title, excerpt) in enumerate(CORPUS)
-            if any(word in excerpt.lower() or word in title.lower() for word in words)
-        ]
-        return JSONResponse({"pages": pages[:limit]})
+        return _search_pages(request)
+
+    async def held(request: Request) -> Response:
+        counts["held"] += 1
+        if "hold" in request.query_params.get("q", "").lower():
+            apis.holding.set()
+            await anyio.to_thread.run_sync(apis.release.wait, HELD_SECONDS)
+        return _search_pages(request)
 
     async def down(request: Request) -> Response:
         counts["down"] += 1
@@ -117,6 +140,7 @@ def _app(counts: collections.Counter[str]) -> Starlette:
             Route("/pages/long", long_article),
             Route("/browserless/content", rendered, methods=["POST"]),
             Route("/wikipedia/w/rest.php/v1/search/page", wikipedia),
+            Route("/held/w/rest.php/v1/search/page", held),
             Route("/down/{rest:path}", down, methods=["GET", "POST"]),
             Route("/busy/{rest:path}", busy, methods=["GET", "POST"]),
             Route("/unavailable/{rest:path}", unavailable, methods=["GET", "POST"]),
@@ -126,6 +150,10 @@ def _app(counts: collections.Counter[str]) -> Starlette:
 
 @contextmanager
 def fake_apis() -> Iterator[FakeApis]:
-    counts: collections.Counter[str] = collections.Counter()
-    with serve_in_thread(_app(counts)) as base:
-        yield FakeApis(base, counts)
+    apis = FakeApis("")
+    with serve_in_thread(_app(apis)) as base:
+        apis.base = base
+        try:
+            yield apis
+        finally:
+            apis.release.set()  # a request still held ends before the server stops
