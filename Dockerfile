@@ -26,10 +26,11 @@ ENV PYTHONUNBUFFERED=1 \
     FRUGAL_HOME=/home/frugal/.frugal \
     FRUGAL_CONFIG=/app/frugal.toml
 COPY --from=build /wheels /wheels
-# The `examples` extra brings the mcp SDK, which only the bundled example server needs.
+# The `examples` extra brings the mcp SDK, which only the bundled example server needs; the `redis`
+# extra the client of `[state] backend = "redis"` (examples/fleet/compose.yaml).
 RUN python -m venv /opt/venv \
     && wheel="$(echo /wheels/frugal_proxy-*.whl)" \
-    && /opt/venv/bin/pip install --no-cache-dir "${wheel}[examples]" \
+    && /opt/venv/bin/pip install --no-cache-dir "${wheel}[examples,redis]" \
     && rm -rf /wheels \
     && useradd --uid 1000 --user-group --create-home --home-dir /home/frugal --shell /usr/sbin/nologin frugal
 WORKDIR /app

@@ -2,12 +2,16 @@
 
     python examples/fleet/run_fleet.py [--config frugal.toml] [--port 8765] [--home DIR]
 
-Starts redis-server on a free loopback port when it is installed (for the shared state backend;
-a replica uses it only when its config says so), three `frugal-proxy serve --http --stateless`
-replicas on loopback ports (`replica-1` … `replica-3`, one FRUGAL_HOME, so one usage folder for
-their ledgers), and HAProxy with examples/fleet/haproxy.cfg in front. It prints the front URL
-and stops everything it started, by pid, on Ctrl-C or SIGTERM (or when one of them exits); the
-temporary folder (redis's, HAProxy's socket, the default FRUGAL_HOME with the ledgers) stays.
+Starts redis-server on a free loopback port when it is installed, three `frugal-proxy serve
+--http --stateless` replicas on loopback ports (`replica-1` … `replica-3`, one FRUGAL_HOME, so one
+usage folder for their ledgers) and HAProxy with examples/fleet/haproxy.cfg in front. With
+redis-server, the replicas keep their state there (`[state] backend = "redis"`, FRUGAL_REDIS_URL):
+one daily cap, one cooldown, one loop guard and one cache for the three. They run on a copy of
+their config (--config, else $FRUGAL_CONFIG, else FRUGAL_HOME's, else an empty one) with that
+`[state]` table added; a config that has its own `[state]` is used as it is. Without
+redis-server, each replica keeps its own books. It prints the front URL and stops everything it
+started, by pid, on Ctrl-C or SIGTERM (or when one of them exits); the temporary folder
+(redis's, HAProxy's socket, the replicas' config, the default FRUGAL_HOME with the ledgers) stays.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+import tomllib
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -36,6 +41,17 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def accepting(port: int, seconds: float) -> bool:
+    """Whether something accepts connections on 127.0.0.1:`port` within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return True
+        time.sleep(0.05)
+    return False
 
 
 class Fleet:
@@ -63,6 +79,29 @@ class Fleet:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+def on_redis(config: Path | None, work: Path) -> Path:
+    """The replicas' config: `config` (None: none) with `[state] backend = "redis"` added,
+    written into `work`; `config` itself when it has a `[state]` table of its own."""
+    text = config.read_text() if config is not None and config.exists() else ""
+    if "state" in tomllib.loads(text):
+        assert config is not None
+        return config
+    shared = work / "frugal.toml"
+    # The URL comes from FRUGAL_REDIS_URL, which main() sets.
+    shared.write_text(f'{text}\n[state]\nbackend = "redis"\n')
+    return shared
+
+
+def default_config(explicit: str | None, env: dict[str, str]) -> Path | None:
+    """The config `serve` would read: --config, else $FRUGAL_CONFIG, else FRUGAL_HOME's."""
+    if explicit:
+        return Path(explicit)
+    if env.get("FRUGAL_CONFIG"):
+        return Path(env["FRUGAL_CONFIG"])
+    found = Path(env["FRUGAL_HOME"]) / "config" / "frugal.toml"
+    return found if found.exists() else None
 
 
 def relay(name: str, process: subprocess.Popen[bytes], found: list[str], ready: threading.Event) -> None:
@@ -99,20 +138,25 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     try:
         env = {**os.environ, "FRUGAL_HOME": str(home)}
+        config = default_config(options.config, env)
         redis = shutil.which("redis-server")
         if redis is not None:
             port = free_port()
             fleet.start(
                 "redis", [redis, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(work)], env
             )
+            if not accepting(port, START_SECONDS):
+                print("run_fleet: redis-server did not start", file=sys.stderr)
+                return 1
             env["FRUGAL_REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
-            print(f"run_fleet: redis-server on 127.0.0.1:{port}", file=sys.stderr)
+            config = on_redis(config, work)
+            print(f"run_fleet: redis-server on 127.0.0.1:{port}, the replicas' [state] in {config}", file=sys.stderr)
         else:
             print("run_fleet: no redis-server here: the replicas keep their state in memory", file=sys.stderr)
         addresses = []
         for replica in REPLICAS:
             argv_ = [sys.executable, "-m", "frugal_proxy", "serve", "--http", "127.0.0.1:0", "--stateless"]
-            argv_ += ["--replica-id", replica, *(["--config", options.config] if options.config else [])]
+            argv_ += ["--replica-id", replica, *(["--config", str(config)] if config is not None else [])]
             process = fleet.start(replica, argv_, env)
             found: list[str] = []
             ready = threading.Event()

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 import yaml
 from mcp import Client
 
+from frugal_proxy import config
 from tests.conftest import ROOT, reserved_port, show_stderr_on_failure
 from tests.e2e.fleet import HAPROXY_CFG, REPLICA_IDS
 
@@ -66,7 +68,9 @@ def test_the_compose_file_has_redis_three_replicas_and_haproxy_with_health_check
         assert "FRUGAL_AUTH_TOKEN" in replica["environment"]
         assert replica["command"][:4] == ["serve", "--http", "0.0.0.0:8765", "--stateless"]
         assert "/healthz" in " ".join(replica["healthcheck"]["test"])
-        assert replica["volumes"] == ["usage:/home/frugal/.frugal/usage"]  # one folder for every ledger
+        # one folder for every ledger; the config that puts their state in Redis
+        assert replica["volumes"] == ["usage:/home/frugal/.frugal/usage", "./frugal.toml:/app/frugal.toml:ro"]
+        assert replica["environment"]["FRUGAL_REDIS_URL"] == "redis://redis:6379/0"
         assert replica["depends_on"]["redis"]["condition"] == "service_healthy"
     balancer = services["haproxy"]
     assert balancer["volumes"] == ["./haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro"]
@@ -75,6 +79,9 @@ def test_the_compose_file_has_redis_three_replicas_and_haproxy_with_health_check
     forwarded = services["replica-1"]["command"][services["replica-1"]["command"].index("--forwarded-allow-ips") + 1]
     assert balancer["networks"]["fleet"]["ipv4_address"] == forwarded  # only HAProxy's X-Forwarded-For
     assert "usage" in compose["volumes"]
+    mounted = config.load(FLEET / "frugal.toml", {"FRUGAL_REDIS_URL": "redis://redis:6379/0"})
+    assert mounted.state.backend == "redis" and "notes" in mounted.upstreams
+    assert re.search(r'pip install .*"\$\{wheel\}\[[^]]*\bredis\b', (ROOT / "Dockerfile").read_text())  # its client
 
 
 def refused(address: str) -> bool:
@@ -92,6 +99,17 @@ async def list_through(front: str) -> list[str]:
                 async with Client(front, mode="auto", cache=None) as session:
                     return [tool.name for tool in (await session.list_tools()).tools]
             except Exception:  # 503 from HAProxy until a replica is up
+                await anyio.sleep(0.2)
+
+
+async def wait_state_ok(healthz: str) -> None:
+    """Until a replica's /healthz through the front says `"state": "ok"`: its Redis answers (a
+    replica started before Redis did recovers within a second). The memory backend has no
+    `state`: this waits out its deadline and the test fails."""
+    with anyio.fail_after(60):
+        async with httpx2.AsyncClient(timeout=20) as http:
+            # another process's state, over HTTP: asked again until it holds
+            while (await http.get(healthz)).json().get("state") != "ok":  # noqa: ASYNC110
                 await anyio.sleep(0.2)
 
 
@@ -115,6 +133,9 @@ def test_run_fleet_serves_through_haproxy_and_stops_everything_on_sigterm(tmp_pa
             assert front == f"http://127.0.0.1:{port}/mcp", lines
             names = anyio.run(list_through, front)
             assert "frugal__fetch_slice" in names or any(name.startswith("frugal__") for name in names)
+            # redis-server is installed here: the replicas keep their state in the one it started
+            # (/healthz has no "state" with the memory backend)
+            anyio.run(wait_state_ok, f"http://127.0.0.1:{port}/healthz")
         finally:
             process.send_signal(signal.SIGTERM)
             assert process.wait(60) == 0
@@ -125,3 +146,6 @@ def test_run_fleet_serves_through_haproxy_and_stops_everything_on_sigterm(tmp_pa
     replicas = [m.group(1) for line in lines if (m := re.search(r"listening on http://([^/]+)/mcp", line))]
     assert len(replicas) == 3, lines
     assert all(refused(address) for address in [*replicas, f"127.0.0.1:{port}"])
+    assert any(
+        re.search(r"run_fleet: redis-server on 127\.0\.0\.1:\d+, the replicas' \[state\]", line) for line in lines
+    )
