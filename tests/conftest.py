@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -120,6 +121,17 @@ def mode(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def frugal_logger() -> Iterator[None]:
+    """Each test starts with the `frugal_proxy` logger as logging left it: a command run in
+    process (`stats`, `config check`) configures it for stderr and stops it propagating, which
+    would hide later tests' records from caplog in the same worker."""
+    root = logging.getLogger("frugal_proxy")
+    saved = root.handlers[:], root.level, root.propagate
+    yield
+    root.handlers[:], root.level, root.propagate = saved[0], saved[1], saved[2]
 
 
 @pytest.fixture(autouse=True)
