@@ -7,7 +7,10 @@ pipeline:
     govern  measures the result; one that fits passes through byte for byte; one that does not
             is shaped, its full payloads spilled and a signed omission receipt attached in
             `_meta["frugal/governor"]`; a routed page's `max_chars` (the call's, else
-            `limits.max_chars`; 0: no cap) is its content budget instead, in either direction
+            `limits.max_chars`; 0: no cap) is its content budget instead, in either direction;
+            a routed search answer is measured, never cut by the default budgets (max_results
+            is its size knob, est_tokens shows the cost; each hit is bounded where it is
+            rendered): only a budget that names its route shapes it
 
 The proxy's own tools are left alone: their answers are already the governor's.
 """
@@ -50,6 +53,8 @@ class GovernorPolicy(Policy):
         if _is_own(exchange) and b'"chars_total"' in bytes(raw):
             return
         route = exchange.route
+        if route.capability == "search" and not self.governor.names_route(exchange.operator, route.name):
+            return  # search results are measured, never truncated (the routing README)
         budget = self.governor.budget(exchange.operator, route.name)
         if hasattr(exchange.request, "max_chars"):  # a routed page: its max_chars, else the default
             wanted = exchange.request.max_chars

@@ -8,6 +8,9 @@
                                  -> {url, title?, markdown?, text?, html?}
     ExecuteRequest               {intent, priority?, max_cost_usd?}
 
+`bounded_hits` bounds each hit's fields as an answer shows them (search results are never cut
+by the size governor's budgets: max_results is their size knob).
+
 `request_of` turns a call's arguments into the capability's request (a ValueError whose text
 tells the agent what to send instead); `TOOLS` lists each routed tool with its schemas. A
 provider gets the typed request and answers with hits or a page; nothing here does I/O.
@@ -15,6 +18,7 @@ provider gets the typed request and answers with hits or a page; nothing here do
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -29,6 +33,12 @@ Priority = Literal["cheap", "balanced", "premium"]
 MAX_RESULTS = 50
 MAX_QUERY_CHARS = 2_000
 MAX_URL_CHARS = 8_192
+# A search hit as an answer shows it: search results are measured, never cut by the governor's
+# budgets (max_results is their size knob), so each field is bounded here instead, so that one
+# provider's oversized hit cannot flood an agent's context.
+MAX_TITLE_CHARS = 512
+MAX_SNIPPET_CHARS = 2_000
+MAX_PUBLISHED_CHARS = 64
 
 
 class SearchRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -110,6 +120,26 @@ class SearchHit(msgspec.Struct, frozen=True, omit_defaults=True):
     snippet: str
     source: str  # the provider that found it
     published: str | None = None
+
+
+def bounded_hits(hits: Sequence[SearchHit]) -> tuple[list[SearchHit], int]:
+    """The hits as an answer shows them, and how many were left out: a title, snippet or date
+    over its bound is cut and ended with "…"; a hit whose URL is over `MAX_URL_CHARS` is left out
+    (a cut URL would point somewhere else)."""
+    kept: list[SearchHit] = []
+    for hit in hits:
+        if len(hit.url) > MAX_URL_CHARS:
+            continue
+        title, snippet = _ended(hit.title, MAX_TITLE_CHARS), _ended(hit.snippet, MAX_SNIPPET_CHARS)
+        published = _ended(hit.published, MAX_PUBLISHED_CHARS) if hit.published is not None else None
+        if title is not hit.title or snippet is not hit.snippet or published is not hit.published:
+            hit = msgspec.structs.replace(hit, title=title, snippet=snippet, published=published)
+        kept.append(hit)
+    return kept, len(hits) - len(kept)
+
+
+def _ended(value: str, limit: int) -> str:
+    return value if len(value) <= limit else value[: limit - 1] + "…"
 
 
 class Page(msgspec.Struct, frozen=True, omit_defaults=True):

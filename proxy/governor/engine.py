@@ -100,6 +100,10 @@ class Governor:
         """One route's budget for one operator."""
         return self.budgets.budget(operator, route)
 
+    def names_route(self, operator: str, route: str) -> bool:
+        """Whether a configured or operator budget names `route` itself (not only the defaults)."""
+        return self.budgets.names_route(operator, route)
+
     # -- the repeat denial ---------------------------------------------------------------------------
 
     def may_deny(self, route: str) -> bool:

@@ -59,6 +59,14 @@ class OperatorBudgets:
         mode = next((layer.mode for layer in layers if layer.mode is not None), ceiling.mode)
         return Budget(mode=mode, **values)
 
+    def names_route(self, operator: str, route: str) -> bool:
+        """Whether a budget names `route` itself: a configured `[governor.routes."ROUTE"]` or the
+        operator's own per-route override (the defaults alone do not)."""
+        if route in self.settings.routes:
+            return True
+        own = self._own.get(operator)
+        return own is not None and route in own.routes
+
     def report(self, operator: str) -> dict[str, Any]:
         """What `GET /budgets` shows: the effective default and per-route budgets, and the
         operator's own overrides."""

@@ -35,7 +35,7 @@ from typing import Any
 import msgspec
 
 from frugal_proxy import money
-from frugal_proxy.capabilities import Page
+from frugal_proxy.capabilities import MAX_URL_CHARS, Page, SearchHit, bounded_hits
 from frugal_proxy.governor.shaping import est_tokens
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
@@ -44,6 +44,7 @@ from frugal_proxy.records import Attempt, Decision, Exchange, Receipt, deliberat
 EXECUTE = "frugal__execute"
 ROUTE_META = "frugal/route"
 PAGE_CONTENT = ("markdown", "text", "html")
+_HITS = "routed.hits"  # exchange.derived: (the outcome, its hits as shown and how many were left out)
 # The marker that ends a page field cut to its max_chars (governor.groups.ContentGroup).
 _CUT_MARKER = re.compile(r"\n?\[frugal: output truncated to (\d+) of \d+ chars; pass a larger max_chars[^\n]*\]\Z")
 
@@ -138,7 +139,21 @@ def _part(decision: Decision) -> str:
 
 def _payload_body(exchange: Exchange) -> dict[str, Any]:
     data = exchange.outcome.data if exchange.outcome is not None else None
-    return {"page": data} if isinstance(data, Page) else {"results": list(data or [])}
+    return {"page": data} if isinstance(data, Page) else {"results": _hits(exchange)[0]}
+
+
+def _hits(exchange: Exchange) -> tuple[list[SearchHit], int]:
+    """The winning answer's hits as the answer shows them and how many were left out, worked out
+    once per answer (the payload the governor sees and the answer both use them)."""
+    outcome = exchange.outcome
+    known = exchange.derived.get(_HITS)
+    if known is not None and known[0] is outcome:
+        found: tuple[list[SearchHit], int] = known[1]
+        return found
+    data = outcome.data if outcome is not None else None
+    found = bounded_hits(list(data or []) if not isinstance(data, Page) else [])
+    exchange.derived[_HITS] = (outcome, found)
+    return found
 
 
 def payload(exchange: Exchange) -> Frame:
@@ -162,6 +177,10 @@ def answer(exchange: Exchange, receipt: Receipt, governed: Frame | None = None) 
     warnings: list[str] = []
     if "results" in body and not body["results"]:
         warnings.append("no provider found anything for this query")
+    if "results" in body:
+        dropped = _hits(exchange)[1]
+        if dropped:
+            warnings.append(f"{dropped} hit(s) left out: a URL over {MAX_URL_CHARS} characters")
     warnings.extend(exchange.warnings)
     if exchange.route.name == EXECUTE:
         body["capability"] = exchange.route.capability

@@ -373,3 +373,36 @@ async def test_max_chars_is_the_page_budget_and_the_call_overrides_the_default(t
         assert "[frugal: output truncated" not in content_of(whole)
         assert whole["est_tokens"] == -(-total // 4)
     assert smaller["chars_returned"] <= 300 < smaller["chars_total"] and smaller["truncated"] is True
+
+
+async def test_search_results_are_measured_never_cut_unless_a_budget_names_the_route(
+    tmp_path: Path, apis: FakeApis
+) -> None:
+    """README: "Search results are measured, never truncated. max_results is the size knob there,
+    and est_tokens shows what a wide value costs." The governor's default budgets leave a routed
+    search alone; each hit is bounded where it is rendered (a snippet over 2,000 characters ends
+    with "…"; a hit whose URL is over 8,192 characters is left out, with a warning); a budget that
+    names the route itself still shapes it."""
+    tight = "[governor]\nmax_bytes = 2048\nmax_records = 5\n"
+    wide = search_config(apis, "/wide", upstream=False)
+    named = tight + '[governor.routes."frugal__search"]\nmax_bytes = 2048\n'
+    with anyio.fail_after(60):
+        async with Client(serve(tmp_path / "a", write(tmp_path, tight + wide)), mode="auto", cache=None) as client:
+            measured = await client.call_tool("frugal__search", {"query": "anything", "max_results": 40})
+        (tmp_path / "named").mkdir()
+        config = write(tmp_path / "named", named + wide)
+        async with Client(serve(tmp_path / "b", config), mode="auto", cache=None) as client:
+            shaped = await client.call_tool("frugal__search", {"query": "anything", "max_results": 40})
+    body = structured(measured)
+    assert len(body["results"]) == 39  # 40 asked for, one left out for its URL
+    assert all(len(hit["url"]) <= 8_192 for hit in body["results"])
+    first = body["results"][0]["snippet"]
+    assert len(first) == 2_000 and first.endswith("…")
+    assert all(len(hit["snippet"]) == 1_200 for hit in body["results"][1:])
+    assert body["warnings"] == ["1 hit(s) left out: a URL over 8192 characters"]
+    assert body["est_tokens"] > 39 * 1_200 // 4  # what the wide value costs, in the answer
+    assert "frugal/governor" not in (measured.meta or {})
+    assert measured.structured_content is not None
+    cut = shaped.structured_content or {}
+    assert len(cut.get("results", [])) < 39 and "frugal/governor" in (shaped.meta or {})
+    assert apis.requests["wide"] == 2

@@ -17,6 +17,7 @@ from frugal_proxy.config import Budget, GovernorSettings, RouteBudget
 from frugal_proxy.governor import keys, receipts, shaping
 from frugal_proxy.policies.governor import GovernorPolicy
 from frugal_proxy.protocol import jsonrpc
+from frugal_proxy.records import Exchange, Route
 from tests.fake_clock import Clock
 from tests.governed import call_tool, exchange, fetch_all, governed, make_governor, sdk_string
 
@@ -162,3 +163,31 @@ async def test_a_routed_pages_max_chars_lowers_the_budget_for_that_call() -> Non
     assert marker.startswith(f"[frugal: output truncated to {len(kept)} of 5000 chars; pass a larger max_chars")
     assert "frugal__fetch_slice" in marker
     assert body["_meta"]["frugal/governor"]["receipts"][0]["field"] == "structuredContent.page.markdown"
+
+
+async def test_a_routed_search_is_shaped_only_by_a_budget_that_names_its_route() -> None:
+    """Search results are measured, never cut by the default budgets (the routing README); a
+    configured or operator budget for the route itself still applies."""
+    hits = [{"title": f"t{n}", "url": f"https://a.example/{n}", "snippet": "s" * 500, "source": "w"} for n in range(40)]
+    text = json.dumps({"results": hits})
+    result = {"content": [{"type": "text", "text": text}], "structuredContent": {"results": hits}}
+
+    def search_call(operator: str = "local") -> Exchange:
+        ex = exchange("frugal__search", {"query": "q"}, result, operator=operator)
+        ex.route = Route("frugal__search", ("wikipedia",), capability="search")
+        return ex
+
+    governor = make_governor(max_bytes=2048, max_records=5)
+    measured = search_call()
+    before = measured.answer
+    await GovernorPolicy(governor).govern(measured)
+    assert measured.answer is before  # about 44 kB over a 2 kB default budget: left whole
+    governor.budgets.update("alice", {"routes": {"frugal__search": {"max_records": 3}}})
+    own = search_call("alice")
+    await GovernorPolicy(governor).govern(own)
+    assert own.answer is not None and own.answer is not before
+    assert len(jsonrpc.decode_any(own.answer["result"])["structuredContent"]["results"]) <= 3
+    configured = make_governor(routes={"frugal__search": RouteBudget(max_records=4)})
+    shaped = search_call()
+    await GovernorPolicy(configured).govern(shaped)
+    assert len(jsonrpc.decode_any(shaped.answer["result"])["structuredContent"]["results"]) <= 4  # type: ignore[index]

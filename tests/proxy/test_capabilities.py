@@ -60,3 +60,19 @@ def test_a_page_knows_when_it_is_nearly_empty() -> None:
     assert not Page("https://a.example/", text="hello").is_empty()
     assert Page("https://a.example/", text="hi").is_empty(min_chars=200)
     assert msgspec.json.encode(Page("https://a.example/")) == b'{"url":"https://a.example/"}'
+
+
+def test_hits_are_bounded_as_an_answer_shows_them() -> None:
+    long_url = "https://a.example/" + "k" * capabilities.MAX_URL_CHARS
+    hits = [
+        capabilities.SearchHit("t" * 600, "https://a.example/1", "s" * 2_500, "w", published="p" * 100),
+        capabilities.SearchHit("kept", long_url, "dropped", "w"),
+        small := capabilities.SearchHit("short", "https://a.example/2", "fine", "w"),
+    ]
+    kept, dropped = capabilities.bounded_hits(hits)
+    assert dropped == 1 and len(kept) == 2 and kept[1] is small  # a hit within bounds is the same object
+    cut = kept[0]
+    assert len(cut.title) == capabilities.MAX_TITLE_CHARS and cut.title.endswith("…")
+    assert len(cut.snippet) == capabilities.MAX_SNIPPET_CHARS and cut.snippet.endswith("…")
+    assert cut.published is not None and len(cut.published) == capabilities.MAX_PUBLISHED_CHARS
+    assert capabilities.bounded_hits([]) == ([], 0)

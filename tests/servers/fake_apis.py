@@ -8,6 +8,10 @@ through each provider's `base_url`).
     /held/w/rest.php/v1/search/page        the same search, but a query with "hold" is answered only
                                            once `release` is set (`holding` is set when one arrives):
                                            a paid call kept in flight while a test kills its replica
+    /wide/w/rest.php/v1/search/page        the same search shape, `limit` pages of every query, each
+                                           with a 1,200-character excerpt; the first one's is 5,000
+                                           characters and the second one's key makes a URL of over
+                                           8,192 (a wide, oversized answer)
     /down/...                              503 for every request
     /busy/...                              429 with Retry-After: 7
     /unavailable/...                       503 with Retry-After: 120 (RFC 9110 §10.2.3: how long the
@@ -88,12 +92,32 @@ def _search_pages(request: Request) -> Response:
     return JSONResponse({"pages": pages[:limit]})
 
 
+WIDE_EXCERPT_CHARS = 1_200
+WIDE_FIRST_EXCERPT_CHARS = 5_000
+WIDE_LONG_KEY_CHARS = 9_000
+
+
+def _wide_pages(request: Request) -> Response:
+    limit = int(request.query_params.get("limit", "50"))
+    pages = []
+    for n in range(limit):
+        size = WIDE_FIRST_EXCERPT_CHARS if n == 0 else WIDE_EXCERPT_CHARS
+        key = "K" * WIDE_LONG_KEY_CHARS if n == 1 else f"Wide_{n}"
+        excerpt = (f"hit {n} " + "word " * size)[:size]
+        pages.append({"id": n, "key": key, "title": f"Wide {n}", "excerpt": excerpt, "description": None})
+    return JSONResponse({"pages": pages})
+
+
 def _app(apis: FakeApis) -> Starlette:
     counts = apis.requests
 
     async def wikipedia(request: Request) -> Response:
         counts["wikipedia"] += 1
         return _search_pages(request)
+
+    async def wide(request: Request) -> Response:
+        counts["wide"] += 1
+        return _wide_pages(request)
 
     async def held(request: Request) -> Response:
         counts["held"] += 1
@@ -141,6 +165,7 @@ def _app(apis: FakeApis) -> Starlette:
             Route("/browserless/content", rendered, methods=["POST"]),
             Route("/wikipedia/w/rest.php/v1/search/page", wikipedia),
             Route("/held/w/rest.php/v1/search/page", held),
+            Route("/wide/w/rest.php/v1/search/page", wide),
             Route("/down/{rest:path}", down, methods=["GET", "POST"]),
             Route("/busy/{rest:path}", busy, methods=["GET", "POST"]),
             Route("/unavailable/{rest:path}", unavailable, methods=["GET", "POST"]),

@@ -50,3 +50,12 @@ def test_bad_budget_changes_are_refused_whole(body: object, code: str, message: 
         budgets.update("alice", body)
     assert refused.value.code == code and message in str(refused.value)
     assert budgets.report("alice")["overrides"] == {"default": {"max_records": 5}, "routes": {}}
+
+
+def test_a_budget_names_a_route_when_configured_or_an_operators_own() -> None:
+    budgets = OperatorBudgets(GovernorSettings(routes={"files__read": RouteBudget(max_bytes=4096)}))
+    assert budgets.names_route("bob", "files__read") and not budgets.names_route("bob", "frugal__search")
+    budgets.update("alice", {"default": {"max_records": 10}})
+    assert not budgets.names_route("alice", "frugal__search")  # a default is not the route's own
+    budgets.update("alice", {"routes": {"frugal__search": {"max_records": 3}}})
+    assert budgets.names_route("alice", "frugal__search") and not budgets.names_route("bob", "frugal__search")

@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from frugal_proxy.capabilities import BrowseRequest, ExtractRequest, Page, SearchHit
-from frugal_proxy.config import GovernorSettings
+from frugal_proxy.config import GovernorSettings, RouteBudget
 from frugal_proxy.pipeline.assembly import assemble
 from frugal_proxy.pipeline.pipeline import build_pipeline
 from frugal_proxy.policies import Policy
@@ -224,12 +224,17 @@ async def test_a_full_extraction_does_not_fall_forward() -> None:
 
 
 async def test_the_governor_cuts_a_routed_answers_hits_and_never_its_receipt() -> None:
+    """Only under a budget that names the route: the default budgets leave a search whole
+    (search results are measured, never truncated; tests/policies/test_governor.py)."""
     many = [SearchHit(f"t{n}", f"https://x.example/{n}", "snippet " * 40, "s") for n in range(50)]
 
     async def search(ex: Exchange) -> Outcome:
         return Outcome("ok", data=many)
 
-    governed = assemble(GovernorSettings(max_bytes=4096))
+    whole = assemble(GovernorSettings(max_bytes=4096))
+    pipeline = build_pipeline({"search/s": FakeProvider("s", search, capability="search")}, whole.policies)
+    assert len(structured(await pipeline.run(routed("search/s")))["results"]) == 50  # type: ignore[arg-type]
+    governed = assemble(GovernorSettings(routes={"frugal__search": RouteBudget(max_bytes=4096)}))
     pipeline = build_pipeline({"search/s": FakeProvider("s", search, capability="search")}, governed.policies)
     ex = routed("search/s")
     answer = jsonrpc.decode_any((await pipeline.run(ex))["result"])
