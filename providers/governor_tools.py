@@ -23,7 +23,7 @@ from typing import Any
 import anyio.to_thread
 import msgspec
 
-from frugal_proxy.governor import cuts, keys, receipts, shaping
+from frugal_proxy.governor import cuts, receipts, shaping
 from frugal_proxy.governor.engine import THREAD_THRESHOLD, Governor
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers.own_tools import OwnTool, ToolArgumentError
@@ -127,7 +127,7 @@ async def verify_receipt(governor: Governor, arguments: dict[str, Any]) -> dict[
         raise GovernorRequestError(
             "invalid_arguments", 'send {"receipt": {...}} with a receipt from _meta["frugal/governor"]'
         )
-    public = await anyio.to_thread.run_sync(keys.public_keys, governor.signer.directory)
+    public = await governor.signer.accepted()
     valid, key_id, reason = receipts.verify(receipt, public)
     size = len(reason) + 60
     return {"valid": valid, "key_id": key_id, "reason": reason, **_sizes(size, size, False)}

@@ -184,6 +184,8 @@ Mode = Literal["records", "lines", "text"]
 MIN_BYTES = 1024
 SPILL_MAX_TTL = 3600.0
 SPILL_DEFAULT_QUOTA_BYTES = 256 * 1024 * 1024
+SPILL_DEFAULT_SHARED_BYTES = 64 * 1024 * 1024  # `[state] spill_max_bytes`
+SPILL_SHARED_LIMIT = 512 * 1024 * 1024  # Redis's largest string (proto-max-bulk-len's default)
 
 
 class Budget(msgspec.Struct, frozen=True):
@@ -400,6 +402,8 @@ class StateSettings(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     pool_size: int = 16
     connect_timeout: str = "1s"
     timeout: str = "500ms"  # of every Redis command
+    # The largest spill artifact kept in Redis; a larger one stays on the replica that cut it.
+    spill_max_bytes: int = SPILL_DEFAULT_SHARED_BYTES
 
     @property
     def connect_timeout_seconds(self) -> float:
@@ -584,6 +588,12 @@ def _check_state(source: str, state: StateSettings, env: dict[str, str]) -> None
         raise ConfigError(f"{source}: at state.pool_size: 1 to 1024 connections")
     if not state.prefix or any(char.isspace() for char in state.prefix):
         raise ConfigError(f"{source}: at state.prefix: a non-empty key prefix without spaces ('frugal:')")
+    if isinstance(state.spill_max_bytes, bool) or not MIN_BYTES <= state.spill_max_bytes <= SPILL_SHARED_LIMIT:
+        raise ConfigError(
+            f"{source}: at state.spill_max_bytes: {state.spill_max_bytes!r} is not a size in bytes from "
+            f"{MIN_BYTES} to {SPILL_SHARED_LIMIT} (Redis's largest value); a larger artifact stays on the "
+            "replica that cut it"
+        )
     if state.url:
         why = redis_url_error(state.url)
         if why is not None:

@@ -148,7 +148,7 @@ class Receipt(msgspec.Struct, frozen=True):
     reason: str
 
 
-class OmissionReceipt(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class OmissionReceipt(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """What a shaped result left out and where to get it back (kind "omission"), or what a
     refused repeat points at (kind "denial"); signed by governor.receipts."""
 
@@ -167,6 +167,10 @@ class OmissionReceipt(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     expires_at: str | None
     key_id: str = ""
     signature: str = ""
+    # The replica of a fleet that alone holds the artifact (it could not go to the shared store);
+    # absent (None) when any replica can serve it. Signed only when set, so receipts from before
+    # the field still verify.
+    held_by: str | None = None
 
 
 class CachedAnswer(msgspec.Struct, frozen=True):

@@ -2,6 +2,7 @@
 
 frugal-proxy keys list              the key ids (fingerprints) kept, the signing one marked
 frugal-proxy keys rotate            a new signing key; old public keys stay, so old receipts verify
+frugal-proxy keys new               a key written nowhere, for FRUGAL_RECEIPT_KEY (a fleet's key)
 frugal-proxy receipts verify FILE|- every receipt in a JSON document (a receipt, a list, or a
                                     whole tool result): exit 0 when all are valid
 """
@@ -20,8 +21,14 @@ from frugal_proxy.governor import keys, receipts
 
 def keys_command(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="frugal-proxy keys", description="The keys that sign receipts.")
-    parser.add_argument("action", choices=["list", "rotate"])
+    parser.add_argument("action", choices=["list", "rotate", "new"])
     options = parser.parse_args(argv)
+    if options.action == "new":
+        key_id, private, public = keys.new_pair()
+        print(f"key id:  {key_id}")
+        print(f"public:  {public}   (add it to {keys.PUBLIC_KEYS_ENV} on every replica before signing with it)")
+        print(f"{keys.KEY_ENV}={private}")
+        return 0
     directory = keys.keys_dir()
     if options.action == "rotate":
         key = keys.rotate(directory)
@@ -61,7 +68,11 @@ def receipts_command(argv: list[str]) -> int:
     if not found:
         print("frugal-proxy: no receipt found in the document", file=sys.stderr)
         return 2
-    public = keys.public_keys()
+    try:
+        public = keys.accepted_keys()
+    except ValueError as exc:
+        print(f"frugal-proxy: {exc}", file=sys.stderr)
+        return 2
     all_valid = True
     for receipt in found:
         valid, key_id, reason = receipts.verify(receipt, public)

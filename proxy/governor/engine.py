@@ -87,9 +87,6 @@ class Governor:
         self.store = store
         self.signer = signer
         self.budgets = OperatorBudgets(settings)
-        # The routes a call of which was remembered for the repeat denial: a call of any other
-        # route needs no fingerprint (its arguments decoded and hashed) to be let through.
-        self._remembered: set[str] = set()
 
     @classmethod
     def embedded(cls, settings: GovernorSettings) -> Governor:
@@ -107,17 +104,18 @@ class Governor:
     # -- the repeat denial ---------------------------------------------------------------------------
 
     def may_deny(self, route: str) -> bool:
-        """Whether a call of `route` could be a repeat to refuse (one of its calls was shaped)."""
-        return route in self._remembered
+        """Whether a call of `route` could be a repeat to refuse (one of its calls was shaped): a
+        call of any other route needs no fingerprint (its arguments decoded and hashed)."""
+        return self.store.may_recall(route)
 
     async def denial(self, operator: str, route: str, key: str) -> dict[str, Any] | None:
         """The tool error result that refuses a repeat of a call (`key`: its `call_key`) whose
         result was shaped while its spill lives, or None when the call may run."""
-        if route not in self._remembered:
+        if not self.store.may_recall(route):
             return None
         spilled = await self.store.recall(operator, key)
-        if not spilled:
-            return None
+        if not spilled or any(artifact.receipt is None for artifact in spilled):
+            return None  # gone, or a receipt that never reached the shared store: the call runs
         receipts = [await self._denial_receipt(artifact) for artifact in spilled]
         first = spilled[0]
         args = jsonrpc.encode({"artifact_id": first.artifact_id, "offset": 0}).decode()
@@ -134,8 +132,7 @@ class Governor:
     async def remember(self, operator: str, route: str, key: str, artifact_ids: list[str]) -> None:
         """Note that this call (`key`: its `call_key`) had its result shaped into these artifacts
         (for the repeat denial)."""
-        self._remembered.add(route)
-        await self.store.remember(operator, key, artifact_ids)
+        await self.store.remember(operator, route, key, artifact_ids)
 
     # -- shaping, shared with frugal__shape_result ---------------------------------------------------
 
@@ -195,9 +192,10 @@ class Governor:
             artifact_id=artifact.artifact_id if artifact else None,
             sha256=cut.sha256,
             expires_at=iso_time(artifact.expires_at) if artifact else None,
+            held_by=artifact.held_by if artifact else None,
         )
 
     async def _denial_receipt(self, artifact: Artifact) -> dict[str, Any]:
-        assert artifact.receipt is not None
+        assert artifact.receipt is not None  # checked by `denial`
         denial = msgspec.structs.replace(artifact.receipt, kind="denial")
         return msgspec.to_builtins(await self.signer.sign(denial))  # type: ignore[no-any-return]

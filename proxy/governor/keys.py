@@ -6,11 +6,22 @@
 
 A key id is the key's fingerprint: `ed25519:` and the first 32 hex digits of the blake3 hash of
 the raw public key. Blocking file I/O: async callers run these functions in a worker thread.
+
+A fleet signs with one key and every replica accepts every replica's receipts, either way:
+
+    a shared directory      every replica's $FRUGAL_HOME/keys is one volume (current.key and the
+                            .pub files); a new .pub is accepted at once, the signing key is read
+                            once per process
+    the environment         FRUGAL_RECEIPT_KEY, the signing key (64 hex digits, as current.key
+                            holds it, never written anywhere); FRUGAL_RECEIPT_PUBLIC_KEYS, more
+                            public keys to accept (hex, separated by commas or spaces), such as
+                            the next key before a rotation and the last one after it
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +32,8 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 from frugal_proxy import home
 
 CURRENT = "current.key"
+KEY_ENV = "FRUGAL_RECEIPT_KEY"
+PUBLIC_KEYS_ENV = "FRUGAL_RECEIPT_PUBLIC_KEYS"
 
 
 def keys_dir() -> Path:
@@ -99,3 +112,54 @@ def public_keys(directory: Path | None = None) -> dict[str, Ed25519PublicKey]:
             continue
         found[fingerprint(public)] = public
     return found
+
+
+def from_environment(environ: Mapping[str, str] | None = None) -> SigningKey | None:
+    """The signing key in $FRUGAL_RECEIPT_KEY, or None when it is unset; ValueError saying what
+    is wrong with it and what to write."""
+    value = (os.environ if environ is None else environ).get(KEY_ENV, "").strip()
+    if not value:
+        return None
+    try:
+        private = Ed25519PrivateKey.from_private_bytes(bytes.fromhex(value))
+    except ValueError:
+        raise ValueError(
+            f"{KEY_ENV} is not an Ed25519 private key: write its 32 raw bytes as 64 hex digits, as "
+            "current.key holds it (frugal-proxy keys new makes one)"
+        ) from None
+    return SigningKey(fingerprint(private.public_key()), private)
+
+
+def environment_public_keys(environ: Mapping[str, str] | None = None) -> dict[str, Ed25519PublicKey]:
+    """The public keys $FRUGAL_RECEIPT_PUBLIC_KEYS names, and the one of $FRUGAL_RECEIPT_KEY;
+    ValueError naming a value that is not a key."""
+    env = os.environ if environ is None else environ
+    found: dict[str, Ed25519PublicKey] = {}
+    signing = from_environment(env)
+    if signing is not None:
+        found[signing.key_id] = signing.private.public_key()
+    for value in env.get(PUBLIC_KEYS_ENV, "").replace(",", " ").split():
+        try:
+            public = Ed25519PublicKey.from_public_bytes(bytes.fromhex(value))
+        except ValueError:
+            raise ValueError(
+                f"{PUBLIC_KEYS_ENV}: {value[:16]!r}… is not an Ed25519 public key: write each as 64 hex "
+                "digits (a .pub file's content), separated by commas or spaces"
+            ) from None
+        found[fingerprint(public)] = public
+    return found
+
+
+def accepted_keys(
+    directory: Path | None = None, environ: Mapping[str, str] | None = None
+) -> dict[str, Ed25519PublicKey]:
+    """Every public key a receipt is accepted from: the directory's and the environment's."""
+    return public_keys(directory) | environment_public_keys(environ)
+
+
+def new_pair() -> tuple[str, str, str]:
+    """A new key, written nowhere: (key id, private hex, public hex)."""
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption()).hex()
+    public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw).hex()
+    return fingerprint(key.public_key()), private, public

@@ -4,13 +4,15 @@ A receipt is signed with Ed25519 over the deterministic msgspec encoding of ever
 `signature` (keys sorted), so any edit to any field breaks it. `kind` is "omission" on a shaped
 result and "denial" when a repeat of the same call was refused while its spill lives.
 
-    Signer     signs with the current key from governor.keys (loaded in a worker thread)
+    Signer     signs with $FRUGAL_RECEIPT_KEY, else the current key from governor.keys (loaded
+               in a worker thread); `accepted` are the keys its receipts verify against
     verify     checks a receipt against the kept public keys: (valid, key_id, reason)
 """
 
 from __future__ import annotations
 
 import base64
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,29 +26,56 @@ from frugal_proxy.governor import keys
 from frugal_proxy.protocol import canonical
 from frugal_proxy.records import OmissionReceipt
 
+log = logging.getLogger("frugal_proxy.governor")
+
 
 def signed_bytes(receipt: OmissionReceipt) -> bytes:
     """The exact bytes a signature covers."""
     fields = msgspec.structs.asdict(receipt)
     fields.pop("signature")
+    if fields["held_by"] is None:  # a field added later: receipts signed without it still verify
+        fields.pop("held_by")
     return canonical.encode(fields)
 
 
 class Signer:
-    """Signs receipts with this machine's current key, made on first use."""
+    """Signs receipts with the environment's key, else this machine's current key, made on first
+    use. A bad key in the environment is a warning (once), and the directory's key signs."""
 
-    def __init__(self, directory: Path | None = None) -> None:
+    def __init__(self, directory: Path | None = None, environ: Mapping[str, str] | None = None) -> None:
         self.directory = directory
+        self.environ = environ
         self._key: keys.SigningKey | None = None
         self._lock = anyio.Lock()
+        self._warned: set[str] = set()
 
     async def key(self) -> keys.SigningKey:
         if self._key is not None:  # loaded: no lock, no loop turn
             return self._key
         async with self._lock:
             if self._key is None:
-                self._key = await anyio.to_thread.run_sync(keys.load_or_create, self.directory)
+                try:
+                    self._key = keys.from_environment(self.environ)
+                except ValueError as exc:
+                    self._warn(exc)
+                if self._key is None:
+                    self._key = await anyio.to_thread.run_sync(keys.load_or_create, self.directory)
             return self._key
+
+    async def accepted(self) -> dict[str, Ed25519PublicKey]:
+        """The public keys receipts are accepted from: the directory's, read now (a .pub another
+        replica added counts at once), and the environment's."""
+        found = await anyio.to_thread.run_sync(keys.public_keys, self.directory)
+        try:
+            found |= keys.environment_public_keys(self.environ)
+        except ValueError as exc:
+            self._warn(exc)
+        return found
+
+    def _warn(self, error: ValueError) -> None:
+        if str(error) not in self._warned:
+            self._warned.add(str(error))
+            log.warning("receipt keys: %s; using the key directory's keys", error)
 
     async def sign(self, receipt: OmissionReceipt) -> OmissionReceipt:
         key = await self.key()

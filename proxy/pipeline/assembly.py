@@ -35,6 +35,7 @@ from frugal_proxy.config import (
     split_candidate,
 )
 from frugal_proxy.governor.engine import Governor
+from frugal_proxy.governor.receipts import Signer
 from frugal_proxy.ledger import feeds, replica
 from frugal_proxy.ledger.line import timestamp
 from frugal_proxy.ledger.writer import writer_for
@@ -62,9 +63,11 @@ from frugal_proxy.state.redis_cache import RedisResultCache
 from frugal_proxy.state.redis_cooldowns import RedisCooldowns
 from frugal_proxy.state.redis_link import RedisLink
 from frugal_proxy.state.redis_spend import RedisSpend, RedisUsage
+from frugal_proxy.state.redis_spill import RedisSpillStore
 from frugal_proxy.state.redis_windows import RedisCallWindows
 from frugal_proxy.state.result_cache import MemoryResultCache, ResultCache
 from frugal_proxy.state.spend import MemorySpend, spend_key, utc_day
+from frugal_proxy.state.spill import MemorySpillStore
 from frugal_proxy.state.usage import MemoryUsage, utc_month
 
 log = logging.getLogger("frugal_proxy.pipeline")
@@ -217,7 +220,7 @@ def assemble(
     if config is not None:
         _add_routed(assembly, config, environ, http or HttpClient())
     if settings.enabled:
-        engine = Governor.embedded(settings)  # each operator may lower its own budgets
+        engine = _governor(settings, assembly.redis, config, environ)  # each operator may lower its own budgets
         assembly.governor = engine
         assembly.policies.append(GovernorPolicy(engine, config.limits.max_chars if config is not None else 0))
         assembly.own_tools.extend(governor_tools(engine))
@@ -354,6 +357,20 @@ def _ledger_rebuild(
             return {}
 
     return rebuild
+
+
+def _governor(
+    settings: GovernorSettings, link: RedisLink | None, config: Config | None, environ: Mapping[str, str] | None
+) -> Governor:
+    """The size governor; on the Redis backend its spill store is shared by the fleet (what
+    cannot go there stays on this replica, which its receipts then name)."""
+    signer = Signer(environ=environ)
+    if link is None or config is None:
+        return Governor(settings, MemorySpillStore(settings.spill_quota_bytes), signer)
+    store = RedisSpillStore(
+        link, replica.replica_id(environ), settings.spill_quota_bytes, max_bytes=config.state.spill_max_bytes
+    )
+    return Governor(settings, store, signer)
 
 
 def _windows(link: RedisLink | None) -> CallWindows:

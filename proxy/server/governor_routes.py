@@ -15,7 +15,9 @@ The answers are the governor tools' reports (providers.governor_tools). Errors a
 `{"error": CODE, "message": …}`: 400 for a bad body or arguments (`invalid_request`,
 `invalid_arguments`, `invalid_slice_range`, `invalid_budgets`, `budget_above_limit`,
 `invalid_operator`), 404 `unknown_artifact` (also another operator's id), 410
-`artifact_expired`, 403 `registration_closed` / `registration_full`, 409 `operator_exists`.
+`artifact_expired`, 421 `artifact_elsewhere` (a fleet: another replica alone holds it), 503
+`spill_unavailable` (a fleet: the shared spill store does not answer), 403
+`registration_closed` / `registration_full`, 409 `operator_exists`.
 """
 
 from __future__ import annotations
@@ -24,14 +26,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import anyio.to_thread
 import msgspec
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from frugal_proxy.governor import keys
 from frugal_proxy.governor.engine import Governor
 from frugal_proxy.governor.operator_budgets import BudgetError
 from frugal_proxy.identities import InvalidOperator
@@ -50,6 +50,8 @@ PATHS = ("/shape", "/fetch-slice", "/budgets", "/verify-key", "/receipts/verify"
 STATUS = {
     "unknown_artifact": 404,
     "artifact_expired": 410,
+    "artifact_elsewhere": 421,  # a fleet: kept by the replica the message names
+    "spill_unavailable": 503,  # a fleet: the shared spill store does not answer
     "artifact_corrupt": 500,
     "governor_disabled": 404,
     "registration_closed": 403,
@@ -136,7 +138,7 @@ class GovernorHttp:
 
     async def _verify_key(self, request: Request, governor: Governor) -> Response:
         signing = (await governor.signer.key()).key_id
-        public = await anyio.to_thread.run_sync(keys.public_keys, governor.signer.directory)
+        public = await governor.signer.accepted()
         listed = [{"key_id": key_id, "signing": key_id == signing} for key_id in public]
         return JSONResponse({"signing_key_id": signing, "keys": listed})
 

@@ -1,7 +1,9 @@
 """The connection to the shared Redis of `[state] backend = "redis"`, and whether it answers.
 
     RedisLink     one pooled redis-py asyncio client (hiredis parses the replies) for every
-                  Redis store of the process, every command under the configured timeout
+                  Redis store of the process, every command under the configured timeout; and
+                  a small pool of its own for the spill store's large values (`bulk`), whose
+                  timeout allows for moving one of them
     Unreachable   what a store raises when a write that money depends on could not be made
 
 Redis unreachable is a state, not a crash: `run` answers UNREACHABLE instead of raising, the
@@ -34,6 +36,8 @@ log = logging.getLogger("frugal_proxy.state")
 BACKOFF_FIRST = 0.25  # seconds before the first retry after a failure
 BACKOFF_MOST = 5.0
 WATCH_POLL = 1.0  # seconds between the watcher's checks: the mirrors' staleness bound when idle
+BULK_RATE = 32 * 1024 * 1024  # bytes a second a large value is allowed to take, at the least
+BULK_POOL = 4  # connections for large values
 
 
 class _Unreachable:
@@ -76,11 +80,22 @@ class RedisLink:
     _retry_at: float = 0.0
     _backoff: float = BACKOFF_FIRST
     _changed: anyio.Event = field(default_factory=anyio.Event)
+    _bulk: Any = None
+    _bulk_timeout: float = 0.0
 
     def __post_init__(self) -> None:
         self.client = self._client(self.pool_size)
 
-    def _client(self, size: int) -> Any:
+    def bulk(self, largest: int) -> tuple[Any, float]:
+        """A client for values up to `largest` bytes and its per-command timeout: the configured
+        one plus the time to move such a value at BULK_RATE, so that a large payload on a busy
+        machine is not taken for Redis being down (the money commands keep their short one)."""
+        if self._bulk is None:
+            self._bulk_timeout = self.timeout + largest / BULK_RATE
+            self._bulk = self._client(BULK_POOL, self._bulk_timeout)
+        return self._bulk, self._bulk_timeout
+
+    def _client(self, size: int, timeout: float | None = None) -> Any:
         from redis.asyncio import BlockingConnectionPool, Redis
         from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff
@@ -92,7 +107,7 @@ class RedisLink:
             password=self.password,
             max_connections=size,
             timeout=self.connect_timeout,
-            socket_timeout=self.timeout,
+            socket_timeout=timeout or self.timeout,
             socket_connect_timeout=self.connect_timeout,
             retry=Retry(NoBackoff(), 0),
         )
@@ -113,13 +128,14 @@ class RedisLink:
     def mirror(self, kind: str, reload: Callable[[], Awaitable[None]], apply: Callable[[list[str]], None]) -> None:
         self.mirrors.append(Mirror(kind, reload, apply))
 
-    async def run(self, command: Callable[[], Awaitable[Any]], *, now: bool = False) -> Any:
-        """The command's reply, or UNREACHABLE when Redis did not answer within the timeout (or
-        is still inside its back-off after a failure, unless `now`)."""
+    async def run(self, command: Callable[[], Awaitable[Any]], *, now: bool = False, allowance: float = 0.0) -> Any:
+        """The command's reply, or UNREACHABLE when Redis did not answer within the timeout (a
+        `bulk` client's: pass it as `allowance`), or is still inside its back-off after a failure
+        (unless `now`)."""
         if self.degraded and not now and time.monotonic() < self._retry_at:
             return UNREACHABLE
         try:
-            with anyio.fail_after(self.timeout + self.connect_timeout):
+            with anyio.fail_after((allowance or self.timeout) + self.connect_timeout):
                 reply = await command()
         except (OSError, TimeoutError, _redis_errors()) as error:
             self._failed(error)
@@ -171,6 +187,8 @@ class RedisLink:
             if self.degraded:
                 # Idle connections left from before the outage may be half closed: start afresh.
                 await self.client.connection_pool.disconnect(inuse_connections=False)
+                if self._bulk is not None:
+                    await self._bulk.connection_pool.disconnect(inuse_connections=False)
                 if await self.run(self.client.ping, now=True) is UNREACHABLE:
                     return
             for mirror in self.mirrors:
@@ -225,6 +243,8 @@ class RedisLink:
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True), anyio.move_on_after(self.timeout):
             await self.client.aclose(close_connection_pool=True)
+            if self._bulk is not None:
+                await self._bulk.aclose(close_connection_pool=True)
 
 
 def _redis_errors() -> type[Exception]:

@@ -9,9 +9,12 @@ remembered for as long again as its TTL, so a late fetch hears "expired" and not
 The store also remembers which call produced which spill, for the governor's repeat denial: a
 denial lives exactly as long as the artifacts it points at.
 
-    SpillStore          the interface (async, so a shared store can stand behind it)
-    MemorySpillStore    the embedded default
-    SpillError          UnknownArtifact | ArtifactExpired
+    SpillStore          the interface (async, so a shared store can stand behind it: state.redis_spill)
+    MemorySpillStore    the embedded default; with `replica`, the artifacts one replica of a fleet
+                        keeps for itself (ids `art_<token>.<replica>`)
+    held_by             the replica an artifact id says holds it (None: the shared store's, or
+                        this process's own)
+    SpillError          UnknownArtifact | ArtifactExpired | ArtifactElsewhere | SpillUnavailable
 """
 
 from __future__ import annotations
@@ -45,6 +48,37 @@ class ArtifactExpired(SpillError):
     code = "artifact_expired"
 
 
+class ArtifactElsewhere(SpillError):
+    """The artifact is kept by another replica of the fleet alone; `replica` names it."""
+
+    code = "artifact_elsewhere"
+
+    def __init__(self, artifact_id: str, replica: str) -> None:
+        super().__init__(
+            f"artifact {artifact_id} is kept on replica {replica} only (it was larger than the shared "
+            f"spill store takes, or the store was unreachable when it was cut): fetch it through {replica}"
+        )
+        self.replica = replica
+
+
+class SpillUnavailable(SpillError):
+    """The shared store that holds the artifact does not answer (for now)."""
+
+    code = "spill_unavailable"
+
+
+def held_by(artifact_id: str) -> str | None:
+    """The replica an artifact id names as its only holder, or None (ids without a replica)."""
+    _, dot, replica = artifact_id.partition(".")
+    return replica if dot and replica else None
+
+
+def new_id(replica: str | None = None) -> str:
+    """A fresh artifact id: 192 random bits, and the replica that alone holds it, if one does."""
+    token = "art_" + secrets.token_urlsafe(24)
+    return f"{token}.{replica}" if replica else token
+
+
 @dataclass
 class Artifact:
     artifact_id: str
@@ -54,10 +88,14 @@ class Artifact:
     expires_at: float
     ttl: float
     receipt: OmissionReceipt | None = None
+    # The replica that alone holds it (a fleet's artifact that could not be shared), else None.
+    held_by: str | None = None
+    # len(payload); given where the payload is left out (a shared store's `recall`).
+    size: int = -1
 
-    @property
-    def size(self) -> int:
-        return len(self.payload)
+    def __post_init__(self) -> None:
+        if self.size < 0:
+            self.size = len(self.payload)
 
 
 class SpillStore(Protocol):
@@ -70,11 +108,16 @@ class SpillStore(Protocol):
     async def get(self, operator: str, artifact_id: str) -> Artifact:
         """The operator's artifact; raises UnknownArtifact or ArtifactExpired."""
 
-    async def remember(self, operator: str, call_key: str, artifact_ids: Sequence[str]) -> None:
-        """Note that a call's result was spilled into these artifacts."""
+    async def remember(self, operator: str, route: str, call_key: str, artifact_ids: Sequence[str]) -> None:
+        """Note that a call of `route` had its result spilled into these artifacts."""
 
     async def recall(self, operator: str, call_key: str) -> list[Artifact]:
-        """The live artifacts of an earlier identical call; [] (and forgotten) once any is gone."""
+        """The live artifacts of an earlier identical call; [] (and forgotten) once any is gone.
+        A shared store may leave their payloads out (b""; `size` says how large they are)."""
+
+    def may_recall(self, route: str) -> bool:
+        """Whether a call of `route` was ever remembered (so a call of any other route needs no
+        fingerprint); a shared store answers from a local mirror, stale by a pub/sub delivery."""
 
 
 @dataclass
@@ -91,10 +134,17 @@ class _Operator:
 class MemorySpillStore:
     """The embedded default: artifacts in this process's memory, per-operator LRU under a quota."""
 
-    def __init__(self, quota_bytes: int = DEFAULT_QUOTA_BYTES, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        quota_bytes: int = DEFAULT_QUOTA_BYTES,
+        clock: Callable[[], float] = time.time,
+        replica: str | None = None,
+    ) -> None:
         self.quota_bytes = quota_bytes
         self.clock = clock
+        self.replica = replica  # set: the ids say this replica alone holds them
         self._operators: dict[str, _Operator] = {}
+        self._routes: set[str] = set()
 
     def _operator(self, operator: str) -> _Operator:
         state = self._operators.get(operator)
@@ -142,12 +192,13 @@ class MemorySpillStore:
         if evicted:
             self._forget_calls(state)
         artifact = Artifact(
-            artifact_id="art_" + secrets.token_urlsafe(24),
+            artifact_id=new_id(self.replica),
             operator=operator,
             payload=payload,
             sha256=sha256,
             expires_at=self.clock() + min(ttl, MAX_TTL),
             ttl=min(ttl, MAX_TTL),
+            held_by=self.replica,
         )
         state.artifacts[artifact.artifact_id] = artifact
         state.used += artifact.size
@@ -167,8 +218,12 @@ class MemorySpillStore:
             raise ArtifactExpired(f"artifact {artifact_id} has expired; call the tool again for a new one")
         raise UnknownArtifact(f"no artifact {artifact_id} is kept for you (never made, or evicted)")
 
-    async def remember(self, operator: str, call_key: str, artifact_ids: Sequence[str]) -> None:
+    async def remember(self, operator: str, route: str, call_key: str, artifact_ids: Sequence[str]) -> None:
+        self._routes.add(route)
         self._operator(operator).calls[call_key] = tuple(artifact_ids)
+
+    def may_recall(self, route: str) -> bool:
+        return route in self._routes
 
     async def recall(self, operator: str, call_key: str) -> list[Artifact]:
         state = self._operator(operator)

@@ -271,6 +271,8 @@ def test_the_state_backend_is_memory_unless_redis_is_asked_for() -> None:
     assert loads("").state.backend == "memory"
     state = loads('[state]\nbackend = "redis"\nurl = "unix:///run/redis.sock"\nprefix = "a:"\npool_size = 4').state
     assert (state.backend, state.prefix, state.pool_size, state.timeout_seconds) == ("redis", "a:", 4, 0.5)
+    assert state.spill_max_bytes == 64 * 1024 * 1024
+    assert loads("[state]\nspill_max_bytes = 1048576").state.spill_max_bytes == 1 << 20
     assert state.redis_url({}) == ("unix:///run/redis.sock", None)
     from_env = {"FRUGAL_REDIS_URL": "rediss://:secret@cache:6380/1", "FRUGAL_REDIS_PASSWORD": "other"}
     assert state.redis_url(from_env) == ("rediss://:secret@cache:6380/1", "other")
@@ -308,6 +310,8 @@ def test_the_redis_backend_without_its_client_says_which_extra_to_install(monkey
         ('connect_timeout = "soon"', {}, "at state.connect_timeout: 'soon' is not a duration"),
         ("pool_size = 0", {}, "at state.pool_size: 1 to 1024"),
         ('prefix = ""', {}, "at state.prefix: a non-empty key prefix"),
+        ("spill_max_bytes = 100", {}, "at state.spill_max_bytes: 100 is not a size in bytes from 1024 to"),
+        ("spill_max_bytes = 1073741824", {}, "at state.spill_max_bytes: 1073741824 is not a size in bytes"),
         ("spill = 1", {}, "at state: unknown key `spill`"),
     ],
 )

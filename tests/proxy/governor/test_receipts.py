@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from frugal_proxy.governor import keys, receipts
 from frugal_proxy.governor.receipts import Signer
+from frugal_proxy.protocol import canonical
 from frugal_proxy.records import OmissionReceipt
 
 pytestmark = pytest.mark.anyio
@@ -75,3 +76,49 @@ async def test_rotation_keeps_old_receipts_valid(frugal_home: Path) -> None:
     assert receipts.verify(old, public)[0] and receipts.verify(new, public)[0]
     for path in directory.iterdir():
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+async def test_a_receipt_held_by_one_replica_signs_that_and_one_from_before_the_field_still_verifies(
+    tmp_path: Path,
+) -> None:
+    signer = Signer(tmp_path)
+    held = msgspec.to_builtins(await signer.sign(msgspec.structs.replace(RECEIPT, held_by="replica-1")))
+    shared = msgspec.to_builtins(await signer.sign(RECEIPT))
+    public = keys.public_keys(tmp_path)
+    assert held["held_by"] == "replica-1" and "held_by" not in shared
+    assert receipts.verify(held, public)[0] and receipts.verify(shared, public)[0]
+    assert not receipts.verify({**held, "held_by": "replica-2"}, public)[0]  # the holder is signed
+    # A receipt signed before `held_by` existed covered every other field: it still verifies.
+    key = await signer.key()
+    fields = {k: v for k, v in shared.items() if k not in ("signature",)}
+    old = {**shared, "signature": base64.urlsafe_b64encode(key.private.sign(canonical.encode(fields))).decode()}
+    assert receipts.verify(old, public)[0]
+
+
+async def test_the_environment_key_signs_and_every_key_it_names_is_accepted(tmp_path: Path) -> None:
+    signing_id, private, _ = keys.new_pair()
+    next_id, _, next_public = keys.new_pair()
+    environ = {keys.KEY_ENV: private, keys.PUBLIC_KEYS_ENV: f" {next_public}, "}
+    signer = Signer(tmp_path, environ)
+    receipt = msgspec.to_builtins(await signer.sign(RECEIPT))
+    accepted = await signer.accepted()
+    assert receipt["key_id"] == signing_id and set(accepted) == {signing_id, next_id}
+    assert receipts.verify(receipt, accepted)[0]
+    assert not (tmp_path / keys.CURRENT).exists()  # the environment's key is written nowhere
+    # another replica with the same environment and its own (empty) key directory accepts it
+    other = Signer(tmp_path / "other", environ)
+    assert receipts.verify(receipt, await other.accepted())[0]
+
+
+async def test_a_bad_environment_key_is_a_warning_and_the_directory_key_signs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    environ = {keys.KEY_ENV: "not hex", keys.PUBLIC_KEYS_ENV: "abcd"}
+    signer = Signer(tmp_path, environ)
+    receipt = msgspec.to_builtins(await signer.sign(RECEIPT))
+    accepted = await signer.accepted()
+    assert receipt["key_id"] == keys.load_or_create(tmp_path).key_id and receipts.verify(receipt, accepted)[0]
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("FRUGAL_RECEIPT_KEY is not an Ed25519 private key" in m for m in warned), warned
+    with pytest.raises(ValueError, match="FRUGAL_RECEIPT_PUBLIC_KEYS"):
+        keys.environment_public_keys({keys.PUBLIC_KEYS_ENV: "abcd"})
