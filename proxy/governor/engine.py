@@ -19,7 +19,7 @@ import msgspec
 
 from frugal_proxy.config import Budget, GovernorSettings
 from frugal_proxy.governor import lazy_json, shaping
-from frugal_proxy.governor.operator_budgets import OperatorBudgets
+from frugal_proxy.governor.operator_budgets import OperatorBudgets, SharedBudgets
 from frugal_proxy.governor.receipts import Signer
 from frugal_proxy.governor.shaping import Cut
 from frugal_proxy.protocol import canonical, jsonrpc
@@ -82,11 +82,13 @@ def _canonical_string(value: msgspec.Raw) -> bool:
 class Governor:
     """Budgets come from the settings, lowered per operator where it asked (`budgets`)."""
 
-    def __init__(self, settings: GovernorSettings, store: SpillStore, signer: Signer) -> None:
+    def __init__(
+        self, settings: GovernorSettings, store: SpillStore, signer: Signer, shared: SharedBudgets | None = None
+    ) -> None:
         self.settings = settings
         self.store = store
         self.signer = signer
-        self.budgets = OperatorBudgets(settings)
+        self.budgets = OperatorBudgets(settings, shared)
 
     @classmethod
     def embedded(cls, settings: GovernorSettings) -> Governor:

@@ -59,6 +59,7 @@ from frugal_proxy.records import ProviderSpec, Route
 from frugal_proxy.state.call_windows import CallWindows, MemoryCallWindows
 from frugal_proxy.state.cooldowns import CooldownBook, MemoryCooldowns
 from frugal_proxy.state.latency import MemoryLatency
+from frugal_proxy.state.redis_budgets import RedisBudgets
 from frugal_proxy.state.redis_cache import RedisResultCache
 from frugal_proxy.state.redis_cooldowns import RedisCooldowns
 from frugal_proxy.state.redis_link import RedisLink
@@ -362,15 +363,16 @@ def _ledger_rebuild(
 def _governor(
     settings: GovernorSettings, link: RedisLink | None, config: Config | None, environ: Mapping[str, str] | None
 ) -> Governor:
-    """The size governor; on the Redis backend its spill store is shared by the fleet (what
-    cannot go there stays on this replica, which its receipts then name)."""
+    """The size governor; on the Redis backend its spill store and the operators' own budgets
+    are shared by the fleet (an artifact that cannot go there stays on this replica, which its
+    receipts then name)."""
     signer = Signer(environ=environ)
     if link is None or config is None:
         return Governor(settings, MemorySpillStore(settings.spill_quota_bytes), signer)
     store = RedisSpillStore(
         link, replica.replica_id(environ), settings.spill_quota_bytes, max_bytes=config.state.spill_max_bytes
     )
-    return Governor(settings, store, signer)
+    return Governor(settings, store, signer, RedisBudgets(link))
 
 
 def _windows(link: RedisLink | None) -> CallWindows:

@@ -16,7 +16,8 @@ The answers are the governor tools' reports (providers.governor_tools). Errors a
 `invalid_arguments`, `invalid_slice_range`, `invalid_budgets`, `budget_above_limit`,
 `invalid_operator`), 404 `unknown_artifact` (also another operator's id), 410
 `artifact_expired`, 421 `artifact_elsewhere` (a fleet: another replica alone holds it), 503
-`spill_unavailable` (a fleet: the shared spill store does not answer), 403
+`spill_unavailable` / `state_unavailable` (a fleet: the shared spill store does not answer;
+budgets not changed while Redis does not answer), 403
 `registration_closed` / `registration_full`, 409 `operator_exists`.
 """
 
@@ -58,6 +59,7 @@ STATUS = {
     "registration_full": 403,
     "operator_exists": 409,
     "registry_unavailable": 503,
+    "state_unavailable": 503,  # a fleet: budgets cannot be changed while Redis does not answer
     "body_too_large": 413,
 }
 NO_STORE = {"Cache-Control": "no-store"}
@@ -146,7 +148,7 @@ class GovernorHttp:
         operator = operator_of(request)
         if request.method == "POST":
             try:
-                governor.budgets.update(operator, await self._body(request))
+                await governor.budgets.change(operator, await self._body(request))
             except BudgetError as exc:
                 return problem(exc.code, str(exc))
             log.info("an operator changed its budgets", extra={"operator": operator})

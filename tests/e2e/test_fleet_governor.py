@@ -1,4 +1,4 @@
-"""The size governor's spill store over a fleet: three `serve --http --stateless` replicas behind
+"""The size governor over a fleet: three `serve --http --stateless` replicas behind
 HAProxy on one redis-server (tests/e2e/fleet.py), the SDK client in front, the notes server's
 `blob` as the large result, signing with one key from the environment (FRUGAL_RECEIPT_KEY):
 
@@ -10,9 +10,12 @@ HAProxy on one redis-server (tests/e2e/fleet.py), the SDK client in front, the n
   so (`held_by`), and another replica asked for it answers `artifact_elsewhere` naming it;
 - with Redis SIGSTOPped, a new artifact is kept by its replica (its receipt says which), a
   shared one answers `spill_unavailable` instead of hanging; once Redis answers again, both
-  are served as before.
+  are served as before;
+- the budgets an operator lowers through one replica (`POST /budgets`) shape its calls on the
+  others.
 
-Each fails on the memory backend (another replica answers `unknown_artifact`)."""
+Each fails on the memory backend (another replica answers `unknown_artifact`, or keeps the
+configured budgets)."""
 
 from __future__ import annotations
 
@@ -199,3 +202,27 @@ async def test_while_redis_is_stopped_new_spill_stays_local_and_shared_spill_is_
         and cutter.id in elsewhere[1]
     )
     assert not verified[0] and verified[1]["valid"]
+
+
+async def test_budgets_an_operator_lowers_through_one_replica_shape_its_calls_on_the_others(
+    tmp_path: Path, redis_server: RedisServer, signing_key: str
+) -> None:
+    with fleet_on_redis(tmp_path, redis_server) as fleet, anyio.fail_after(240):
+        first, *others = fleet.replicas
+        async with httpx2.AsyncClient(timeout=30) as http:
+            answer = await http.post(f"{first.proxy.base}/budgets", json={"routes": {"blob": {"max_bytes": 2048}}})
+        assert answer.status_code == 200, answer.text
+        for replica in others:  # each one's copy follows by pub/sub: one delivery behind
+            await anyio.to_thread.run_sync(
+                until, lambda r=replica: lowered(r) == 2048, f"{replica.id} did not get the lowered budget"
+            )
+        cuts = [await cut(replica.url, 5000) for replica in others]  # within the configured 8192
+    for receipt in cuts:
+        assert receipt["total_bytes"] == 5000 and receipt["returned_bytes"] <= 2048, receipt
+
+
+def lowered(replica: Replica) -> int | None:
+    """The operator's own max_bytes for `blob` on one replica (blocking: run it in a thread)."""
+    report = httpx2.get(f"{replica.proxy.base}/budgets", timeout=30).json()
+    value: int | None = report["overrides"]["routes"].get("blob", {}).get("max_bytes")
+    return value
