@@ -34,9 +34,16 @@ def keys_command(argv: list[str]) -> int:
         key = keys.rotate(directory)
         print(f"signing with {key.key_id}; earlier keys are kept for verification")
         return 0
-    current = keys.load_or_create(directory).key_id
-    for key_id in keys.public_keys(directory):
-        print(f"{key_id}{'  (signing)' if key_id == current else ''}")
+    try:
+        from_env = keys.from_environment()
+        current = from_env.key_id if from_env is not None else keys.load_or_create(directory).key_id
+        listed = keys.accepted_keys(directory)
+    except ValueError as exc:
+        print(f"frugal-proxy: {exc}", file=sys.stderr)
+        return 2
+    for key_id in listed:
+        mark = f"  (signing, from {keys.KEY_ENV})" if from_env is not None and key_id == current else "  (signing)"
+        print(f"{key_id}{mark if key_id == current else ''}")
     return 0
 
 

@@ -221,7 +221,7 @@ class RedisSpillStore:
         if reply is not UNREACHABLE and _no_script(reply[0]):
             await self.link.run(lambda: client.script_load(_INDEX))  # Redis restarted empty
             reply = await self.link.run(write, allowance=timeout)
-        if reply is UNREACHABLE or isinstance(reply[0], Exception):
+        if reply is UNREACHABLE or any(isinstance(part, Exception) for part in reply):  # such as OOM
             log.debug("a spill artifact kept on this replica: redis did not take it", extra={"replica": self.replica})
             return await self.local.put(operator, payload, sha256, ttl)
         return artifact

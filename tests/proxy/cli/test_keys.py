@@ -58,6 +58,8 @@ async def test_keys_new_prints_a_key_for_the_environment_that_receipts_verify_ac
     document = tmp_path / "receipt.json"
     document.write_text(json.dumps(receipt))
     assert receipts_command(["verify", str(document)]) == 0  # accepted from the environment
+    assert keys_command(["list"]) == 0
+    assert f"{key_id}  (signing, from {keys.KEY_ENV})" in capsys.readouterr().out.splitlines()
     monkeypatch.setenv(keys.PUBLIC_KEYS_ENV, "nope")
     assert receipts_command(["verify", str(document)]) == 2
     assert "FRUGAL_RECEIPT_PUBLIC_KEYS" in capsys.readouterr().err
