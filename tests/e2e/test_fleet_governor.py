@@ -5,7 +5,8 @@ HAProxy on one redis-server (tests/e2e/fleet.py), the SDK client in front, the n
 - a result cut on one replica is fetched slice by slice from each of the others and through
   HAProxy (whose round-robin spreads the slices over all three), byte-exact against the
   payload's sha256, over MCP and over `/fetch-slice`; its receipt verifies on every replica; a
-  repeat of the call is denied on every replica;
+  repeat of the call is denied on every replica; after kill -9 of the replica that cut it, the
+  others still serve it;
 - an artifact over `[state] spill_max_bytes` stays on the replica that cut it, its receipt says
   so (`held_by`), and another replica asked for it answers `artifact_elsewhere` naming it;
 - with Redis SIGSTOPped, a new artifact is kept by its replica (its receipt says which), a
@@ -132,6 +133,9 @@ async def test_a_result_cut_on_one_replica_is_fetched_slice_by_slice_from_each_o
             await tool(replica.url, "frugal__verify_receipt", {"receipt": receipt}) for replica in fleet.replicas
         ]
         repeats = [await tool(replica.url, "blob", {"size": len(payload)}) for replica in others]
+        await anyio.to_thread.run_sync(fleet.kill, cutter)  # kill -9: what it cut lives on in Redis
+        async with client(fleet.front) as session:
+            fetched["after the cutter's kill -9"] = await fetch_all(session, artifact_id)
     assert receipt["sha256"] == hashlib.sha256(payload).hexdigest() and "held_by" not in receipt
     assert receipt["key_id"] == signing_key  # the fleet's one key, from the environment
     assert artifact_id.startswith("art_") and "." not in artifact_id
