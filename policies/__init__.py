@@ -4,6 +4,8 @@ A policy is a plain object with one method per phase, each a no-op by default. A
 a decision on the `Exchange` (an answer, a refusal, a reordered candidate list); it does no I/O
 of its own unless that is its whole job (a cache, the ledger).
 
+    prefetch     before admit: ask now for what admit will read (no waiting), so that a shared
+                 store sends those reads with the phase's first command, in one round trip
     admit        before any provider: may answer or refuse the call
     route        order and drop the candidates, each drop a Decision
     before_call  dispatch, just before one provider is called: may still keep it back
@@ -30,6 +32,10 @@ class Policy:
     # "empty"; an answer billed what was reserved, so there is nothing to give back): dispatch
     # then settles it shielded from cancellation.
     reserves = False
+
+    def prefetch(self, exchange: Exchange) -> None:
+        """Before any admit hook runs: start the reads this policy's admit will await (a store's
+        `lookup`), keeping them on the exchange; no I/O of its own and no waiting."""
 
     async def admit(self, exchange: Exchange) -> None:
         """May set `exchange.answer` to answer or refuse the call before any provider runs."""

@@ -26,6 +26,8 @@ from frugal_proxy.protocol import canonical
 from frugal_proxy.records import CachedAnswer, Decision, Exchange, Outcome
 from frugal_proxy.state.result_cache import ResultCache
 
+_LOOKUP = "cache lookup"  # exchange.derived: (key, the lookup prefetch started)
+
 
 class ResultCachePolicy(Policy):
     name = "cache"
@@ -57,11 +59,18 @@ class ResultCachePolicy(Policy):
             return None
         return canonical.digest([exchange.operator, capability, normalized_request(exchange)])
 
+    def prefetch(self, exchange: Exchange) -> None:
+        # Asked for before the loop guard's note: a shared store sends both in one round trip.
+        key = self.key(exchange)
+        if key is not None:
+            exchange.derived[_LOOKUP] = (key, self.store.lookup(key))
+
     async def admit(self, exchange: Exchange) -> None:
         key = self.key(exchange)
         if key is None:
             return
-        found = await self.store.get(key)
+        started = exchange.derived.pop(_LOOKUP, None)
+        found = await (started[1] if started is not None and started[0] == key else self.store.get(key))
         if found is None:
             return
         age_ms = round((self.clock() - found.stored_at) * 1000, 3)

@@ -22,7 +22,8 @@ Free quotas are exact: just before a paid provider with `free_quota_monthly` is 
 gives its unit back (`after_call`); one cut after its request may have gone out keeps it. So N
 concurrent calls against a quota Q < N bill exactly Q at $0 and N - Q at the list price, and the
 receipt, the ledger line, the daily budget and the ceiling (which re-checks a provider whose unit
-others took meanwhile) all see the same price.
+others took meanwhile) all see the same price. Once the month's quota is used up (as far as the
+count `calls_this_month` shows), no unit is asked for: the call is billed its list price.
 """
 
 from __future__ import annotations
@@ -87,6 +88,11 @@ class Routing(Policy):
 
     async def before_call(self, exchange: Exchange, spec: ProviderSpec) -> str | None:
         """Reserve a unit of the provider's free quota if one is left: the call is then billed $0."""
+        if self.usage.calls_this_month(spec.name) >= spec.free_quota_monthly:
+            # Used up: no unit to ask for, so the budget's reservation is the dispatch phase's one
+            # round trip on a shared store. Its count is a mirror there, stale by one pub/sub
+            # delivery: a unit a failed call elsewhere gave back that moment goes to a later call.
+            return None
         try:
             month = await self.usage.reserve(spec.name, spec.free_quota_monthly, exchange.deadline)
         except (StillSeeding, Unreachable) as waited:

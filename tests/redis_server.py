@@ -9,6 +9,9 @@ RedisServer       stop / start again on the same port, pause (SIGSTOP) / resume,
 replica(url)      an async context: one RedisLink with its watcher running, as one replica
                   of the proxy holds it (several in one test stand for several replicas)
 until(link, p)    wait for a condition another replica brings about (a pub/sub event)
+Wire              counts a link's round trips on the wire: `wire.counting(link)` makes its
+                  connections redis-py Connections that note each write (one write is one round
+                  trip: a pipeline is packed and sent at once), set-up and PINGs left out
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
+from redis.asyncio.connection import Connection
 
 from frugal_proxy.state.redis_link import RedisLink
 
@@ -168,3 +173,42 @@ async def until(link: RedisLink, predicate: Callable[[], bool], within: float = 
     with anyio.fail_after(within):
         while not predicate():
             await link.changed()
+
+
+NOT_A_CALLS = frozenset({b"PING", b"HELLO", b"CLIENT", b"SELECT", b"AUTH"})  # set-up, the watcher's pings
+
+
+def command_names(packed: Any) -> list[bytes]:
+    """The command names in one write (RESP arrays of bulk strings, as redis-py packs them)."""
+    data = packed if isinstance(packed, bytes | bytearray | memoryview) else b"".join(bytes(p) for p in packed)
+    found, rest = [], bytes(data)
+    while rest.startswith(b"*"):
+        count, rest = rest[1:].split(b"\r\n", 1)
+        parts = []
+        for _ in range(int(count)):
+            size, rest = rest[1:].split(b"\r\n", 1)
+            parts.append(rest[: int(size)])
+            rest = rest[int(size) + 2 :]
+        found.append(parts[0].upper())
+    return found
+
+
+class Wire:
+    """What a link's connections wrote: one entry per round trip, its command names. Counted
+    on the connections, so the count does not rely on the link code it checks."""
+
+    def __init__(self) -> None:
+        self.writes: list[list[bytes]] = []
+
+    def counting(self, link: RedisLink) -> None:
+        """From now on, the connections `link` opens note what they send (set it before any)."""
+        wire = self
+
+        class Counting(Connection):
+            async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+                sent = command_names(command)
+                if sent and not set(sent) <= NOT_A_CALLS:
+                    wire.writes.append(sent)
+                await super().send_packed_command(command, check_health)
+
+        link.client.connection_pool.connection_class = Counting

@@ -36,6 +36,7 @@ class Pipeline:
         self.dispatch = Dispatch(self._by_spec, self.policies, settings or DispatchSettings())
         # Each phase asks only the policies that take part in it (a hook left as Policy's no-op
         # costs nothing then), in the order assembled.
+        self.prefetching = _taking_part(self.policies, "prefetch")
         self.admitting = _taking_part(self.policies, "admit")
         self.routing = [p for p in self.policies if type(p).route is not Policy.route]
         self.governing = _taking_part(self.policies, "govern")
@@ -51,6 +52,8 @@ class Pipeline:
         provider that dispatch would call just once, as it is (`Dispatch.alone`): its caller may
         call it itself and go on with `finish`; else (None) `proceed` goes on."""
         self.dispatch.start(exchange)
+        for policy in self.prefetching:  # the phase's reads go with its first command: one round trip
+            policy.prefetch(exchange)
         for policy in self.admitting:
             await policy.admit(exchange)
             if exchange.answer is not None:

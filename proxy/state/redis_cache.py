@@ -6,8 +6,9 @@
 
 Memory is bounded twice: an answer over `max_entry_bytes` encoded (1 MiB by default) is not
 kept, and each `put` trims the index to `cache.max_entries`, the oldest stored going first (by
-age, not by use: a hit costs one GET and no write). A put is one Lua script; a get one GET.
-While Redis is unreachable every get misses and a put is dropped.
+age, not by use: a hit costs one GET and no write). A put is one Lua script; a get one GET,
+which `lookup` queues to go with the admit phase's next command (the loop guard's script): one
+round trip for both. While Redis is unreachable every get misses and a put is dropped.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from typing import Any
 import msgspec
 
 from frugal_proxy.capabilities import Page, SearchHit
-from frugal_proxy.state.redis_link import UNREACHABLE, RedisLink
-from frugal_proxy.state.result_cache import CachedResult
+from frugal_proxy.state.redis_link import UNREACHABLE, RedisLink, Ride
+from frugal_proxy.state.result_cache import CachedResult, Lookup
 
 MAX_ENTRY_BYTES = 1 << 20
 
@@ -79,7 +80,14 @@ class RedisResultCache:
         self._put = link.script(_PUT)
 
     async def get(self, key: str) -> CachedResult | None:
-        raw = await self.link.run(lambda: self.link.client.get(self.link.key("cache", key)))
+        return await self.lookup(key)
+
+    def lookup(self, key: str) -> Lookup:
+        ride = self.link.ride("GET", self.link.key("cache", key))
+        return Lookup(lambda: self._read(ride))
+
+    async def _read(self, ride: Ride) -> CachedResult | None:
+        raw = await self.link.take(ride)
         if raw is UNREACHABLE or raw is None:
             return None
         try:
@@ -103,4 +111,4 @@ class RedisResultCache:
         if len(value) > self.max_entry_bytes:
             return
         args = [value, max(1, int(ttl * 1000)), repr(now), self.max_entries, int(ttl) + 1]
-        await self.link.run(lambda: self._put(keys=[self.link.key("cache", key), self.index], args=args))
+        await self.link.call(self._put, [self.link.key("cache", key), self.index], args)

@@ -50,15 +50,15 @@ class RedisCooldowns:
 
     async def fence(self, provider: str, until: float) -> None:
         self._until[provider] = max(until, self._until.get(provider, until))
-        reply = await self.link.run(
-            lambda: self._fence(keys=[self.key], args=[provider, repr(until), seconds_until(until), self.link.events])
+        reply = await self.link.call(
+            self._fence, [self.key], [provider, repr(until), seconds_until(until), self.link.events]
         )
         if reply is not UNREACHABLE:
             self._until[provider] = max(float(reply), self._until[provider])
 
     async def lift(self, provider: str) -> None:
         self._until.pop(provider, None)
-        await self.link.run(lambda: self._lift(keys=[self.key], args=[provider, self.link.events]))
+        await self.link.call(self._lift, [self.key], [provider, self.link.events])
 
     async def _reload(self) -> None:
         found = await self.link.run(lambda: self.link.client.hgetall(self.key))

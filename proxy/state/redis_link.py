@@ -4,7 +4,14 @@
                   Redis store of the process, every command under the configured timeout; and
                   a small pool of its own for the spill store's large values (`bulk`), whose
                   timeout allows for moving one of them
+    Ride          a read queued to go with the next command sent (`ride`, `take`)
     Unreachable   what a store raises when a write that money depends on could not be made
+
+One round trip per pipeline phase: a store sends its command (a script, a read) with `send` or
+`call`, and whatever reads the phase queued beforehand with `ride` (the result cache's lookup,
+queued before the loop guard's script runs) go in the same pipeline. A read nothing carried is
+sent when it is taken. Scripts run by EVALSHA; a server that lost them (restarted) gets them
+loaded again and the commands it refused sent again: one extra round trip after a restart.
 
 Redis unreachable is a state, not a crash: `run` answers UNREACHABLE instead of raising, the
 first failure logs a warning ("going degraded"), the first success after it logs an info
@@ -48,12 +55,28 @@ class _Unreachable:
 UNREACHABLE: Final = _Unreachable()
 REASON = "state: redis unreachable"
 
+Command = tuple[Any, ...]  # what redis-py's execute_command takes: ("GET", key), ("EVALSHA", sha, 1, key, …)
+
 
 class Unreachable(Exception):
     """Redis did not answer in time: the step that needed it was not taken."""
 
     def __init__(self) -> None:
         super().__init__(REASON)
+
+
+class Ride:
+    """A read that goes with the next command the link sends (or alone, when it is taken first)."""
+
+    def __init__(self, command: Command) -> None:
+        self.command = command
+        self.sent = False
+        self.reply: Any = UNREACHABLE
+        self.done = anyio.Event()
+
+    def answer(self, reply: Any) -> None:
+        self.reply = reply
+        self.done.set()
 
 
 @dataclass
@@ -82,6 +105,8 @@ class RedisLink:
     _changed: anyio.Event = field(default_factory=anyio.Event)
     _bulk: Any = None
     _bulk_timeout: float = 0.0
+    _riding: list[Ride] = field(default_factory=list)
+    _scripts: dict[str, Any] = field(default_factory=dict)  # by sha1: what to load again
 
     def __post_init__(self) -> None:
         self.client = self._client(self.pool_size)
@@ -122,8 +147,74 @@ class RedisLink:
         return ":".join((f"{self.prefix}{kind}", *parts))
 
     def script(self, source: str) -> Any:
-        """A Lua script run with EVALSHA (loaded again if the server lost it)."""
-        return self.client.register_script(source)
+        """A Lua script run with EVALSHA (loaded again if the server lost it): `call` it, or
+        `run` it alone (`lambda: script(keys=…, args=…)`)."""
+        script = self.client.register_script(source)
+        self._scripts[script.sha] = script
+        return script
+
+    def ride(self, *command: Any) -> Ride:
+        """Queue a read to go with the next command this link sends; `take` its reply."""
+        ride = Ride(command)
+        self._riding.append(ride)
+        return ride
+
+    async def take(self, ride: Ride) -> Any:
+        """The read's reply (UNREACHABLE when Redis did not answer): the command that carried it
+        brought it, or, if none has yet, it is sent now with whatever else is queued."""
+        if not ride.sent:
+            await self.send()
+        await ride.done.wait()
+        return ride.reply
+
+    async def call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        """Run a script (`script`), with the queued reads: its reply, or UNREACHABLE."""
+        replies = await self.send(("EVALSHA", script.sha, len(keys), *keys, *args))
+        return replies if replies is UNREACHABLE else replies[0]
+
+    async def send(self, *commands: Command) -> Any:
+        """Send the commands and every queued read in one round trip (one pipeline): the
+        commands' replies in order, or UNREACHABLE (the reads then get UNREACHABLE too)."""
+        riding, self._riding = self._riding, []
+        for ride in riding:
+            ride.sent = True
+        replies: Any = UNREACHABLE
+        try:
+            replies = await self.run(lambda: self._batch([*commands], [ride.command for ride in riding]))
+        finally:  # answered, failed or cancelled: no read waits for ever
+            for number, ride in enumerate(riding):
+                reply = replies if replies is UNREACHABLE else replies[len(commands) + number]
+                ride.answer(UNREACHABLE if isinstance(reply, Exception) else reply)
+        return replies if replies is UNREACHABLE else replies[: len(commands)]
+
+    async def _batch(self, commands: list[Command], reads: list[Command]) -> list[Any]:
+        """One round trip: a lone command as it is, several as a pipeline (no transaction: each
+        script is atomic on its own). The reads' errors are returned as replies; a command's is
+        raised (`run` counts it as Redis not answering). Scripts the server had lost (it was
+        restarted) are loaded and their commands sent again."""
+        sent = [*commands, *reads]
+        replies = await self._pipelined(sent)
+        lost = [n for n, reply in enumerate(replies) if isinstance(reply, _no_script())]
+        if lost:
+            shas = dict.fromkeys(sent[n][1] for n in lost)
+            await self._pipelined([("SCRIPT", "LOAD", self._scripts[sha].script) for sha in shas])
+            for n, reply in zip(lost, await self._pipelined([sent[n] for n in lost]), strict=True):
+                replies[n] = reply
+        failed = next((reply for reply in replies[: len(commands)] if isinstance(reply, Exception)), None)
+        if failed is not None:
+            raise failed
+        return replies
+
+    async def _pipelined(self, commands: list[Command]) -> list[Any]:
+        if len(commands) == 1:
+            try:
+                return [await self.client.execute_command(*commands[0])]
+            except _response_error() as error:
+                return [error]
+        pipe = self.client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        return list(await pipe.execute(raise_on_error=False))
 
     def mirror(self, kind: str, reload: Callable[[], Awaitable[None]], apply: Callable[[list[str]], None]) -> None:
         self.mirrors.append(Mirror(kind, reload, apply))
@@ -251,6 +342,18 @@ def _redis_errors() -> type[Exception]:
     from redis.exceptions import RedisError
 
     return RedisError
+
+
+def _response_error() -> type[Exception]:
+    from redis.exceptions import ResponseError
+
+    return ResponseError
+
+
+def _no_script() -> type[Exception]:
+    from redis.exceptions import NoScriptError
+
+    return NoScriptError
 
 
 def shown_url(url: str) -> str:

@@ -140,11 +140,10 @@ class _Counters:
     async def _add(self, field: str, amount: int, limit: int) -> str | None:
         period = self._roll()
         for _ in range(2):
-            reply = await self.link.run(
-                lambda: self._reserve(
-                    keys=[self._key(period)],
-                    args=[field, amount, limit, self._ttl(), self.link.events, f"{self.kind} {period}"],
-                )
+            reply = await self.link.call(
+                self._reserve,
+                [self._key(period)],
+                [field, amount, limit, self._ttl(), self.link.events, f"{self.kind} {period}"],
             )
             if reply is UNREACHABLE:
                 raise Unreachable
@@ -162,10 +161,8 @@ class _Counters:
         period, _, seeding = reservation.partition(_SEEDING_MARK)
         if period != self._roll():
             return
-        total = await self.link.run(
-            lambda: self._release(
-                keys=[self._key(period)], args=[field, amount, self.link.events, f"{self.kind} {period}", seeding]
-            )
+        total = await self.link.call(
+            self._release, [self._key(period)], [field, amount, self.link.events, f"{self.kind} {period}", seeding]
         )
         if total is not UNREACHABLE and int(total) >= 0 and period == self._period:
             self._mirror[field] = int(total)
@@ -186,7 +183,7 @@ class _Counters:
         args: list[str | int] = [self._ttl(), secrets.token_hex(8)]
         for field, amount in counts.items():
             args += [field, amount]
-        reply = await self.link.run(lambda: self._seed(keys=[self._key(period)], args=args))
+        reply = await self.link.call(self._seed, [self._key(period)], args)
         if reply is UNREACHABLE:
             raise Unreachable
         await self._reload()

@@ -38,7 +38,7 @@ class RedisCallWindows:
     async def note(self, key: str, now: float, window: float, keep: int) -> list[float]:
         member = f"{now!r}:{os.urandom(6).hex()}"  # two calls in the same microsecond are two
         args = [repr(now), repr(now - window), max(keep, self.max_times), member, max(1, int(window * 1000) + 1)]
-        reply = await self.link.run(lambda: self._note(keys=[self.link.key("loop", key)], args=args))
+        reply = await self.link.call(self._note, [self.link.key("loop", key)], args)
         if reply is UNREACHABLE:
             return await self.local.note(key, now, window, keep)
         return [float(score) for score in reply[1::2]]

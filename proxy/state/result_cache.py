@@ -1,6 +1,9 @@
 """The routed tools' answers kept for a while, so that the same question is not paid for twice.
 
     ResultCache        the interface (async, for a shared store)
+    Lookup             a read asked for now and awaited later: `lookup` starts it before the
+                       admit phase's first command, so that a shared store sends it in the same
+                       round trip as the loop guard's
     MemoryResultCache  the embedded default: at most `max_entries` answers in this process's
                        memory, least recently used out first, each until its TTL; nothing
                        touches disk
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -26,9 +29,24 @@ class CachedResult:
     expires_at: float
 
 
+class Lookup:
+    """The answer kept under a key, read when awaited (or sooner, by a store that batches)."""
+
+    def __init__(self, read: Callable[[], Awaitable[CachedResult | None]]) -> None:
+        self._read = read
+
+    def __await__(self) -> Generator[Any, None, CachedResult | None]:
+        return self._read().__await__()  # a coroutine only once awaited: one never awaited is no warning
+
+
 class ResultCache(Protocol):
     async def get(self, key: str) -> CachedResult | None:
         """The live answer kept under `key`, or None."""
+        ...
+
+    def lookup(self, key: str) -> Lookup:
+        """`get`, asked for now and awaited later: a shared store sends the read with the next
+        command of the phase (the loop guard's), in one round trip; never awaiting it is fine."""
         ...
 
     async def put(self, key: str, provider: str, data: Any, ttl: float) -> None:
@@ -51,6 +69,9 @@ class MemoryResultCache:
             return None
         self._entries.move_to_end(key)
         return entry
+
+    def lookup(self, key: str) -> Lookup:
+        return Lookup(lambda: self.get(key))
 
     async def put(self, key: str, provider: str, data: Any, ttl: float) -> None:
         now = self.clock()

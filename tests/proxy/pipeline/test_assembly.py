@@ -1,10 +1,15 @@
 """assemble(): which policies run and in what order, the governor on or off, the metrics sink
-last, the governor's own tools present and bound to the exposed engine."""
+last, the governor's own tools present and bound to the exposed engine; and on `[state] backend
+= "redis"`, against a real redis-server, the Redis round trips of each pipeline phase counted on
+the wire: at most one per phase on a routed call (the phase's commands in one pipeline or one
+script), none on a plain call that no guard takes part in."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -13,10 +18,12 @@ import anyio
 import pytest
 
 from frugal_proxy import config as config_module
+from frugal_proxy.capabilities import SearchHit
 from frugal_proxy.config import GovernorSettings
 from frugal_proxy.ledger.line import encode, timestamp
 from frugal_proxy.pipeline.assembly import assemble
-from frugal_proxy.pipeline.pipeline import build_pipeline
+from frugal_proxy.pipeline.pipeline import Pipeline, build_pipeline
+from frugal_proxy.policies import Policy
 from frugal_proxy.policies.call_log import CallLog
 from frugal_proxy.policies.governor import GovernorPolicy
 from frugal_proxy.policies.ledger import Ledger
@@ -26,7 +33,10 @@ from frugal_proxy.providers import FakeProvider
 from frugal_proxy.providers.own_tools import OwnToolProvider
 from frugal_proxy.records import Call, Exchange, Outcome, Route
 from tests.ledger_lines import usage_line
+from tests.redis_server import RedisServer, Wire, redis_server
+from tests.routed_calls import search
 
+__all__ = ["redis_server"]
 pytestmark = pytest.mark.anyio
 
 GOVERNOR_TOOLS = ["frugal__fetch_slice", "frugal__verify_receipt", "frugal__shape_result"]
@@ -387,3 +397,131 @@ async def test_a_tool_route_over_upstream_tools_keeps_their_url_arguments_and_lo
         in jsonrpc.decode_any(exchange.answer["result"])["content"][0]["text"]
     )
     assert guard.fingerprint(exchange) is not None
+
+
+# Every guard that keeps state: the loop guard, the cache, a daily cap, a free quota, cooldowns.
+GUARDS = """
+[search_providers.wikipedia]
+cost_per_call = "0.003"
+daily_budget_usd = "10"
+[search_providers.serper]
+cost_per_call = "0.001"
+daily_budget_usd = "10"
+free_quota_monthly = 2
+[routing]
+loop_limit = 5
+[cache]
+enabled = true
+"""
+
+
+class PhaseMarks(Policy):
+    """First in the pipeline: notes how many round trips were made when the seal phase starts."""
+
+    name = "marks"
+
+    def __init__(self, wire: Wire) -> None:
+        self.wire = wire
+        self.sealing: list[int] = []
+
+    async def seal(self, exchange: Exchange) -> None:
+        self.sealing.append(len(self.wire.writes))
+
+
+def hits(exchange: Exchange) -> Outcome:
+    query = getattr(exchange.request, "query", "")
+    return Outcome("ok", data=[SearchHit(f"about {query}", "https://example.org/a", "a snippet", "fake")])
+
+
+@asynccontextmanager
+async def assembled(server: RedisServer) -> AsyncIterator[tuple[Pipeline, Phases]]:
+    """Every guard of GUARDS on Redis, over fake providers; the round trips counted on the wire."""
+    wire = Wire()
+    state = f'[state]\nbackend = "redis"\nurl = "{server.url}"\ntimeout = "5s"\nconnect_timeout = "5s"\n'
+    assembly = assemble(config=config_module.loads(GUARDS + state), environ={"FRUGAL_STATS": "off"})
+    assert assembly.redis is not None
+    wire.counting(assembly.redis)
+
+    async def answer(exchange: Exchange) -> Outcome:
+        return hits(exchange)
+
+    async def pong(exchange: Exchange) -> Outcome:
+        return Outcome("ok", reply=jsonrpc.result(1, jsonrpc.raw({"content": [{"type": "text", "text": "pong"}]})))
+
+    providers = {
+        "wikipedia": FakeProvider("wikipedia", answer, 3000, capability="search"),
+        "serper": FakeProvider("serper", answer, 1000, capability="search", free_quota_monthly=2),
+        "up": FakeProvider("up", pong),
+    }
+    marks = PhaseMarks(wire)
+    pipeline = build_pipeline(providers, [marks, *assembly.policies], assembly.dispatch)
+    async with anyio.create_task_group() as tg:
+        await assembly.start(tg)  # the watcher subscribed and the mirrors loaded
+        try:
+            yield pipeline, Phases(wire, marks)
+        finally:
+            await assembly.aclose()
+            tg.cancel_scope.cancel()
+
+
+def searching(query: str, *names: str) -> Exchange:
+    exchange = search(*names)
+    exchange.request = type(exchange.request)(query)  # type: ignore[misc]
+    return exchange
+
+
+def plain() -> Exchange:
+    params = {"name": jsonrpc.raw("up__ping"), "arguments": jsonrpc.raw({})}
+    return Exchange(Call(1, "up__ping", params), Route("up__ping", ("up",)))
+
+
+class Phases:
+    """The round trips of one call, phase by phase."""
+
+    def __init__(self, wire: Wire, marks: PhaseMarks) -> None:
+        self.wire, self.marks = wire, marks
+
+    async def of(self, pipeline: Pipeline, exchange: Exchange) -> dict[str, list[list[bytes]]]:
+        start = len(self.wire.writes)
+        await pipeline.open(exchange)  # admit, then route (which reads only the mirrors)
+        admitted = len(self.wire.writes)
+        sealed_before = len(self.marks.sealing)
+        await pipeline.proceed(exchange)  # dispatch, govern, seal
+        sealing = self.marks.sealing[-1] if len(self.marks.sealing) > sealed_before else len(self.wire.writes)
+        writes = self.wire.writes
+        return {
+            "admit+route": writes[start:admitted],
+            "dispatch+govern": writes[admitted:sealing],
+            "seal": writes[sealing:],
+        }
+
+
+@pytest.mark.timeout(60)
+async def test_a_routed_call_makes_at_most_one_redis_round_trip_per_phase(
+    redis_server: RedisServer,
+) -> None:
+    with anyio.fail_after(30):
+        async with assembled(redis_server) as (pipeline, phases):
+            await phases.of(pipeline, searching("warm up", "wikipedia"))  # the day's hash seeded
+            missed = await phases.of(pipeline, searching("proxy", "wikipedia"))
+            hit = await phases.of(pipeline, searching("proxy", "wikipedia"))
+            quota = [await phases.of(pipeline, searching(f"quota {n}", "serper")) for n in range(3)]
+    # A miss: the loop guard's script and the cache's GET in one pipeline; the reservation; the put.
+    assert [len(writes) for writes in missed.values()] == [1, 1, 1], missed
+    assert sorted(missed["admit+route"][0]) == [b"EVALSHA", b"GET"], missed
+    assert missed["dispatch+govern"] == [[b"EVALSHA"]] and missed["seal"] == [[b"EVALSHA"]], missed
+    # A hit answers at admission: nothing reserved, nothing stored.
+    assert [len(writes) for writes in hit.values()] == [1, 0, 0], hit
+    # A unit of free quota reserved (the budget has nothing to reserve then), and once the two
+    # units are used, the price reserved against the cap: one script either way.
+    assert [[len(writes) for writes in call.values()] for call in quota] == [[1, 1, 1]] * 3, quota
+
+
+@pytest.mark.timeout(60)
+async def test_a_plain_call_with_no_guard_taking_part_makes_no_redis_round_trip(
+    redis_server: RedisServer,
+) -> None:
+    with anyio.fail_after(30):
+        async with assembled(redis_server) as (pipeline, phases):
+            calls = [await phases.of(pipeline, plain()) for _ in range(5)]
+    assert all(not writes for call in calls for writes in call.values()), calls

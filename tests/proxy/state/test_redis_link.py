@@ -64,6 +64,60 @@ async def test_the_probe_names_the_version_and_a_round_trip(redis_server: RedisS
     assert link.key("spend", "2026-12-03") == "frugal:spend:2026-12-03"
 
 
+ECHO = "return ARGV[1]"
+
+
+async def test_a_queued_read_rides_with_the_next_command_or_is_sent_when_taken(redis_server: RedisServer) -> None:
+    async with replica(redis_server.url) as link:
+        echo = link.script(ECHO)
+        assert await link.call(echo, [], ["warm"]) == b"warm"  # loaded once
+        await link.send(("SET", "k", "v"))
+        before = redis_server.calls("get", "evalsha")
+        ride = link.ride("GET", "k")
+        assert await link.call(echo, [], ["hello"]) == b"hello"
+        assert ride.done.is_set() and await link.take(ride) == b"v"  # carried: no command of its own
+        alone = link.ride("GET", "missing")
+        with anyio.fail_after(10):
+            assert await link.take(alone) is None  # nothing carried it: sent when taken
+        assert redis_server.calls("get", "evalsha") == before + 3
+
+
+async def test_scripts_a_restarted_server_lost_are_loaded_again(redis_server: RedisServer) -> None:
+    async with replica(redis_server.url) as link:
+        echo = link.script(ECHO)
+        assert await link.call(echo, [], ["before"]) == b"before"
+        redis_server.stop()
+        redis_server.start()  # empty: no scripts
+        await until(link, lambda: link.state == "degraded")  # the watcher's subscription broke
+        await until(link, lambda: link.state == "ok")
+        ride = link.ride("GET", "k")
+        with anyio.fail_after(10):
+            assert await link.call(echo, [], ["after"]) == b"after"
+            assert await link.take(ride) is None
+        assert link.state == "ok"
+
+
+async def test_a_queued_read_while_redis_is_stopped_is_unreachable_not_a_hang(redis_server: RedisServer) -> None:
+    async with replica(redis_server.url, command_timeout=0.5) as link:
+        with redis_server.stopped():
+            ride = link.ride("GET", "k")
+            with anyio.fail_after(15):
+                assert await link.call(link.script(ECHO), [], ["x"]) is UNREACHABLE
+                assert await link.take(ride) is UNREACHABLE
+                assert await link.take(link.ride("GET", "k")) is UNREACHABLE  # inside the back-off: at once
+
+
+async def test_a_script_error_is_a_failed_command_not_a_crash(redis_server: RedisServer) -> None:
+    async with replica(redis_server.url) as link:
+        broken = link.script("return redis.call('NOSUCHCOMMAND')")
+        ride = link.ride("GET", "k")
+        with anyio.fail_after(10):
+            assert await link.call(broken, [], []) is UNREACHABLE
+            assert await link.take(ride) is UNREACHABLE
+        await until(link, lambda: link.state == "ok")  # Redis itself answers: recovered by the watcher
+        assert await link.call(link.script(ECHO), [], ["fine"]) == b"fine"
+
+
 def test_a_url_is_shown_without_its_credentials_wherever_they_are_written() -> None:
     assert shown_url("redis://user:hunter2@cache:6379/0") == "redis://cache:6379/0"
     assert shown_url("rediss://cache:6380/1?password=hunter2&username=me&ssl_cert_reqs=none") == (
