@@ -6,16 +6,20 @@
 `fence` and `lift` are one Lua script each (the later of two fences is kept, in Redis) and
 publish the provider's new end on `<prefix>events`. `until`, read on every routed call, comes
 from this replica's mirror of the hash, which RedisLink.watch keeps fresh: stale by one pub/sub
-delivery (milliseconds) while connected, reloaded whole on every reconnect. While Redis is
-unreachable a fence still fences this replica (the mirror), and the others learn of it only if
-a later fence reaches Redis.
+delivery (milliseconds) while connected, reloaded whole on every reconnect. A provider another
+replica fenced is logged once, at info, when this replica sees it (`state: a cooldown from the
+fleet`): a new fence, not each extension of a live one. While Redis is unreachable a fence still
+fences this replica (the mirror), and the others learn of it only if a later fence reaches Redis.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 
 from frugal_proxy.state.redis_link import UNREACHABLE, RedisLink, seconds_until
+
+log = logging.getLogger("frugal_proxy.state")
 
 # KEYS[1] the hash; ARGV: provider, until, ttl (s), channel. Keeps the later end; returns it.
 _FENCE = """
@@ -72,6 +76,12 @@ class RedisCooldowns:
             return
         provider, ends = event[0], float(event[1])
         if ends > 0:
+            known = self._until.get(provider)
             self._until[provider] = ends
+            now = time.time()
+            if ends > now and (known is None or known <= now):  # fenced by another replica: say so once
+                log.info(
+                    "state: a cooldown from the fleet", extra={"provider": provider, "seconds": round(ends - now, 1)}
+                )
         else:
             self._until.pop(provider, None)

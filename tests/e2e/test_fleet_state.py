@@ -9,24 +9,37 @@ front, a loopback Wikipedia search priced $0.0030 with a $0.0100 daily cap (thre
 - the loop guard counts fleet-wide: five identical calls spread over the replicas, the sixth is
   refused wherever it lands;
 - kill -9 of a replica holding a paid call in flight: the survivors and its restart keep to
-  the cap.
+  the cap;
+- 20 concurrent calls against a free quota of 5 bill exactly 5 at $0 fleet-wide, and the
+  receipts, Redis's usage hash and the ledgers agree;
+- Redis stopped and started again (empty), and Redis SIGSTOPped for 10 s, mid-run: every call
+  answers, the capped paid provider is skipped with `state: redis unreachable` while a plain tool
+  serves, each replica's /healthz says degraded, each logs the change once each way, and after
+  recovery the cap holds exactly (rebuilt from the ledgers after the restart).
 
-Each fails with the memory backend (each replica its own books: 9 paid calls, 3 fences, two
-loops of five). Which replica served a call is read from the replicas' ledger files."""
+Each of the first five fails with the memory backend (each replica its own books: 9 paid calls,
+3 fences, two loops of five, 15 calls at $0). Which replica served a call is read from the
+replicas' ledger files."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 from mcp import Client
 
 from frugal_proxy.ledger.line import micros
-from tests.e2e.fleet import Fleet, running_fleet, start_replica
+from tests.conftest import notes_command
+from tests.e2e.fleet import WAIT, Fleet, Replica, running_fleet, start_replica
 from tests.e2e.test_redis_state import OFF
 from tests.redis_server import RedisServer, redis_server
 from tests.servers.fake_apis import FakeApis, fake_apis
@@ -92,6 +105,11 @@ async def searches(url: str, count: int) -> list[Any]:
     return results
 
 
+async def seen(replica: Replica, *parts: str) -> None:
+    """Wait (off the event loop) for `replica` to log a line holding every one of `parts`."""
+    await anyio.to_thread.run_sync(lambda: replica.proxy.wait_for_line(*parts, timeout=WAIT))
+
+
 async def served_by(fleet: Fleet, call: Any) -> tuple[str, Any]:
     """Make one call; return the replica that wrote its ledger line, and the result."""
     before = fleet.counts()
@@ -125,13 +143,15 @@ async def test_a_429_through_one_replica_fences_the_provider_on_all(
     tmp_path: Path, apis: FakeApis, redis_server: RedisServer
 ) -> None:
     config = paid_config(tmp_path, apis, path="busy")
-    with running_fleet(tmp_path, config, "--stateless", redis=redis_server) as fleet:
+    with running_fleet(tmp_path, config, "--stateless", "--log-level", "info", redis=redis_server) as fleet:
         with anyio.fail_after(200):
             async with client(fleet.front) as session:
                 fenced_by, first = await served_by(fleet, lambda: session.call_tool("frugal__search", {"query": "a"}))
-                # The fence is in Redis (and published) before that replica answered, so every
-                # other replica's mirror has it before the next request reaches it.
                 assert redis_server.command("HEXISTS", "frugal:cooldowns", "wikipedia") == "1"
+                # The event that the fence arrived: each other replica logs it once, from pub/sub.
+                for other in fleet.replicas:
+                    if other.id != fenced_by:
+                        await seen(other, "state: a cooldown from the fleet", "provider=wikipedia")
                 answered: dict[str, list[str]] = {}
                 for n in range(30):  # round-robin: each replica in a few calls; bounded
                     replica, result = await served_by(
@@ -207,3 +227,130 @@ async def test_kill_9_of_a_replica_holding_a_paid_call_does_not_let_the_cap_drif
     assert sum(not result.is_error for result in results) == served - 1
     assert restarted.is_error and "budget: skipped wikipedia (it has spent $0.0090" in text(restarted)
     assert before_restart == served  # the restarted replica did not ask it either
+
+
+async def test_20_concurrent_calls_over_three_replicas_bill_a_free_quota_of_5_exactly(
+    tmp_path: Path, apis: FakeApis, redis_server: RedisServer
+) -> None:
+    config = tmp_path / "frugal.toml"
+    config.write_text(
+        f'[search_providers.wikipedia]\nbase_url = "{apis.base}/wikipedia"\n'
+        f'cost_per_call = "0.003"\nfree_quota_monthly = 5\n{OFF}[routing]\nloop_window = "10m"\n'
+    )
+    with running_fleet(tmp_path, config, "--stateless", redis=redis_server) as fleet:
+        with anyio.fail_after(200):
+            results = await searches(fleet.front, 20)
+            counts = await anyio.to_thread.run_sync(fleet.wait_lines, 20)
+        ledgers = [line for replica in fleet.replicas for line in fleet.lines(replica)]
+    assert [text(result) for result in results if result.is_error] == []
+    assert apis.requests["wikipedia"] == 20 and all(counts.values()), counts
+    receipts = [receipt_micros(result) for result in results]
+    assert sorted(receipts) == [0] * 5 + [PRICE] * 15  # exactly the quota at $0, fleet-wide
+    assert sum(bool(line.get("free_quota")) for line in ledgers) == 5
+    assert sum(micros(line["cost_usd"]) for line in ledgers) == sum(receipts) == 15 * PRICE
+    [month] = redis_server.command("KEYS", "frugal:usage:*").split()
+    assert redis_server.command("HGET", month, "wikipedia") == "5"
+
+
+def capped_with_a_plain_tool(tmp_path: Path, apis: FakeApis) -> Path:
+    """paid_config's capped wikipedia beside the notes server's plain tools (free)."""
+    config = paid_config(tmp_path, apis)
+    config.write_text(f"[upstreams.notes]\ncommand = {json.dumps(notes_command())}\n" + config.read_text())
+    return config
+
+
+async def healthz_states(fleet: Fleet, wanted: str) -> None:
+    """Until every replica's /healthz says `state: wanted` (each asked again until it does: a
+    state change in another process, seen over HTTP, under the test's deadline)."""
+    async with httpx2.AsyncClient(timeout=30) as http:
+        for replica in fleet.replicas:
+            while (await http.get(f"{replica.proxy.base}/healthz")).json().get("state") != wanted:  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+
+
+async def outage_calls(url: str) -> list[tuple[Any, Any]]:
+    """Six paid searches and six plain calls at once through the front: (paid, plain) pairs."""
+    pairs: list[tuple[Any, Any]] = []
+    async with client(url) as session:
+
+        async def both(n: int) -> None:
+            paid = await session.call_tool("frugal__search", {"query": f"outage {n}"})
+            pairs.append((paid, await session.call_tool("add", {"a": n, "b": 1})))
+
+        async with anyio.create_task_group() as tg:
+            for n in range(6):
+                tg.start_soon(both, n)
+    return pairs
+
+
+async def ride_out(
+    tmp_path: Path, apis: FakeApis, server: RedisServer, outage: Callable[[], AbstractAsyncContextManager[None]]
+) -> None:
+    """One paid call, then `outage` of Redis with calls through it, then the cap used up after
+    it: what every outage test checks (see the module docstring)."""
+    config = capped_with_a_plain_tool(tmp_path, apis)
+    with running_fleet(tmp_path, config, "--stateless", "--log-level", "info", redis=server) as fleet:
+        with anyio.fail_after(280):  # never a hang: every call below answers inside it
+            async with client(fleet.front) as session:
+                before = await session.call_tool("frugal__search", {"query": "before"})
+            await anyio.to_thread.run_sync(fleet.wait_lines, 1)  # in the ledger, for a rebuild
+            async with outage():
+                await healthz_states(fleet, "degraded")
+                during = await outage_calls(fleet.front)
+            await healthz_states(fleet, "ok")
+            after = [await search_one(fleet.front, f"after {n}") for n in range(5)]
+            await anyio.to_thread.run_sync(fleet.wait_lines, 1 + 12 + 5)
+        ledgers = [line for replica in fleet.replicas for line in fleet.lines(replica)]
+        alive = [replica.proxy.process.poll() is None for replica in fleet.replicas]
+        logs = {replica.id: replica.proxy.lines for replica in fleet.replicas}
+    assert alive == [True] * 3  # never a crash
+    assert not before.is_error
+    for paid, plain in during:
+        assert paid.is_error and "budget: skipped wikipedia (state: redis unreachable)" in text(paid), text(paid)
+        assert not plain.is_error, text(plain)  # a plain tool needs no shared state
+    served = [result for result in after if not result.is_error]
+    assert len(served) == 2, [text(result) for result in after]  # $0.0030 before, two more fit $0.0100
+    for result in after[2:]:
+        assert "budget: skipped wikipedia (" in text(result) and "daily budget" in text(result), text(result)
+    assert apis.requests["wikipedia"] == 3
+    receipts = sum(receipt_micros(result) for result in [before, *after])
+    assert receipts == spend(server) == sum(micros(line["cost_usd"]) for line in ledgers) == 3 * PRICE
+    for replica, lines in logs.items():  # one line per change, each way
+        assert sum("state: redis unreachable, going degraded" in line for line in lines) == 1, (replica, lines)
+        assert sum("shared state recovered" in line for line in lines) == 1, (replica, lines)
+
+
+async def search_one(url: str, query: str) -> Any:
+    async with client(url) as session:
+        return await session.call_tool("frugal__search", {"query": query})
+
+
+async def test_redis_stopped_and_started_again_mid_run(
+    tmp_path: Path, apis: FakeApis, redis_server: RedisServer
+) -> None:
+    """Started again empty (no persistence): the day's spend is rebuilt from the ledgers."""
+
+    @contextlib.asynccontextmanager
+    async def restarted() -> AsyncIterator[None]:
+        redis_server.stop()
+        try:
+            yield
+        finally:
+            redis_server.start()
+
+    await ride_out(tmp_path, apis, redis_server, restarted)
+
+
+async def test_redis_sigstopped_for_10_s_mid_run(tmp_path: Path, apis: FakeApis, redis_server: RedisServer) -> None:
+    """Connections stay open and nothing answers: each replica finds out by a timeout."""
+
+    @contextlib.asynccontextmanager
+    async def paused() -> AsyncIterator[None]:
+        began = time.monotonic()
+        with redis_server.stopped():
+            yield
+            # The outage lasts 10 s at least, however soon the replicas noticed it (a length of
+            # the outage, not a wait for something to happen).
+            await anyio.sleep(max(0.0, 10.0 - (time.monotonic() - began)))
+
+    await ride_out(tmp_path, apis, redis_server, paused)

@@ -3,6 +3,7 @@ sets seen by another."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 import anyio
@@ -52,6 +53,20 @@ async def test_a_fence_set_on_one_replica_fences_the_provider_on_the_others(redi
             await third._reload()
         assert third.until("serper") == ends
     assert 0 < int(redis_server.command("TTL", "frugal:cooldowns")) <= 61
+
+
+async def test_a_fence_another_replica_set_is_logged_once_where_it_is_seen(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "frugal_proxy.state")
+    ends = time.time() + 60
+    async with replica(redis_server.url) as one, replica(redis_server.url) as two:
+        first, second = RedisCooldowns(one), RedisCooldowns(two)
+        await first.fence("serper", ends)
+        await first.fence("serper", ends + 30)  # an extension of a live fence: no new line
+        await until(two, lambda: second.until("serper") == ends + 30)
+    seen = [r for r in caplog.records if r.getMessage() == "state: a cooldown from the fleet"]
+    assert [getattr(r, "provider", None) for r in seen] == ["serper"]  # by the replica that did not fence
 
 
 async def test_a_fence_while_redis_is_stopped_still_fences_this_replica(redis_server: RedisServer) -> None:
