@@ -8,10 +8,13 @@
 Each reservation and release is one Lua script (one round trip): the check and the add happen in
 Redis in one step, so concurrent calls on any number of replicas overshoot a cap by nothing more
 than the memory store does (a call that lands exactly on it goes ahead, none goes past it). The
-script publishes the new total on `<prefix>events`; `spent` and `calls_this_month` (routing's
-reads, never the check that counts) come from this replica's mirror of those totals, which
-RedisLink.watch keeps fresh: stale by one pub/sub delivery (milliseconds) while connected, and
-reloaded whole on every reconnect.
+script publishes the new total on `<prefix>events` when it changes what routing decides: a
+reservation after which the next call of that price (or the next unit) no longer fits, and every
+release. `spent` and `calls_this_month` (routing's reads, never the check that counts) come from
+this replica's mirror of those totals, which RedisLink.watch keeps fresh: its verdict (fits or
+not) is stale by one pub/sub delivery (milliseconds) while connected, its figure may lag the
+reservations that left room after it (another replica's, not published: a pub/sub message per
+call costs every replica CPU), and it is reloaded whole on every reconnect.
 
 Which wins after a restart: a hash holds a `~seeded` field once some replica has added the
 ledger's figures to it. With it, Redis holds the day and no ledger is replayed (`seed` is a
@@ -49,7 +52,8 @@ UNSEEDED = -1
 # total, seeding}: granted 1 when amount was added within limit, 0 when it would pass it, -1 when
 # the hash has not been seeded (new, flushed or lost); seeding is the `~seeded` field's value, which
 # names this seeding of the hash (a release after a flush and a re-seed must not take back what
-# the new hash never held).
+# the new hash never held). The new total is published only when another call of the same amount
+# would no longer fit: the one change the other replicas' routing reads act on.
 _RESERVE = """
 local seeding = redis.call('HGET', KEYS[1], '~seeded')
 if not seeding then return {-1, 0, ''} end
@@ -58,7 +62,9 @@ local amount = tonumber(ARGV[2])
 if total + amount > tonumber(ARGV[3]) then return {0, total, seeding} end
 total = redis.call('HINCRBY', KEYS[1], ARGV[1], amount)
 redis.call('EXPIRE', KEYS[1], ARGV[4])
-redis.call('PUBLISH', ARGV[5], ARGV[6] .. ' ' .. ARGV[1] .. ' ' .. total)
+if total + amount > tonumber(ARGV[3]) then
+  redis.call('PUBLISH', ARGV[5], ARGV[6] .. ' ' .. ARGV[1] .. ' ' .. total)
+end
 return {1, total, seeding}
 """
 

@@ -131,6 +131,20 @@ async def test_the_day_rolls_over_at_utc_midnight(backend: str, server: RedisSer
 # -- Redis only ---------------------------------------------------------------------------------
 
 
+async def test_only_a_reservation_that_leaves_no_room_for_another_is_published(redis_server: RedisServer) -> None:
+    """The other replicas' routing reads need to know when a provider's next call stops fitting
+    (and every release), not every total: a message per call would cost every replica CPU."""
+    async with shared("spend", "redis", redis_server, 2, Clock()) as (one, two):
+        published = redis_server.calls("publish")
+        assert await one.reserve("search/a", 3000, 10_000) and await one.reserve("search/a", 3000, 10_000)
+        assert redis_server.calls("publish") == published and two.spent("search/a") == 0  # room left: quiet
+        third = await one.reserve("search/a", 3000, 10_000)
+        assert third is not None and redis_server.calls("publish") == published + 1
+        await until(two.link, lambda: two.spent("search/a") == 9000)  # no fourth fits: said
+        await one.release("search/a", 3000, third)
+        await until(two.link, lambda: two.spent("search/a") == 6000)  # room again: said
+
+
 async def test_the_keys_carry_the_prefix_the_kind_and_the_day_and_expire(redis_server: RedisServer) -> None:
     async with replica(redis_server.url, prefix="t1:") as link:
         book, usage = RedisSpend(link, Clock()), RedisUsage(link, Clock())
