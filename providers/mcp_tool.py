@@ -7,21 +7,32 @@ The call goes out as `tools/call` through the session's forwarder, which bridges
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
 from frugal_proxy.errors import UpstreamError
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
-from frugal_proxy.records import Exchange, Outcome, OutcomeKind, ProgressSink, ProviderSpec
+from frugal_proxy.records import Exchange, Outcome, OutcomeKind, ProgressSink, ProviderSpec, StreamCut
 from frugal_proxy.upstream.base import Reached, watching
 
-Forwarder = Callable[
-    [str, dict[str, msgspec.Raw], Any, ProgressSink | None, Mapping[str, str] | None], Awaitable[Frame]
-]
+
+class Forwarder(Protocol):
+    """`UpstreamLink.forward`: a request sent upstream, its reply in the client's era."""
+
+    def __call__(
+        self,
+        method: str,
+        params: dict[str, msgspec.Raw],
+        client: Any,
+        on_progress: ProgressSink | None,
+        headers: Mapping[str, str] | None = None,
+        *,
+        on_cut: StreamCut | None = None,
+    ) -> Awaitable[Frame]: ...
 
 
 class McpToolProvider:
@@ -49,7 +60,12 @@ class McpToolProvider:
         try:  # the link's deadline bounds it (upstreams.NAME.timeout): an UpstreamTimeout then
             with telling(exchange):
                 reply = await self._forward(
-                    "tools/call", params, exchange.client, exchange.on_progress, call.forwarded_headers
+                    "tools/call",
+                    params,
+                    exchange.client,
+                    exchange.on_progress,
+                    call.forwarded_headers,
+                    on_cut=exchange.on_cut,
                 )
         except UpstreamError as exc:
             return fault_outcome(exc)

@@ -61,7 +61,9 @@ class UpstreamToolProvider:
             params["_meta"] = exchange.call.params["_meta"]
         try:
             with telling(exchange):
-                reply = await self._forward("tools/call", params, exchange.client, exchange.on_progress, None)
+                reply = await self._forward(
+                    "tools/call", params, exchange.client, exchange.on_progress, None, on_cut=exchange.on_cut
+                )
         except UpstreamError as exc:
             kind = fault_kind(exc)
             return Outcome(kind, message=str(exc), retry_after=getattr(exc, "retry_after", None))

@@ -23,6 +23,9 @@ OutcomeKind = Literal["ok", "transient", "rate_limited", "permanent", "empty"]
 RequestState = Literal["unsent", "sent", "refused"]
 Phase = Literal["admit", "route", "dispatch", "govern", "seal"]
 ProgressSink = Callable[[dict[str, msgspec.Raw]], Awaitable[None]]
+# Told that an upstream closed a call's response stream before its reply, to resume it with
+# Last-Event-ID (SEP-1699's polling): the client's own stream may be closed there too.
+StreamCut = Callable[[], None]
 
 
 class Call(msgspec.Struct, frozen=True):
@@ -187,6 +190,7 @@ class Exchange(msgspec.Struct):
     route: Route
     client: Any = None
     on_progress: ProgressSink | None = None
+    on_cut: StreamCut | None = None  # where the client's response stream learns of an upstream's mid-call close
     operator: str = "local"
     # The route's providers that may still be tried, in the order dispatch tries them; the route
     # phase reorders and drops them (each drop a Decision with its provider).

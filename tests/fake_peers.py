@@ -34,7 +34,7 @@ from frugal_proxy.bridge.downstream import DownstreamPeer
 from frugal_proxy.bridge.link import Client, UpstreamLink
 from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
-from frugal_proxy.upstream.base import ProgressHandler, RelatedHandler, UpstreamBase, discovered
+from frugal_proxy.upstream.base import CutHandler, ProgressHandler, RelatedHandler, UpstreamBase, discovered
 
 
 def tool(name: str, **extra: Any) -> dict[str, Any]:
@@ -57,6 +57,7 @@ class FakeCall:
     on_progress: ProgressHandler | None = None
     on_related: RelatedHandler | None = None
     headers: Mapping[str, str] | None = None  # the client's, where they go on with the request
+    on_cut: CutHandler | None = None  # what an HTTP server's mid-call close of its stream tells
 
     async def progress(self, value: float) -> None:
         """Report progress as a server does: tagged with the request's (mapped) token."""
@@ -158,6 +159,7 @@ class FakeUpstream(UpstreamBase):
         on_progress: ProgressHandler | None = None,
         on_related: RelatedHandler | None = None,
         headers: Mapping[str, str] | None = None,
+        on_cut: CutHandler | None = None,
     ) -> Frame:
         if not self._up:
             raise self._down_error()
@@ -165,7 +167,7 @@ class FakeUpstream(UpstreamBase):
         body = decoded(params) or {}
         if on_progress is not None and "progressToken" in body.get("_meta", {}):
             body["_meta"]["progressToken"] = upstream_id  # the mapping UpstreamBase._open does
-        call = FakeCall(method, body, upstream_id, on_progress, on_related, headers)
+        call = FakeCall(method, body, upstream_id, on_progress, on_related, headers, on_cut)
         self.calls.append(call)
         try:
             answer = await self.handlers.get(method, self._default)(call)

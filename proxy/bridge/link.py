@@ -42,7 +42,7 @@ from frugal_proxy.errors import BridgeError, UpstreamDown, UpstreamTimeout
 from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame, RequestId
 from frugal_proxy.protocol.subscriptions import filter_for_legacy, tag
-from frugal_proxy.records import ProgressSink
+from frugal_proxy.records import ProgressSink, StreamCut
 from frugal_proxy.upstream.base import PROXY_CLIENT_INFO, Pending, UpstreamBase
 
 log = logging.getLogger("frugal_proxy.link")
@@ -139,15 +139,19 @@ class UpstreamLink:
         client: Any,
         on_progress: ProgressSink | None,
         headers: Mapping[str, str] | None = None,
+        *,
+        on_cut: StreamCut | None = None,
     ) -> Frame:
         """Send a request upstream in the upstream's era and bring the answer back in the client's.
-        `headers` go on with it where the upstream's transport carries them. Past the link's
-        `deadline` the request is cancelled upstream and UpstreamTimeout names the knob."""
+        `headers` go on with it where the upstream's transport carries them; `on_cut` is told when
+        a session-era HTTP upstream closes the request's stream before its reply (the connection
+        resumes it). Past the link's `deadline` the request is cancelled upstream and
+        UpstreamTimeout names the knob."""
         if self.deadline is None:
-            return await self._forward(method, params, client, on_progress, headers)
+            return await self._forward(method, params, client, on_progress, headers, on_cut)
         try:
             with anyio.fail_after(self.deadline):
-                return await self._forward(method, params, client, on_progress, headers)
+                return await self._forward(method, params, client, on_progress, headers, on_cut)
         except TimeoutError:
             raise self.timed_out(method) from None
 
@@ -191,6 +195,7 @@ class UpstreamLink:
         client: Any,
         on_progress: ProgressSink | None,
         headers: Mapping[str, str] | None,
+        on_cut: StreamCut | None = None,
     ) -> Frame:
         assert isinstance(client, Client)
         upstream = self.upstream
@@ -212,7 +217,7 @@ class UpstreamLink:
                 )
             return complete_for_legacy(reply)
         if not client.modern:
-            return await upstream.request(method, params, on_progress=on_progress)
+            return await upstream.request(method, params, on_progress=on_progress, on_cut=on_cut)
         out = eras.strip_modern_meta(params)
         if method in eras.INPUT_REQUIRED_METHODS:
             # Until the upstream holds the client's roots it may serve more than the client

@@ -34,7 +34,7 @@ from frugal_proxy.providers import Provider
 from frugal_proxy.providers.mcp_tool import McpToolProvider
 from frugal_proxy.providers.own_tools import LISTING_TTL_MS, OwnToolProvider
 from frugal_proxy.providers.upstream_tool import UpstreamToolProvider
-from frugal_proxy.records import Call, Decision, Exchange, ProgressSink
+from frugal_proxy.records import Call, Decision, Exchange, ProgressSink, StreamCut
 from frugal_proxy.router.answerers import Answerers, Deadlines
 from frugal_proxy.router.catalog import KINDS, Catalog, ToolHidden
 from frugal_proxy.router.handshakes import Handshakes
@@ -52,12 +52,14 @@ URI_METHODS = frozenset({"resources/read", "resources/subscribe", "resources/uns
 @dataclass(frozen=True, slots=True)
 class Origin:
     """What one request brings beside its frame: who it acts for (None: the router's own
-    operator), where its own notifications go (None: the downstream at large) and the client's
-    request headers that go on with it."""
+    operator), where its own notifications go (None: the downstream at large), the client's
+    request headers that go on with it, and what to tell when an upstream closes the request's
+    response stream mid-call (its HTTP response stream may then close too)."""
 
     operator: str | None = None
     stream: ProgressSink | None = None
     headers: Mapping[str, str] | None = None
+    on_cut: StreamCut | None = None
 
 
 STDIO = Origin()
@@ -205,14 +207,16 @@ class Router:
         stream: ProgressSink | None = None,
         headers: Mapping[str, str] | None = None,
         resume: Exchange | None = None,
+        on_cut: StreamCut | None = None,
     ) -> Frame | None:
         """The reply to one request from a client that is not on stdio (None if it was cancelled).
         `operator` is who the request acts for (over HTTP: its bearer token's operator; else this
         router's own); `stream` is where the request's own notifications (its progress, a listen
         stream's changes) go when that is not the downstream at large: its HTTP response stream;
         `headers` are the client's request headers that go on with a tools/call (Mcp-Param-*);
-        `resume` is the exchange `open_plain` handed back, to go on with."""
-        return await self._reply_to(frame, Origin(operator, stream, headers), resume)
+        `resume` is the exchange `open_plain` handed back, to go on with; `on_cut` is told when
+        an upstream closes the request's stream before its reply (and resumes it)."""
+        return await self._reply_to(frame, Origin(operator, stream, headers, on_cut), resume)
 
     async def take_in(self, frame: Frame) -> None:
         """A notification or a reply (to a server-to-client request) from a client that is not on stdio."""
@@ -477,7 +481,7 @@ class Router:
         link, params = await self._route(method, params, client)
         if not client.modern and method in SUBSCRIBE_METHODS and link.upstream.era == "modern":
             return await link.legacy_subscribe(method, jsonrpc.decode_any(params["uri"]))
-        reply = await link.forward(method, params, client, progress)
+        reply = await link.forward(method, params, client, progress, on_cut=origin.on_cut)
         if method == "tools/list":
             reply = self.catalog.without_hidden(link.name, reply)  # its `tools` filter
             self.catalog.note_listed(reply)  # the governor keeps shaped results valid against them
@@ -589,6 +593,7 @@ class Router:
             route=route,
             client=client,
             on_progress=progress,
+            on_cut=origin.on_cut,
             operator=origin.operator or self.operator,
         )
         return self._in_clients_era(exchange, await self.pipeline.run(exchange))

@@ -36,12 +36,12 @@ from frugal_proxy.bridge.link import UpstreamLink
 from frugal_proxy.protocol import eras, jsonrpc, subscriptions
 from frugal_proxy.protocol.headers import decode_header_value, learn_param_headers, param_header_problem
 from frugal_proxy.protocol.jsonrpc import Frame
-from frugal_proxy.records import Exchange, ProgressSink
+from frugal_proxy.records import Exchange, ProgressSink, StreamCut
 from frugal_proxy.router.answerers import Deadlines
 from frugal_proxy.router.plain import PlainCall
 from frugal_proxy.router.router import ReadRequest, Router, removed_in_modern
 from frugal_proxy.server.connections import DEFAULT_KEEP_ALIVE_TIMEOUT, ConnectionLimits
-from frugal_proxy.server.events import EventLog
+from frugal_proxy.server.events import EventLog, Unresumable
 from frugal_proxy.server.guard import (
     GuardSettings,
     RefusedBatch,
@@ -231,7 +231,7 @@ class Endpoint:
         """A listen stream: acknowledged, then change notifications tagged with the client's own
         request id, until the client closes it (no request timeout applies)."""
 
-        async def answer(stream: ProgressSink) -> Frame | None:
+        async def answer(stream: ProgressSink, on_cut: StreamCut) -> Frame | None:
             reply = await self.shared.reply_to(frame, operator=operator, stream=stream)
             return None if reply is None else jsonrpc.with_id(reply, ident)
 
@@ -301,11 +301,10 @@ class Endpoint:
         events = entry.outbox.events
         last_event_id = headers_of(request).get("last-event-id")
         if last_event_id is not None:
-            found = events.resume(last_event_id)
-            if found is None:
-                message = "Last-Event-ID names no event this session holds; open the GET stream without it"
-                return rpc_error(400, jsonrpc.INVALID_REQUEST, message)
-            stream, after = found
+            try:
+                stream, after = events.resume(last_event_id)
+            except Unresumable as exc:
+                return rpc_error(400, jsonrpc.INVALID_REQUEST, str(exc))
         else:
             stream, after = events.standalone, events.standalone.delivered
         return EventStream(entry, stream, after)
@@ -413,16 +412,20 @@ class Endpoint:
         stream: ProgressSink | None = None,
         headers: Mapping[str, str] | None = None,
         resume: Exchange | None = None,
+        on_cut: StreamCut | None = None,
     ) -> Frame:
         """The reply to a request with the client's id, within the request timeout: past it the
         request is cancelled upstream and answered with an error (a tool error for a tool call).
         `operator` is the request's (the shared session's requests), None for a session's own;
-        `stream` is the request's response stream when it has one."""
+        `stream` is the request's response stream when it has one, and `on_cut` what closes it
+        when an upstream closes its own stream for the request mid-call."""
         if entry is not None:
             entry.busy += 1  # a session with a call in flight never expires
         try:
             with anyio.move_on_after(self.settings.request_timeout) as scope:
-                reply = await session.reply_to(frame, operator=operator, stream=stream, headers=headers, resume=resume)
+                reply = await session.reply_to(
+                    frame, operator=operator, stream=stream, headers=headers, resume=resume, on_cut=on_cut
+                )
         finally:
             if entry is not None:
                 entry.busy -= 1
@@ -455,8 +458,8 @@ class Endpoint:
         plain JSON otherwise, the cheaper answer, which the SDK clients (JSON listed first) get.
         `read` is what the caller has decoded of the frame already."""
 
-        async def answer(stream: ProgressSink) -> Frame | None:
-            return await self.answer(session, frame, ident, entry, operator, stream, headers)
+        async def answer(stream: ProgressSink, on_cut: StreamCut) -> Frame | None:
+            return await self.answer(session, frame, ident, entry, operator, stream, headers, on_cut=on_cut)
 
         meta = read.meta if read is not None else None
         if read is None or meta is None:

@@ -18,10 +18,10 @@ from starlette.types import Receive, Scope, Send
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.headers import accept_weights
 from frugal_proxy.protocol.jsonrpc import Frame
-from frugal_proxy.records import ProgressSink
+from frugal_proxy.records import ProgressSink, StreamCut
 from frugal_proxy.router.answerers import Deadlines
 from frugal_proxy.server.connections import DISCONNECT_HOOK, RESPOND_HOOK, nothing
-from frugal_proxy.server.events import EventLog
+from frugal_proxy.server.events import Cut, EventLog
 from frugal_proxy.server.sessions import HttpSession
 
 log = logging.getLogger("frugal_proxy.http_server")
@@ -81,26 +81,31 @@ def _sse(data: bytes) -> bytes:
     return b"event: message\ndata: " + data + b"\n\n"
 
 
-async def _write_events(send: Send, stream: EventLog, after: int, *, ids: bool, prime: bool = False) -> bool:
+async def _write_events(
+    send: Send, stream: EventLog, after: int, *, ids: bool, prime: bool = False, cut: Cut | None = None
+) -> bool:
     """Write a log's events numbered above `after` as SSE, each with its id when `ids`, until
-    the log is closed; False when the client went away (or another connection took the stream
-    over) first. `prime` first sends an event with an id and no data (2025-11-25), so that a
-    client can resume before the first message."""
+    the log is closed, or until a `cut` once it is set; whether every event went out: False when
+    the client went away (or another connection took the stream over) first, or the cut ended
+    the response before the log's end. `prime` first sends an event with an id and no data
+    (2025-11-25), so that a client can resume before the first message."""
+    written = after
     with stream.reader() as reading:
         try:
             if prime:
                 await send({"type": "http.response.body", "body": _priming(stream, after), "more_body": True})
-            async for number, data in stream.follow(after):
+            async for number, data in stream.follow(after, cut):
                 head = b"id: " + stream.event_id(number).encode() + b"\n" if ids else b""
                 await send({"type": "http.response.body", "body": head + _sse(data), "more_body": True})
                 stream.written(number)
+                written = number
         except OSError:
             return False
     try:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
     except OSError:
         return False
-    return not reading.cancelled_caught
+    return not reading.cancelled_caught and stream.closed and written >= stream.last
 
 
 # The `retry` of a priming event (SEP-1699): how long a client waits before it reconnects with
@@ -299,11 +304,14 @@ class ReplyStream(Response):
 
     Not resumable (2026-07-28, stateless): closing the stream cancels the call. Resumable
     (a session-era session): the call goes on and its events wait in the session's event log
-    for a GET with `Last-Event-ID`."""
+    for a GET with `Last-Event-ID`. `answer` is also given the stream's `cut`, for an upstream
+    that closes its own stream for the call mid-call: a primed (2025-11-25) stream then ends
+    there too, once it has written what came before, as SEP-1699 lets a server do, and its
+    client resumes it."""
 
     def __init__(
         self,
-        answer: Callable[[ProgressSink], Awaitable[Frame | None]],
+        answer: Callable[[ProgressSink, StreamCut], Awaitable[Frame | None]],
         stream: EventLog,
         *,
         resumable: bool,
@@ -318,6 +326,21 @@ class ReplyStream(Response):
         self.resumable = resumable
         self.prime = prime
         self.rewrite = rewrite
+        self._cut = Cut()
+
+    def cut(self) -> None:
+        """An upstream closed its stream for this call before the reply (and resumes it): end
+        the client's connection too once it has every event so far, where the client can resume
+        it (a primed stream: it holds an event id). The call goes on; its reply waits in the log
+        for the client's GET with Last-Event-ID. A second cut, or one after the connection
+        ended, changes nothing."""
+        if self.resumable and self.prime and self._cut.at is None:
+            self._cut.at = self.stream.last
+            self.stream.nudge()
+            log.info(
+                "an upstream closed a call's stream mid-call; the client's closes too, to resume with Last-Event-ID",
+                extra={"stream": self.stream.stream_id},
+            )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         stream, rewrite = self.stream, self.rewrite
@@ -328,7 +351,7 @@ class ReplyStream(Response):
 
         async def produce() -> None:
             try:
-                reply = await self.answer(push)
+                reply = await self.answer(push, self.cut)
                 if reply is not None:
                     stream.append(jsonrpc.encode(reply))
             finally:
@@ -340,7 +363,7 @@ class ReplyStream(Response):
         async def write() -> None:
             delivered = False
             with writing:
-                delivered = await _write_events(send, stream, 0, ids=self.resumable, prime=self.prime)
+                delivered = await _write_events(send, stream, 0, ids=self.resumable, prime=self.prime, cut=self._cut)
             if not delivered and self.resumable:
                 await produced.wait()  # the session-era call goes on; its events wait for Last-Event-ID
             tg.cancel_scope.cancel()

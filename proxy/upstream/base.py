@@ -50,6 +50,9 @@ ProgressHandler = Callable[[dict[str, msgspec.Raw]], Awaitable[None]]
 ServerRequestHandler = Callable[["UpstreamBase", Frame], Awaitable[None]]
 NotificationHandler = Callable[["UpstreamBase", Frame], Awaitable[None]]
 RelatedHandler = Callable[[Frame], Awaitable[None]]
+# Told that the server closed a request's response stream before its reply, which the connection
+# then resumes (Streamable HTTP in the session era, SEP-1699's polling).
+CutHandler = Callable[[], None]
 
 # How far a request a caller watches got (`watching`): "sent" once it is handed to the upstream's
 # writer (the stdio pipe's write begins, the HTTP POST's body is handed to the connection),
@@ -195,10 +198,13 @@ class UpstreamBase(abc.ABC):
         on_progress: ProgressHandler | None = None,
         on_related: RelatedHandler | None = None,
         headers: Mapping[str, str] | None = None,
+        on_cut: CutHandler | None = None,
     ) -> Frame:
         """Send a request and wait for its reply frame (a result or an error). `headers` are the
         client's own request headers that go on with it where the transport has headers (the
-        `Mcp-Param-*` of an HTTP client's tools/call); stdio has none."""
+        `Mcp-Param-*` of an HTTP client's tools/call); stdio has none. `on_cut` is told each
+        time the server closes the request's stream before its reply (where a transport has
+        such streams: Streamable HTTP), before the connection resumes it."""
 
     def start_request(
         self,

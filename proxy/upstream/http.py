@@ -45,6 +45,7 @@ from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.upstream import http_wire as wire
 from frugal_proxy.upstream.base import (
     START_UP_DEADLINE,
+    CutHandler,
     NotificationHandler,
     Pending,
     ProgressHandler,
@@ -287,9 +288,12 @@ class HttpUpstreamConnection(SessionMode, SseMode):
         on_progress: ProgressHandler | None = None,
         on_related: RelatedHandler | None = None,
         headers: Mapping[str, str] | None = None,
+        on_cut: CutHandler | None = None,
     ) -> Frame:
         """Send a request and wait for its reply frame (a result or an error); `headers` are the
-        client's `Mcp-Param-*` headers, forwarded as they came where the proxy does not set them.
+        client's `Mcp-Param-*` headers, forwarded as they came where the proxy does not set them;
+        `on_cut` is told when the server closes the request's stream before its reply, which is
+        then resumed with Last-Event-ID (the session era).
 
         Raises UpstreamDown when the server cannot be reached, UpstreamError when it answers
         with an HTTP error, garbage or a reply over the size cap. Cancelling the caller cancels
@@ -302,14 +306,20 @@ class HttpUpstreamConnection(SessionMode, SseMode):
             if self.mode == "sse":
                 reply = await self._request_over_sse(upstream_id, method, params, pending)
             else:
-                reply = await self._request_over_post(upstream_id, method, params, headers, pending)
+                reply = await self._request_over_post(upstream_id, method, params, headers, pending, on_cut)
         finally:
             self._close(upstream_id, pending)
         self._learn(method, reply)
         return reply
 
     async def _request_over_post(
-        self, upstream_id: int, method: str, params: Any, forwarded: Mapping[str, str] | None, pending: Pending
+        self,
+        upstream_id: int,
+        method: str,
+        params: Any,
+        forwarded: Mapping[str, str] | None,
+        pending: Pending,
+        on_cut: CutHandler | None = None,
     ) -> Frame:
         """One request POSTed. Cancelled, a session-era request that went out is followed by
         `notifications/cancelled`, and one that never left (waiting for a connection, say) by
@@ -326,6 +336,7 @@ class HttpUpstreamConnection(SessionMode, SseMode):
                     upstream_id,
                     read_timeout,
                     on_sent=pending.mark_sent,
+                    on_cut=on_cut,
                 )
             except Refused as refused:
                 renewable = self.mode == "streamable" and method != "initialize" and self.initialize_params is not None

@@ -27,7 +27,7 @@ from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.headers import learn_param_headers, modern_headers
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.upstream import http_wire as wire
-from frugal_proxy.upstream.base import Pending, UpstreamBase, unusable_reply
+from frugal_proxy.upstream.base import CutHandler, Pending, UpstreamBase, unusable_reply
 
 log = logging.getLogger("frugal_proxy.upstream")
 
@@ -71,8 +71,11 @@ class PostExchange(UpstreamBase):
         """Keep what a POST's response says besides its body (the session era: the session id)."""
 
     @abc.abstractmethod
-    async def _resume(self, upstream_id: int, last_event: str, retry: int | None) -> Frame | None:
-        """The reply of a request whose event stream ended early, where the mode can resume it."""
+    async def _resume(
+        self, upstream_id: int, last_event: str, retry: int | None, on_cut: CutHandler | None = None
+    ) -> Frame | None:
+        """The reply of a request whose event stream ended early, where the mode can resume it
+        (`on_cut` told before each attempt)."""
 
     # -- 2026-07-28 ------------------------------------------------------------------------------
 
@@ -95,11 +98,13 @@ class PostExchange(UpstreamBase):
         *,
         url: str | None = None,
         on_sent: Callable[[], None] | None = None,
+        on_cut: CutHandler | None = None,
     ) -> Frame | None:
         """POST one message. For a request, wait for its reply (JSON, or SSE with the stream's
         other messages delivered on the way, resumed when the server supports it); None for a
         notification or a reply. `on_sent` is called once the whole body has been handed to the
-        connection (a request cancelled before that never reached the server). Raises Refused,
+        connection (a request cancelled before that never reached the server); `on_cut` each
+        time the stream ends before the reply and is resumed. Raises Refused,
         httpx2.TransportError or UpstreamError."""
         assert self._client is not None
         timeout = httpx2.Timeout(self.connect_timeout, read=read_timeout, write=self.read_timeout)
@@ -126,7 +131,7 @@ class PostExchange(UpstreamBase):
             else:
                 raise self._garbage(kind or "no content type", response.status_code)
         if reply is None and last_event:
-            reply = await self._resume(upstream_id, last_event, retry)
+            reply = await self._resume(upstream_id, last_event, retry, on_cut)
         if reply is None:
             raise UpstreamError(f"upstream {self.name!r} closed the response stream before answering ({self.safe_url})")
         return reply

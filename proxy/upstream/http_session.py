@@ -22,6 +22,7 @@ from frugal_proxy.errors import UpstreamError
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.upstream import http_wire as wire
+from frugal_proxy.upstream.base import CutHandler
 from frugal_proxy.upstream.http_modern import PostExchange, Refused
 
 log = logging.getLogger("frugal_proxy.upstream")
@@ -61,12 +62,17 @@ class SessionMode(PostExchange):
                 except httpx2.HTTPError:
                     pass  # the server will expire the session itself
 
-    async def _resume(self, upstream_id: int, last_event: str, retry: int | None) -> Frame | None:
-        """Pick up a request's stream where it broke (GET with Last-Event-ID), as the server asked."""
+    async def _resume(
+        self, upstream_id: int, last_event: str, retry: int | None, on_cut: CutHandler | None = None
+    ) -> Frame | None:
+        """Pick up a request's stream where it broke (GET with Last-Event-ID), as the server asked;
+        `on_cut` is told first each time (the client's own stream may close too)."""
         if self.mode != "streamable":
             return None
         assert self._client is not None
         for _ in range(RESUME_ATTEMPTS):
+            if on_cut is not None:
+                on_cut()
             await anyio.sleep((retry or 1000) / 1000)
             headers = {
                 "Accept": "text/event-stream",

@@ -45,6 +45,7 @@ from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.upstream.base import (
     PROXY_CLIENT_INFO,
+    CutHandler,
     Era,
     Pending,
     ProgressHandler,
@@ -436,6 +437,7 @@ class SharedView(UpstreamBase):
         on_progress: ProgressHandler | None = None,
         on_related: RelatedHandler | None = None,
         headers: Mapping[str, str] | None = None,
+        on_cut: CutHandler | None = None,
     ) -> Frame:
         if method in ("resources/subscribe", "resources/unsubscribe") and isinstance(params, dict):
             uri = params.get("uri")
@@ -453,14 +455,14 @@ class SharedView(UpstreamBase):
                 return reply if reply is not None and "result" not in reply else jsonrpc.result(None, {})
         if not self.shared.asks:
             return await self._connection.request(
-                method, params, on_progress=on_progress, on_related=on_related, headers=headers
+                method, params, on_progress=on_progress, on_related=on_related, headers=headers, on_cut=on_cut
             )
         task = _task_id()
         outer = self.shared.callers.get(task)
         self.shared.callers[task] = self  # what the upstream asks while this task reads the reply is this session's
         try:
             return await self._connection.request(
-                method, params, on_progress=on_progress, on_related=on_related, headers=headers
+                method, params, on_progress=on_progress, on_related=on_related, headers=headers, on_cut=on_cut
             )
         finally:
             if outer is None:

@@ -35,6 +35,7 @@ from frugal_proxy.transports.lines import BadLine, FrameReader, FrameWriter
 from frugal_proxy.upstream.base import (
     HEALTHY_AFTER,
     PROXY_CLIENT_INFO,
+    CutHandler,
     NotificationHandler,
     Pending,
     ProgressHandler,
@@ -196,12 +197,14 @@ class UpstreamConnection(UpstreamBase):
         on_progress: ProgressHandler | None = None,
         on_related: RelatedHandler | None = None,
         headers: Mapping[str, str] | None = None,
+        on_cut: CutHandler | None = None,
         abandon_quietly: bool = False,
     ) -> Frame:
         """Send a request and wait for its reply frame (a result or an error).
 
         `on_progress` gets the request's progress notifications, `on_related` the notifications
-        of the stream it opens (those tagged with its id as their subscription id). Raises
+        of the stream it opens (those tagged with its id as their subscription id); `on_cut` is
+        never told (a pipe has no response streams to close). Raises
         UpstreamDown when the process is gone or dies first. Cancelling the caller sends
         `notifications/cancelled` upstream.
         """

@@ -27,7 +27,7 @@ from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.providers import Provider
 from frugal_proxy.providers.mcp_tool import McpToolProvider
 from frugal_proxy.providers.upstream_tool import UpstreamToolProvider
-from frugal_proxy.records import Attempt, Call, Exchange, Outcome, ProgressSink, ProviderSpec, Route
+from frugal_proxy.records import Attempt, Call, Exchange, Outcome, ProgressSink, ProviderSpec, Route, StreamCut
 from frugal_proxy.state.spend import MemorySpend, spend_key
 from frugal_proxy.upstream.base import UpstreamBase
 from frugal_proxy.upstream.http import HttpUpstreamConnection
@@ -54,7 +54,9 @@ class FakeForwarder:
         params: dict[str, msgspec.Raw],
         client: Any,
         on_progress: ProgressSink | None,
-        headers: Mapping[str, str] | None,
+        headers: Mapping[str, str] | None = None,
+        *,
+        on_cut: StreamCut | None = None,
     ) -> Frame:
         self.calls.append((method, params, headers))
         return await self.handler()

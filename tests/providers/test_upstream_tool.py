@@ -15,7 +15,7 @@ from frugal_proxy.errors import UpstreamDown
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.providers.upstream_tool import UpstreamToolProvider, fill
-from frugal_proxy.records import Outcome, ProgressSink, ProviderSpec
+from frugal_proxy.records import Outcome, ProgressSink, ProviderSpec, StreamCut
 from tests.providers.api_fakes import exchange
 
 pytestmark = pytest.mark.anyio
@@ -38,7 +38,9 @@ def provider(
         params: dict[str, msgspec.Raw],
         client: Any,
         progress: ProgressSink | None,
-        headers: Mapping[str, str] | None,
+        headers: Mapping[str, str] | None = None,
+        *,
+        on_cut: StreamCut | None = None,
     ) -> Frame:
         sent.append((method, {key: jsonrpc.decode_any(value) for key, value in params.items()}))
         if isinstance(answer, Exception):

@@ -12,7 +12,7 @@ import pytest
 from starlette.responses import Response
 
 from frugal_proxy.protocol import jsonrpc
-from frugal_proxy.records import ProgressSink
+from frugal_proxy.records import ProgressSink, StreamCut
 from frugal_proxy.server.events import EventLog
 from frugal_proxy.server.sessions import HttpSession, Outbox
 from frugal_proxy.server.streams import (
@@ -65,7 +65,7 @@ def test_refusals_and_replies_get_the_statuses_of_their_era() -> None:
 
 
 async def test_a_request_stream_carries_its_progress_then_its_reply() -> None:
-    async def answer(stream: ProgressSink) -> Any:
+    async def answer(stream: ProgressSink, cut: StreamCut) -> Any:
         await stream(PROGRESS)
         return REPLY
 
@@ -82,7 +82,7 @@ async def test_a_request_stream_carries_its_progress_then_its_reply() -> None:
 async def test_closing_a_stream_that_cannot_resume_cancels_the_call() -> None:
     cancelled = anyio.Event()
 
-    async def answer(stream: ProgressSink) -> Any:
+    async def answer(stream: ProgressSink, cut: StreamCut) -> Any:
         try:
             await anyio.sleep_forever()
         finally:
@@ -97,7 +97,7 @@ async def test_closing_a_stream_that_cannot_resume_cancels_the_call() -> None:
 async def test_a_resumable_stream_numbers_its_events_and_its_call_outlives_the_connection() -> None:
     go_on = anyio.Event()
 
-    async def answer(stream: ProgressSink) -> Any:
+    async def answer(stream: ProgressSink, cut: StreamCut) -> Any:
         await stream(PROGRESS)
         await go_on.wait()
         return REPLY
@@ -115,6 +115,53 @@ async def test_a_resumable_stream_numbers_its_events_and_its_call_outlives_the_c
     body = connection.body()
     assert body.startswith(b"id: 4-0\nretry: %d\ndata: \n\n" % RECONNECT_MS) and b"id: 4-1\nevent: message" in body
     assert log.last == 2 and log.closed  # the reply waits in the log for Last-Event-ID
+
+
+class Served(Connection):
+    """A connection under a server: once the response is complete, `receive` says the exchange
+    is over (as uvicorn's does), and `ended` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ended = anyio.Event()
+
+    async def send(self, message: Any) -> None:
+        await super().send(message)
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.ended.set()
+            self.hang_up.set()
+
+
+@pytest.mark.parametrize("prime", [True, False], ids=["2025-11-25", "2025-06-18"])
+async def test_an_upstreams_mid_call_cut_ends_a_primed_stream_and_its_reply_waits_in_the_log(prime: bool) -> None:
+    """A cut (an upstream closed its own stream for the call) ends a 2025-11-25 request's stream
+    after what came before, the call going on, its reply kept for Last-Event-ID; a stream without
+    a priming event (before 2025-11-25, whose clients need not resume) carries the reply as ever."""
+    go_on = anyio.Event()
+
+    async def answer(stream: ProgressSink, cut: StreamCut) -> Any:
+        await stream(PROGRESS)
+        cut()
+        cut()  # the upstream's stream broke again while resuming: nothing more to end
+        await go_on.wait()
+        return REPLY
+
+    log = EventLog("5")
+    connection = Served()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(connection.run, ReplyStream(answer, log, resumable=True, prime=prime))
+            if prime:
+                await connection.ended.wait()  # the client's stream ended before the reply
+                assert not log.closed
+            else:
+                await anyio.wait_all_tasks_blocked()
+                assert not connection.ended.is_set()
+            go_on.set()
+    body = connection.body()
+    assert log.last == 2 and log.closed
+    assert b"id: 5-1\nevent: message\ndata: " + jsonrpc.encode(PROGRESS) in body
+    assert (b"id: 5-2\n" in body) is not prime  # the reply: on the stream, or waiting for Last-Event-ID
 
 
 async def test_a_sessions_standalone_stream_delivers_what_waits_then_ends_with_the_session() -> None:
