@@ -145,6 +145,15 @@ def add_http_options(parser: argparse.ArgumentParser) -> None:
         help="answer a request (then cancel it upstream) after this long; the shorter of it and a "
         "configured call_timeout wins; subscriptions/listen streams are exempt (default: 30)",
     )
+    group.add_argument(
+        "--sse-poll-after",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="end a 2025-11-25 request's SSE stream still without its reply this long after it opened "
+        "(0: right after its priming event); the call goes on and the client resumes it with "
+        "Last-Event-ID (SEP-1699 polling) (default: off, the stream stays open until the reply)",
+    )
 
 
 def _forwarded_allow_ips(text: str | None) -> list[str] | ValueError | None:
@@ -215,6 +224,10 @@ def run_http(
             problem = f"--{flag.replace('_', '-')} must be a positive number of seconds"
             print(f"frugal-proxy: error: {problem}", file=sys.stderr)
             return 2
+    poll = options.sse_poll_after
+    if poll is not None and not 0 <= poll < float("inf"):
+        print("frugal-proxy: error: --sse-poll-after must be 0 or a positive number of seconds", file=sys.stderr)
+        return 2
     for flag in ("max_connections", "max_connections_per_ip"):
         if getattr(options, flag) < 1:
             print(f"frugal-proxy: error: --{flag.replace('_', '-')} must be at least 1", file=sys.stderr)
@@ -239,6 +252,7 @@ def run_http(
         idle_timeout=options.session_idle_timeout,
         max_sessions=options.max_sessions,
         request_timeout=options.request_timeout,
+        sse_poll_after=poll,
         guard=guard,
         connections=ConnectionLimits(
             overall=options.max_connections,

@@ -86,6 +86,9 @@ class HttpSettings:
     idle_timeout: float = 1800.0
     max_sessions: int = 100
     request_timeout: float = 30.0
+    # How long a 2025-11-25 request's SSE stream waits for its reply before the proxy ends it for
+    # the client to resume (SEP-1699 polling); None: it waits for the reply
+    sse_poll_after: float | None = None
     guard: GuardSettings = field(default_factory=GuardSettings)
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
     keep_alive_timeout: float = DEFAULT_KEEP_ALIVE_TIMEOUT
@@ -470,7 +473,8 @@ class Endpoint:
             if entry is None:  # 2026-07-28, or a stateless session-era client: nothing to resume
                 return ReplyStream(answer, EventLog("request"), resumable=False)
             prime = version is not None and version >= "2025-11-25"
-            return ReplyStream(answer, entry.outbox.events.open(), resumable=True, prime=prime)
+            poll = self.settings.sse_poll_after
+            return ReplyStream(answer, entry.outbox.events.open(), resumable=True, prime=prime, poll_after=poll)
         resume = None
         if headers is None:
             plain = await self._plain(session, frame, ident, entry, operator, modern, read)

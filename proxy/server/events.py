@@ -85,9 +85,8 @@ class EventLog:
         self.size += len(data)
         dropped = 0
         while len(self._events) > 1 and (len(self._events) > self._keep or self.size > self._keep_bytes):
-            oldest = self._last - len(self._events) + 1
+            dropped += self.first > self.delivered
             self.size -= len(self._events.popleft())
-            dropped += oldest > self.delivered
         if dropped:
             log.warning(
                 "an SSE stream's buffer is full and its oldest undelivered messages were dropped; "

@@ -307,7 +307,8 @@ class ReplyStream(Response):
     for a GET with `Last-Event-ID`. `answer` is also given the stream's `cut`, for an upstream
     that closes its own stream for the call mid-call: a primed (2025-11-25) stream then ends
     there too, once it has written what came before, as SEP-1699 lets a server do, and its
-    client resumes it."""
+    client resumes it; with `poll_after`, a primed stream is cut that many seconds after it
+    opened if its reply has not come by then (SEP-1699's polling, `--sse-poll-after`)."""
 
     def __init__(
         self,
@@ -318,6 +319,7 @@ class ReplyStream(Response):
         prime: bool = False,
         rewrite: Callable[[Frame], Frame] | None = None,
         headers: dict[str, str] | None = None,
+        poll_after: float | None = None,
     ) -> None:
         super().__init__(media_type="text/event-stream", headers={"Cache-Control": "no-store", **(headers or {})})
         _streaming(self)
@@ -326,9 +328,10 @@ class ReplyStream(Response):
         self.resumable = resumable
         self.prime = prime
         self.rewrite = rewrite
+        self.poll_after = poll_after
         self._cut = Cut()
 
-    def cut(self) -> None:
+    def cut(self, why: str = "an upstream closed its stream for the call mid-call") -> None:
         """An upstream closed its stream for this call before the reply (and resumes it): end
         the client's connection too once it has every event so far, where the client can resume
         it (a primed stream: it holds an event id). The call goes on; its reply waits in the log
@@ -338,9 +341,14 @@ class ReplyStream(Response):
             self._cut.at = self.stream.last
             self.stream.nudge()
             log.info(
-                "an upstream closed a call's stream mid-call; the client's closes too, to resume with Last-Event-ID",
-                extra={"stream": self.stream.stream_id},
+                "a request's stream ends before its reply, to be resumed with Last-Event-ID",
+                extra={"stream": self.stream.stream_id, "why": why},
             )
+
+    async def _poll(self) -> None:
+        assert self.poll_after is not None
+        await anyio.sleep(self.poll_after)
+        self.cut(f"no reply within --sse-poll-after ({self.poll_after:g} s)")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         stream, rewrite = self.stream, self.rewrite
@@ -372,6 +380,8 @@ class ReplyStream(Response):
         async with anyio.create_task_group() as tg:
             tg.start_soon(produce)
             tg.start_soon(write)
+            if self.poll_after is not None and self.resumable and self.prime:
+                tg.start_soon(self._poll)
             await until_disconnect(receive)
             if self.resumable:
                 writing.cancel()

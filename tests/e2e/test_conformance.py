@@ -187,8 +187,11 @@ def listed(run: Run, *args: str) -> frozenset[str]:
     return frozenset(re.findall(r"^\s+- (\S+)", section, re.MULTILINE))
 
 
-def run_suite(run: Run, url: str, out: Path) -> Results:
-    completed = suite(run, "server", "--url", url, "-o", str(out), *run.args())
+def run_suite(run: Run, url: str, out: Path, only: str | None = None) -> Results:
+    """The suite's results against `url`: the run's whole set, or the one scenario `only` names
+    (at the run's revision, unscored)."""
+    chosen = ["--scenario", only, "--spec-version", run.specs[-1]] if only is not None else run.args()
+    completed = suite(run, "server", "--url", url, "-o", str(out), *chosen)
     results = Results()
     for checks in sorted(out.glob("*/checks.json")):
         matched = RESULT_DIR.match(checks.parent.name)
@@ -200,6 +203,8 @@ def run_suite(run: Run, url: str, out: Path) -> Results:
             f"{check['id']}: {check.get('errorMessage', '')}" for check in written if check["status"] == "FAILURE"
         ]
     assert results.checks, f"the suite wrote no results:\n{completed.stdout[-2000:]}\n{completed.stderr[-2000:]}"
+    if only is not None:
+        return results  # nothing is scored
     for spec in run.specs:
         if run.requirements:
             results.scored[spec] = set(listed(run, "--requirements", spec))
@@ -299,6 +304,25 @@ def test_proxy_passes_what_the_server_passes(
         if not stateless or not _session_check(lost)
     ]
     assert not checks, f"{run} through the {mode}: checks that succeed only directly:\n" + "\n".join(checks)
+
+
+POLLING = Run("0.2.0-alpha.12", ("2025-11-25",), requirements=True)
+
+
+@pytest.mark.timeout(SUITE_TIMEOUT + 30)
+def test_a_proxy_that_polls_passes_server_sse_polling_over_stdio(baselines: Baselines, tmp_path: Path) -> None:
+    """With `--sse-poll-after 0` the proxy ends each 2025-11-25 request stream after its priming
+    event, so the check that a stdio upstream cannot make succeed (OVER_STDIO) does: the client
+    resumes with Last-Event-ID and gets the reply."""
+    direct = baselines.of(POLLING)
+    served = start([sys.executable, str(FIXTURE)], "--sse-poll-after", "0")
+    try:
+        through = run_suite(POLLING, served.url, tmp_path / "results", "server-sse-polling")
+    finally:
+        served.stop()
+    assert UNSCORED_CHECKS["server-sse-polling"] <= direct.succeeded["server-sse-polling"], direct.failures
+    lost = through.unscored_checks_lost(direct)
+    assert not lost, f"through the proxy with --sse-poll-after 0: checks that succeed only directly: {lost}"
 
 
 def _session_check(lost: str) -> bool:

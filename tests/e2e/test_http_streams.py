@@ -322,15 +322,25 @@ async def test_the_request_timeouts_tool_error_carries_result_type_only_to_a_202
         assert ("resultType" in result) is (era == "modern"), (era, result)
 
 
-def test_a_bad_request_timeout_is_refused() -> None:
+@pytest.mark.parametrize(
+    ("flag", "value", "said"),
+    [
+        ("--request-timeout", "0", "--request-timeout must be a positive number"),
+        ("--sse-poll-after", "-1", "--sse-poll-after must be 0 or a positive number of seconds"),
+        ("--sse-poll-after", "nan", "--sse-poll-after must be 0 or a positive number of seconds"),
+        ("--sse-poll-after", "inf", "--sse-poll-after must be 0 or a positive number of seconds"),
+        ("--sse-poll-after", "soon", "argument --sse-poll-after: invalid float value: 'soon'"),
+    ],
+)
+def test_a_bad_request_timeout_or_poll_interval_is_refused(flag: str, value: str, said: str) -> None:
     done = subprocess.run(
-        proxy_command(notes_command(), "--http", "127.0.0.1:0", "--request-timeout", "0"),
+        proxy_command(notes_command(), "--http", "127.0.0.1:0", flag, value),
         capture_output=True,
         text=True,
         timeout=30,
     )
     assert done.returncode == 2
-    assert "--request-timeout must be a positive number" in done.stderr
+    assert said in done.stderr
 
 
 # -- cache hints -----------------------------------------------------------------------------------

@@ -5,9 +5,10 @@ reply once. The proxy's own upstream side resumes the upstream's stream meanwhil
 client that cannot resume (JSON, a stream before 2025-11-25, stdio) gets the whole answer.
 
 The upstream is the conformance fixture (tests/servers/conformance_server.py) over Streamable
-HTTP, whose `test_reconnection` closes its stream mid-call (the SDK's `close_sse_stream`). The
-SDK's `Client` where it resumes by itself; a plain HTTP client where the rule is about event ids
-and statuses. Everything listens on 127.0.0.1.
+HTTP, whose `test_reconnection` closes its stream mid-call (the SDK's `close_sse_stream`); with
+`--sse-poll-after` the proxy ends such streams itself, in front of the notes server over stdio.
+The SDK's `Client` where it resumes by itself; a plain HTTP client where the rule is about event
+ids and statuses. Everything listens on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pytest
 from mcp import Client, types
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.conftest import params, proxy_command
+from tests.conftest import notes_command, params, proxy_command
 from tests.e2e.test_conformance import fixture_server
 from tests.e2e.test_http_downstream import Proxy, open_session, start
 from tests.e2e.test_http_streams import sse_events
@@ -162,3 +163,60 @@ async def test_a_last_event_id_the_session_cannot_resume_gets_400_saying_why(pro
     assert f"names an event stream {stream_id} has not sent" in said[f"{stream_id}-99"]
     assert replies(rest)[0]["result"]["content"][0]["text"] == DONE
     await anyio.to_thread.run_sync(proxy.wait_for_line, "request refused", "999-1")
+
+
+# -- --sse-poll-after: the proxy's own server-side disconnect ---------------------------------------
+
+COUNT = {
+    "jsonrpc": "2.0",
+    "id": 7,
+    "method": "tools/call",
+    "params": {"name": "count", "arguments": {"steps": 3, "pause": 0.2}, "_meta": {"progressToken": "p"}},
+}
+
+
+@pytest.fixture(scope="module")
+def polling_proxy() -> Iterator[Proxy]:
+    """In front of the notes server over stdio, which has no stream to close: the proxy ends
+    each 2025-11-25 request stream right after its priming event."""
+    started = start(notes_command(), "--sse-poll-after", "0")
+    yield started
+    started.stop()
+
+
+async def test_sse_poll_after_ends_a_stream_before_its_reply_and_a_get_gets_the_rest(polling_proxy: Proxy) -> None:
+    with anyio.fail_after(60):
+        async with httpx2.AsyncClient(timeout=30) as http:
+            headers = await open_session(http, polling_proxy.url, "2025-11-25")
+            first = await read_stream(http, "POST", polling_proxy.url, json=COUNT, headers=headers)
+            resume = {**headers, "Last-Event-ID": first[-1]["id"]}
+            rest = await read_stream(http, "GET", polling_proxy.url, headers=resume)
+    assert first[0]["data"] == "" and replies(first) == []
+    events = first + rest
+    numbers = [int(event["id"].rpartition("-")[2]) for event in events]
+    assert numbers == list(range(len(events)))  # the priming event's 0, then each event once, in order
+    messages = [json.loads(event["data"]) for event in events if event["data"]]
+    assert [message["params"]["progress"] for message in messages[:-1]] == [1, 2, 3]
+    assert messages[-1]["id"] == 7 and messages[-1]["result"]["content"][0]["text"] == "counted 3"
+
+
+async def test_an_sdk_client_polls_a_proxy_that_ends_its_streams(polling_proxy: Proxy) -> None:
+    resumed: list[str] = []
+    progressed: list[float] = []
+
+    async def note(request: httpx2.Request) -> None:
+        if request.method == "GET" and "last-event-id" in request.headers:
+            resumed.append(request.headers["last-event-id"])
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        progressed.append(value)
+
+    with anyio.fail_after(60):
+        async with (
+            httpx2.AsyncClient(timeout=30, event_hooks={"request": [note]}) as http,
+            Client(streamable_http_client(polling_proxy.url, http_client=http), mode="legacy", cache=None) as client,  # type: ignore[arg-type]
+        ):
+            result = await client.call_tool("count", {"steps": 3, "pause": 0.2}, progress_callback=progress)
+    assert text_of(result) == "counted 3"
+    assert progressed == [1, 2, 3]  # nothing lost or repeated across the reconnection
+    assert resumed

@@ -76,14 +76,20 @@ def test_finished_request_logs_beyond_the_bound_are_forgotten() -> None:
     assert logs.resume(f"{opened[3].stream_id}-0") == (opened[3], 0)
 
 
-def test_a_stream_keeps_its_newest_events_within_its_byte_bound_and_always_its_reply() -> None:
+def test_a_stream_keeps_its_newest_events_within_its_byte_bound_and_always_its_reply(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     stream = EventLog("1", keep_bytes=10)
     for data in (b"aaaa", b"bbbb", b"cccc"):
         stream.append(data)
     assert (stream.first, stream.last, stream.size) == (2, 3, 8)  # a+b+c is 12 bytes: a is dropped
+    (warned,) = [record for record in caplog.records if record.levelname == "WARNING"]
+    assert "oldest undelivered messages were dropped" in warned.getMessage() and warned.dropped == 1
+    stream.written(3)
     reply = b"r" * 50  # larger than the whole bound: kept alone
     stream.append(reply)
     assert (stream.first, stream.last, stream.size) == (4, 4, 50)
+    assert len([record for record in caplog.records if record.levelname == "WARNING"]) == 1  # 2, 3 were delivered
 
 
 async def test_a_reader_resumes_after_events_the_byte_bound_dropped_without_repeats() -> None:

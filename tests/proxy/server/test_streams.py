@@ -164,6 +164,25 @@ async def test_an_upstreams_mid_call_cut_ends_a_primed_stream_and_its_reply_wait
     assert (b"id: 5-2\n" in body) is not prime  # the reply: on the stream, or waiting for Last-Event-ID
 
 
+async def test_poll_after_ends_a_primed_stream_still_without_its_reply() -> None:
+    """`--sse-poll-after 0`: the stream ends after its priming event, the call going on."""
+    go_on = anyio.Event()
+
+    async def answer(stream: ProgressSink, cut: StreamCut) -> Any:
+        await go_on.wait()
+        return REPLY
+
+    log = EventLog("6")
+    connection = Served()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(connection.run, ReplyStream(answer, log, resumable=True, prime=True, poll_after=0))
+            await connection.ended.wait()
+            go_on.set()
+    assert connection.body() == b"id: 6-0\nretry: %d\ndata: \n\n" % RECONNECT_MS
+    assert log.last == 1 and log.closed  # the reply waits for Last-Event-ID
+
+
 async def test_a_sessions_standalone_stream_delivers_what_waits_then_ends_with_the_session() -> None:
     outbox = Outbox()
     entry = HttpSession("s", cast(Any, None), cast(Any, None), outbox)  # the stream reads only busy
