@@ -212,11 +212,15 @@ async def test_a_hundred_concurrent_calls_with_cut_ones_never_pass_a_cap_and_cou
         calls += 1
         number = calls
         kind = ("answers", "cut after sending", "cut while connecting")[number % 3]
-        outcomes[number] = kind
         if kind == "answers":
+            # Counted as answered only once it has: on a busy machine the deadline may cut it
+            # first, and a call cut with no word of how far it got may have billed (kept).
+            outcomes[number] = "cut after sending"
             for _ in range(3):
                 await anyio.lowlevel.checkpoint()
+            outcomes[number] = kind
             return Outcome("ok", data=found("youcom"))
+        outcomes[number] = kind
         ex.request_state = "sent" if kind == "cut after sending" else "unsent"
         await anyio.sleep_forever()
         raise AssertionError("not reached")

@@ -34,7 +34,10 @@ def test_receipts_sign_the_canonical_bytes() -> None:
     receipt = RECEIPT
     fields = msgspec.structs.asdict(receipt)
     fields.pop("signature")
+    assert fields.pop("held_by") is None  # signed only when set: receipts from before it still verify
     assert receipts.signed_bytes(receipt) == canonical.encode(fields)
+    held = msgspec.structs.replace(receipt, held_by="replica-2")
+    assert receipts.signed_bytes(held) == canonical.encode({**fields, "held_by": "replica-2"})
 
 
 def test_a_pair_with_raw_parts_has_the_digest_of_its_whole_encoding() -> None:
