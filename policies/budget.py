@@ -45,6 +45,11 @@ class Budget(Policy):
         # A provider with no cap (a plain tool, a free provider) never reserves: no hooks for it.
         return self._cap(spec) is not None
 
+    def standing(self) -> list[tuple[str, int, int]]:
+        """Each capped provider's `capability/provider` key, its cap and its spend today (its
+        reservations included), in micro-dollars: what /metrics shows."""
+        return [(key, cap, self.book.spent(key)) for key, cap in self.caps.items()]
+
     def _resets(self) -> str:
         return f"resets at 00:00 UTC, in {format_duration(seconds_to_midnight(self.clock()))}"
 

@@ -12,7 +12,7 @@ included).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from frugal_proxy.config import format_duration
 from frugal_proxy.policies import Policy
@@ -39,6 +39,11 @@ class Cooldown(Policy):
     def _left(self, name: str, now: float) -> float | None:
         until = self.book.until(name)
         return until - now if until is not None and until > now else None
+
+    def remaining(self, names: Iterable[str]) -> dict[str, float]:
+        """Seconds left of each named provider's fence (0 for one that has none): /metrics."""
+        now = self.clock()
+        return {name: self._left(name, now) or 0.0 for name in names}
 
     def route(self, exchange: Exchange) -> None:
         now = self.clock()

@@ -26,7 +26,18 @@ from frugal_proxy.protocol import canonical
 from frugal_proxy.records import CachedAnswer, Decision, Exchange, Outcome
 from frugal_proxy.state.result_cache import ResultCache
 
-_LOOKUP = "cache lookup"  # exchange.derived: (key, the lookup prefetch started)
+_PREFETCH = "cache prefetch"  # exchange.derived: (key, the lookup prefetch started)
+LOOKUP = "cache lookup"  # Exchange.derived: (None, (capability, hit)) once admit asked the store
+
+
+def lookup_of(exchange: Exchange) -> tuple[str, bool] | None:
+    """The capability the cache was asked about at admission and whether it had the answer;
+    None when the cache was not asked (off, a call it does not serve, refused before it)."""
+    noted = exchange.derived.get(LOOKUP)
+    if noted is None:
+        return None
+    lookup: tuple[str, bool] = noted[1]
+    return lookup
 
 
 class ResultCachePolicy(Policy):
@@ -63,14 +74,15 @@ class ResultCachePolicy(Policy):
         # Asked for before the loop guard's note: a shared store sends both in one round trip.
         key = self.key(exchange)
         if key is not None:
-            exchange.derived[_LOOKUP] = (key, self.store.lookup(key))
+            exchange.derived[_PREFETCH] = (key, self.store.lookup(key))
 
     async def admit(self, exchange: Exchange) -> None:
         key = self.key(exchange)
         if key is None:
             return
-        started = exchange.derived.pop(_LOOKUP, None)
+        started = exchange.derived.pop(_PREFETCH, None)
         found = await (started[1] if started is not None and started[0] == key else self.store.get(key))
+        exchange.derived[LOOKUP] = (None, (exchange.route.capability, found is not None))
         if found is None:
             return
         age_ms = round((self.clock() - found.stored_at) * 1000, 3)

@@ -24,7 +24,7 @@ import anyio.abc
 import anyio.to_thread
 
 from frugal_proxy import home, ledger
-from frugal_proxy.capabilities import CAPABILITIES, TOOLS
+from frugal_proxy.capabilities import CAPABILITIES, EXECUTE_TOOL, TOOLS
 from frugal_proxy.config import (
     COOLDOWN_DEFAULT,
     CapabilityRouting,
@@ -48,7 +48,7 @@ from frugal_proxy.policies.domains import DomainPolicy
 from frugal_proxy.policies.governor import GovernorPolicy
 from frugal_proxy.policies.ledger import Ledger
 from frugal_proxy.policies.loop_guard import LoopGuard
-from frugal_proxy.policies.metrics import CallMetrics, CallSink
+from frugal_proxy.policies.metrics import CallMetrics, CallSink, ToolNames
 from frugal_proxy.policies.result_cache import ResultCachePolicy
 from frugal_proxy.policies.routing import Routing
 from frugal_proxy.providers import Provider, registry
@@ -92,6 +92,18 @@ class Assembly:
     feeds: Feeds | None = None
     dispatch: DispatchSettings = field(default_factory=DispatchSettings)  # the deadline
     redis: RedisLink | None = None  # `[state] backend = "redis"`: the shared stores' connection
+    # What /metrics reads at each scrape (serve): the daily caps and the cooldowns, and the tool
+    # names its labels may carry (with metrics on: the routers' catalogs add what upstreams list).
+    budget: Budget | None = None
+    cooldown: Cooldown | None = None
+    tool_names: ToolNames | None = None
+
+    @property
+    def provider_names(self) -> list[str]:
+        """The routed providers' names and the `[routes.NAME]` candidates' (`UPSTREAM.TOOL`):
+        the names a cooldown fences, beside the upstreams' own."""
+        specs = self.feeds.specs if self.feeds is not None else []
+        return [spec.name for spec in specs] + [f"{upstream}.{tool}" for _, upstream, tool in self.candidates]
 
     @property
     def state(self) -> str | None:
@@ -226,7 +238,11 @@ def assemble(
         assembly.policies.append(GovernorPolicy(engine, config.limits.max_chars if config is not None else 0))
         assembly.own_tools.extend(governor_tools(engine))
     if metrics is not None:
-        assembly.policies.append(CallMetrics(metrics))
+        defined = [route.name for route in assembly.routes] + [tool.name for tool in assembly.own_tools]
+        if any(route.capability for route in assembly.routes):
+            defined.append(EXECUTE_TOOL["name"])
+        assembly.tool_names = ToolNames(defined)
+        assembly.policies.append(CallMetrics(metrics, assembly.tool_names))
     if ledger.enabled(environ):  # the usage ledger, unless FRUGAL_STATS=off
         rack = registry.rack_rates(config) if config is not None else {}
         assembly.policies.append(Ledger(writer_for(home.usage_dir(), replica.replica_id(environ)), rack))
@@ -275,6 +291,8 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
     urls = {key: config.upstreams[name].url_arguments for key, name in owner.items()}
     window = config.routing.loop_window_seconds
     domains = config.routing.domains.rules
+    budget = assembly.budget = Budget(_daily_caps(config), spend)
+    cooldown = assembly.cooldown = Cooldown(_cooldown(config), _cooldowns(link))
     assembly.policies += [
         LoopGuard(config.routing.loop_limit, window, _windows(link), upstreams=watched),  # admit
         # admit: URLs (a plain tool's names resolved, under rules that refuse addresses); after a search: its results
@@ -282,8 +300,8 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
         *([_cache(config, link)] if config.cache.enabled else []),  # admit: a hit answers; seal: keeps answers
         Routing(routing, usage, latency, by_route, names=known, off=enabled.off),  # route: order, deny, pin
         Ceiling(usage),  # route: max_cost_usd
-        Budget(_daily_caps(config), spend),  # route, dispatch: daily_budget_usd
-        Cooldown(_cooldown(config), _cooldowns(link)),  # route, dispatch: fenced off after a 429
+        budget,  # route, dispatch: daily_budget_usd
+        cooldown,  # route, dispatch: fenced off after a 429
     ]
 
 

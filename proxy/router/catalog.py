@@ -23,7 +23,7 @@ import hashlib
 import logging
 import re
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,6 +126,8 @@ class Catalog:
         self._locks: dict[str, anyio.Lock] = {method: anyio.Lock() for method in KINDS}
         self.reported: set[str] = set()
         self._output_schemas: dict[str, dict[str, Any]] = {}
+        # Told the exposed name of every tool a tools/list gave (the metrics' tool labels).
+        self.on_tools: Callable[[Iterable[Any]], None] | None = None
 
     # -- names -----------------------------------------------------------------------------------
 
@@ -203,6 +205,8 @@ class Catalog:
             if method == "tools/list":
                 self._output_schemas = {}
                 self._note_output_schemas(merged.items)
+                if self.on_tools is not None:
+                    self.on_tools(merged.owners)
             if all((method, link.name) in self._listings for link in self.links):
                 self._merged[method] = merged
             for problem in merged.collisions:
@@ -327,6 +331,8 @@ class Catalog:
         body = jsonrpc.decode_any(reply["result"])
         tools = body.get("tools") if isinstance(body, dict) else None
         self._note_output_schemas(tools if isinstance(tools, list) else [])
+        if self.on_tools is not None and isinstance(tools, list):
+            self.on_tools(tool.get("name") for tool in tools if isinstance(tool, dict))
 
     def _note_output_schemas(self, tools: list[Any]) -> None:
         for tool in tools:

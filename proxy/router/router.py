@@ -124,6 +124,8 @@ class Router:
         self._idle = anyio.Event()
         assembly = assembly or assemble()
         self.assembly = assembly
+        if assembly.tool_names is not None:
+            self.catalog.on_tools = assembly.tool_names.learn
         self.own_tools = OwnToolProvider(assembly.own_tools)
         self.operator = operator
         providers: dict[str, Provider] = {

@@ -116,7 +116,7 @@ async def serve_http(
     assembly = assemble(options.pop("governor", None), metrics=metrics, config=options.pop("config", None))
     upstreams = replace(upstreams, options={**options, "assembly": assembly})
     connections: list[UpstreamBase] = upstreams.make()
-    metrics.watch(connections)
+    metrics.watch(connections, assembly)
     async with run(connections, lazy=upstreams.lazy) as running:
         tg = running.task_group
         if ready is not None:
@@ -129,6 +129,7 @@ async def serve_http(
         # Many clients share this Router: a 2026-07-28 client's roots get connections of their own.
         connect = upstreams.fleet.connect_one if upstreams.fleet is not None else None
         shared = Router(connections, DownstreamPeer(_NoClient()), tg, connect=connect, **upstreams.options)
+        metrics.watch(connections, assembly, shared.links)  # their connections per root set
         sessions = None
         if not settings.stateless:
             sessions = HttpSessions(

@@ -14,9 +14,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import notes_command
+from tests.e2e.test_client_roots import Tree, filesystem, read, rooted, tree
 from tests.e2e.test_http_downstream import modern_body, modern_headers, sdk_client, start
 
 pytestmark = pytest.mark.anyio
+__all__ = ["tree"]  # the fixture, used by name
 
 SECRET = "sk-live-7Q2w9Zr4xK-frugal-canary"
 TOKEN = "metrics-bearer-5c1f0e9a"
@@ -62,11 +64,12 @@ async def test_calls_are_counted_by_tool_provider_and_outcome(mode: str) -> None
         calls("add", "ok"): 1.0,
         calls("echo", "ok"): 1.0,
         calls("read_note", "tool_error"): 1.0,
-        # The SDK server answers an unknown tool with an isError result.
-        calls("no_such_tool", "tool_error"): 1.0,
+        # The SDK server answers an unknown tool with an isError result: a name no upstream listed
+        # nor served is no label of its own.
+        calls("(other)", "tool_error"): 1.0,
         calls("blob", "ok"): 1.0,
     }
-    tools = ("add", "echo", "read_note", "no_such_tool", "blob")
+    tools = ("add", "echo", "read_note", "(other)", "blob")
     assert family(samples, "frugal_call_duration_seconds_count") == {(("tool", tool),): 1.0 for tool in tools}
     assert all(
         samples[("frugal_call_duration_seconds_bucket", (("le", "+Inf"), ("tool", tool)))] == 1.0 for tool in tools
@@ -83,11 +86,15 @@ async def test_the_upstream_gauge_follows_a_crash_and_the_restart() -> None:
     proxy = start(notes_command())
     up = ("frugal_upstream_up", (("upstream", UPSTREAM),))
     starts = ("frugal_upstream_starts_total", (("upstream", UPSTREAM),))
+    restarts = ("frugal_upstream_restarts_total", (("upstream", UPSTREAM),))
     try:
         with anyio.fail_after(50):
             async with sdk_client(proxy.url, "auto") as client, httpx2.AsyncClient(timeout=20) as http:
                 _, before = await scrape(http, proxy.base)
-                assert (before[up], before[starts]) == (1.0, 1.0)
+                assert (before[up], before[starts], before[restarts]) == (1.0, 1.0, 0.0)
+                # Listed first, as clients do: a tool that fails is a label of its own only
+                # once the proxy knows it as a tool (a listing, or an answer without an error).
+                await client.list_tools()
                 assert (await client.call_tool("crash", {})).is_error
                 # The call fails as the process exits; the gauge is read from the connection at
                 # every scrape, so it reads 0 from then on until something restarts it.
@@ -98,7 +105,7 @@ async def test_the_upstream_gauge_follows_a_crash_and_the_restart() -> None:
                 assert family(after, "frugal_calls_total") == {calls("crash", "transient"): 1.0}
                 assert not (await client.call_tool("add", {"a": 1, "b": 1})).is_error  # restarts it
                 _, restarted = await scrape(http, proxy.base)
-                assert (restarted[up], restarted[starts]) == (1.0, 2.0)
+                assert (restarted[up], restarted[starts], restarted[restarts]) == (1.0, 2.0, 1.0)
     finally:
         proxy.stop()
 
@@ -144,3 +151,27 @@ async def test_metrics_needs_the_token_and_counts_every_http_answer() -> None:
     assert family(samples, "frugal_calls_total") == {calls("echo", "ok"): 1.0}
     assert SECRET not in text
     assert TOKEN not in text
+
+
+async def test_connections_per_root_set_are_a_gauge(tree: Tree) -> None:
+    """Two 2026-07-28 clients granting two root sets on a session-era upstream (server-filesystem):
+    one connection each beside the upstream's own, so the gauge reads 0, then 1, then 2; the
+    same roots again open none."""
+    served = filesystem(tree)
+    gauge = "frugal_upstream_root_set_connections"
+    try:
+        with anyio.fail_after(90):
+            async with httpx2.AsyncClient(timeout=20) as http:
+                _, before = await scrape(http, served.base)
+                ((upstream_labels, _),) = family(before, "frugal_upstream_up").items()
+                assert family(before, gauge) == {upstream_labels: 0.0}
+                async with rooted(served.url, tree.top) as wide:
+                    assert not (await read(wide, tree.hello))[0]
+                    _, one = await scrape(http, served.base)
+                    async with rooted(served.url, tree.sub) as narrow, rooted(served.url, tree.top) as same:
+                        assert (await read(narrow, tree.hello))[0]  # outside its roots
+                        assert not (await read(same, tree.hello))[0]
+                        _, two = await scrape(http, served.base)
+    finally:
+        served.stop()
+    assert (family(one, gauge), family(two, gauge)) == ({upstream_labels: 1.0}, {upstream_labels: 2.0})

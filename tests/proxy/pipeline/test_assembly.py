@@ -31,7 +31,7 @@ from frugal_proxy.policies.metrics import CallMetrics
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers import FakeProvider
 from frugal_proxy.providers.own_tools import OwnToolProvider
-from frugal_proxy.records import Call, Exchange, Outcome, Route
+from frugal_proxy.records import Attempt, Call, Exchange, Outcome, Route
 from tests.ledger_lines import usage_line
 from tests.redis_server import RedisServer, Wire, redis_server
 from tests.routed_calls import search
@@ -48,12 +48,28 @@ class Sink:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, str]] = []
         self.shaped: list[tuple[str, int]] = []
+        self.attempts: list[Attempt] = []
+        self.failovers: list[tuple[str, str]] = []
+        self.cache: list[tuple[str, bool]] = []
+        self.loop_refusals: list[str] = []
 
     def record_call(self, tool: str, provider: str, outcome: str, seconds: float) -> None:
         self.calls.append((tool, provider, outcome))
 
     def record_shaped(self, tool: str, removed_bytes: int) -> None:
         self.shaped.append((tool, removed_bytes))
+
+    def record_attempt(self, attempt: Attempt) -> None:
+        self.attempts.append(attempt)
+
+    def record_failover(self, tool: str, provider: str) -> None:
+        self.failovers.append((tool, provider))
+
+    def record_cache(self, capability: str, hit: bool) -> None:
+        self.cache.append((capability, hit))
+
+    def record_loop_refusal(self, tool: str) -> None:
+        self.loop_refusals.append(tool)
 
 
 def exchange(tool: str, provider: str) -> Exchange:
