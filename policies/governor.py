@@ -17,8 +17,11 @@ The proxy's own tools are left alone: their answers are already the governor's.
 
 from __future__ import annotations
 
+import time
+
 import msgspec
 
+from frugal_proxy import tracing
 from frugal_proxy.governor.engine import Governor, raw_call_key
 from frugal_proxy.governor.shaping import fits_at_a_glance
 from frugal_proxy.policies import Policy
@@ -65,10 +68,12 @@ class GovernorPolicy(Policy):
                 budget = msgspec.structs.replace(budget, content_chars=content)
         if fits_at_a_glance(raw, budget):
             return  # what `shape` would say at once, without its coroutine (most small results)
+        started = time.time_ns()
         shaped = await self.governor.shape(route.name, exchange.operator, raw, budget, route.output_schema)
         if shaped is None:
             return
         result, artifact_ids = shaped
+        tracing.note_cut(route.name, started, len(raw), len(result))
         exchange.answer = {**answer, "result": result}
         exchange.trace.append(
             Decision("govern", self.name, "shaped", f"shaped {len(raw)} bytes to {len(result)}", len(raw), len(result))

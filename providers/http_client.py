@@ -48,7 +48,7 @@ import httpcore2
 import httpx2
 import msgspec
 
-from frugal_proxy import __version__
+from frugal_proxy import __version__, tracing
 from frugal_proxy.records import Exchange, Outcome
 from frugal_proxy.upstream.http_wire import retry_after
 
@@ -158,7 +158,13 @@ class HttpClient:
         may have been written (httpcore's trace says when its headers start to go out, so a call
         cut while it waits for a connection or connects stays unsent; a transport of a test's own
         counts from the hand-off, and back to unsent when it says it could not connect), then
-        "sent", and "refused" once a failure status came back."""
+        "sent", and "refused" once a failure status came back.
+
+        Traced, a provider's Web API request carries the context of the attempt's span as
+        `traceparent` (not a page a guarded fetcher fetches: a site a call names learns nothing
+        of the trace)."""
+        if tracing.live is not None and self._check is None:
+            headers = {**(headers or {}), **dict(tracing.http_headers())}
         if call is not None:
             call.request_state = "unsent"
         client = await self.client()

@@ -2,7 +2,7 @@
 # Prepare this checkout for development, tests and the demo; safe to run again and again.
 #
 #   .venv/        python3 (>= 3.11) venv with the checkout installed as a strict editable
-#                 install plus the `test` extra
+#                 install plus the `test` and `otel` extras (the tracing tests need the SDK)
 #   .deps/node/   npm peers used by the end-to-end tests
 #   .deps/conformance/  Node 22 and the official MCP conformance suite (two pinned versions)
 #   chromium      Debian's package, for the local browser provider and its tests (when apt-get
@@ -75,9 +75,9 @@ else
     rm -f "$STAMP"
     quiet "$VPY" -m pip install --quiet --upgrade pip
     say "pip $("$VPY" -m pip --version | cut -d' ' -f2)"
-    quiet "$VPY" -m pip install --quiet -e '.[test]' --config-settings editable_mode=strict
+    quiet "$VPY" -m pip install --quiet -e '.[test,otel]' --config-settings editable_mode=strict
     printf '%s\n' "$stamp" >"$STAMP"
-    say "installed frugal-proxy (strict editable) with the test extra"
+    say "installed frugal-proxy (strict editable) with the test and otel extras"
 fi
 
 # 3. npm peers, pinned, in a folder of their own.

@@ -32,6 +32,7 @@ import anyio
 import anyio.abc
 import msgspec
 
+from frugal_proxy import tracing
 from frugal_proxy.bridge.downstream import ClientGone, DownstreamPeer
 from frugal_proxy.bridge.listen_hub import ListenHub
 from frugal_proxy.bridge.mrtr import HeldCalls, Question, fulfil_input_required
@@ -146,14 +147,21 @@ class UpstreamLink:
         `headers` go on with it where the upstream's transport carries them; `on_cut` is told when
         a session-era HTTP upstream closes the request's stream before its reply (the connection
         resumes it). Past the link's `deadline` the request is cancelled upstream and
-        UpstreamTimeout names the knob."""
-        if self.deadline is None:
-            return await self._forward(method, params, client, on_progress, headers, on_cut)
-        try:
-            with anyio.fail_after(self.deadline):
-                return await self._forward(method, params, client, on_progress, headers, on_cut)
-        except TimeoutError:
-            raise self.timed_out(method) from None
+        UpstreamTimeout names the knob. Traced, it is a CLIENT span whose context goes upstream
+        in `params._meta`."""
+        with tracing.client_span(method, params, self.upstream) as span:  # (a no-op while tracing is off)
+            if span is not None:
+                params = tracing.with_trace_context(params)
+            if self.deadline is None:
+                reply = await self._forward(method, params, client, on_progress, headers, on_cut)
+            else:
+                try:
+                    with anyio.fail_after(self.deadline):
+                        reply = await self._forward(method, params, client, on_progress, headers, on_cut)
+                except TimeoutError:
+                    raise self.timed_out(method) from None
+            tracing.note_reply(span, reply, method)
+            return reply
 
     def timed_out(self, method: str) -> UpstreamTimeout:
         """The error of a request that ran past the link's deadline (and was cancelled upstream)."""

@@ -26,6 +26,7 @@ from frugal_proxy.bridge.downstream import DownstreamPeer
 from frugal_proxy.cli.http_options import add_http_options
 from frugal_proxy.cli.signals import stop_on_signal
 from frugal_proxy.errors import UpstreamDown
+from frugal_proxy.tracing import setup
 from frugal_proxy.transports.framing import DEFAULT_MAX_LINE_BYTES
 from frugal_proxy.transports.lines import FrameReader, FrameWriter
 from frugal_proxy.transports.stdio import FdSink, FdSource
@@ -210,18 +211,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.configure(options.log_level)
     name = options.name or upstream_name(command)
     if options.http:
-        return wrap_http(options, command, name, env, headers, governor, call_timeout)
+        return setup.traced(lambda: wrap_http(options, command, name, env, headers, governor, call_timeout))
     try:
-        return anyio.run(
-            wrap_stdio,
-            command,
-            name,
-            env,
-            options.max_message_bytes,
-            options.probe_timeout,
-            governor,
-            headers,
-            call_timeout,
+        return setup.traced(
+            lambda: anyio.run(
+                wrap_stdio,
+                command,
+                name,
+                env,
+                options.max_message_bytes,
+                options.probe_timeout,
+                governor,
+                headers,
+                call_timeout,
+            )
         )
     except KeyboardInterrupt:
         return 130

@@ -35,6 +35,7 @@ from frugal_proxy.ledger import replica
 from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.providers import registry
 from frugal_proxy.router.router import Router
+from frugal_proxy.tracing import setup
 from frugal_proxy.transports.lines import FrameReader, FrameWriter
 from frugal_proxy.transports.stdio import FdSink, FdSource
 from frugal_proxy.upstream.base import UpstreamBase
@@ -144,9 +145,9 @@ def serve_command(argv: list[str]) -> int:
 
         fleet = Fleet.from_config(config)
         upstreams = UpstreamSet(fleet.connect, session_options(config), fleet.lazy, fleet)
-        return run_http(options, upstreams, auth=config.auth)
+        return setup.traced(lambda: run_http(options, upstreams, auth=config.auth))
     try:
-        return anyio.run(serve_stdio, config)
+        return setup.traced(lambda: anyio.run(serve_stdio, config))
     except KeyboardInterrupt:
         return 130
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import anyio
 import msgspec
 
-from frugal_proxy import money
+from frugal_proxy import money, tracing
 from frugal_proxy.config import format_duration
 from frugal_proxy.policies import Policy
 from frugal_proxy.protocol import jsonrpc
@@ -146,7 +146,17 @@ class Dispatch:
         return False
 
     async def _attempt(self, exchange: Exchange, spec: ProviderSpec, after: list[Policy]) -> tuple[Outcome, bool]:
-        """One attempt, its retries included: the outcome, and whether the deadline cut it short."""
+        """One attempt, its retries included: the outcome, and whether the deadline cut it short.
+        Traced, it is a span of its own (tracing.spans), the parent of the provider's requests."""
+        if tracing.live is not None:
+            with tracing.attempt_span(spec) as span:
+                outcome, cut = await self._attempted(exchange, spec, after)
+                if exchange.attempts and exchange.attempts[-1].provider == spec.name:
+                    tracing.note_attempt(span, exchange.attempts[-1])
+                return outcome, cut
+        return await self._attempted(exchange, spec, after)
+
+    async def _attempted(self, exchange: Exchange, spec: ProviderSpec, after: list[Policy]) -> tuple[Outcome, bool]:
         started = time.monotonic()
         retries = 0
         while True:

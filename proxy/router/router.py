@@ -19,6 +19,7 @@ import anyio
 import anyio.abc
 import msgspec
 
+from frugal_proxy import tracing
 from frugal_proxy.bridge.downstream import ClientGone, ClientUnreachable, DownstreamPeer
 from frugal_proxy.bridge.link import Client, UpstreamLink, complete_for_legacy
 from frugal_proxy.bridge.root_sets import DEFAULT_LIMIT as DEFAULT_ROOT_SETS
@@ -90,10 +91,15 @@ class Router:
         page_size: int = 500,
         connect: Callable[[str], UpstreamBase] | None = None,
         root_sets: int = DEFAULT_ROOT_SETS,
+        transport: str = "pipe",
+        session_id: str | None = None,
     ) -> None:
         """`connect(name)` makes a fresh connection to upstream `name`: given where many
         clients share this router (the HTTP endpoint's stateless side), for at most
-        `root_sets` root sets per upstream (bridge.root_sets)."""
+        `root_sets` root sets per upstream (bridge.root_sets). `transport` ("pipe": stdio,
+        "tcp": HTTP) and `session_id` (an HTTP session's) are what its requests' spans say."""
+        self.transport = transport
+        self.session_id = session_id
         connections = upstreams if isinstance(upstreams, list) else [upstreams]
         self.downstream = downstream
         self._tg = task_group
@@ -378,8 +384,8 @@ class Router:
         was: its id, tool name and _meta are read from it instead of decoded again. `read` is
         what an HTTP caller decoded of the frame already."""
         link = self._plain_link
-        if link is None or frame.get("method") != _TOOLS_CALL or "id" not in frame:
-            return None
+        if link is None or frame.get("method") != _TOOLS_CALL or "id" not in frame or tracing.live is not None:
+            return None  # (a traced call goes the general way: its spans open around the reply)
         try:
             params = jsonrpc.params_of(frame) if read is None else read.params
             if client is not None and message is not None:
@@ -430,6 +436,21 @@ class Router:
         a tools/call whose exchange `_plain_call` opened goes on through the pipeline from there."""
         client_id = jsonrpc.id_of(frame)
         assert client_id is not None
+        if tracing.live is None:
+            return await self._replied(client_id, frame, origin, resume)
+        method = jsonrpc.method_of(frame) or ""
+        version = self.client.protocol_version if self.client.era == "legacy" else None
+        params = jsonrpc.params_of(frame)
+        with tracing.server_span(
+            method, client_id, params, version=version, transport=self.transport, session_id=self.session_id
+        ) as span:
+            reply = await self._replied(client_id, frame, origin, resume)
+            tracing.note_reply(span, reply, method)
+            return reply
+
+    async def _replied(
+        self, client_id: RequestId, frame: Frame, origin: Origin, resume: Exchange | None
+    ) -> Frame | None:
         with anyio.CancelScope() as scope:
             self._inflight[client_id] = scope
             try:
@@ -598,7 +619,12 @@ class Router:
             on_cut=origin.on_cut,
             operator=origin.operator or self.operator,
         )
-        return self._in_clients_era(exchange, await self.pipeline.run(exchange))
+        reply = self._in_clients_era(exchange, await self.pipeline.run(exchange))
+        if tracing.live is not None and exchange.receipt is not None:
+            receipt = exchange.receipt
+            span = tracing.current_span()
+            tracing.note_receipt(span, receipt.provider_used, receipt.total_micros, len(receipt.attempts))
+        return reply
 
     def _in_clients_era(self, exchange: Exchange, reply: Frame) -> Frame:
         """A tools/call reply in the client's era: an upstream tool's reply as it came (its link

@@ -128,7 +128,9 @@ async def serve_http(
         await assembly.start(tg)
         # Many clients share this Router: a 2026-07-28 client's roots get connections of their own.
         connect = upstreams.fleet.connect_one if upstreams.fleet is not None else None
-        shared = Router(connections, DownstreamPeer(_NoClient()), tg, connect=connect, **upstreams.options)
+        shared = Router(
+            connections, DownstreamPeer(_NoClient()), tg, connect=connect, transport="tcp", **upstreams.options
+        )
         metrics.watch(connections, assembly, shared.links)  # their connections per root set
         sessions = None
         if not settings.stateless:

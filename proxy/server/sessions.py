@@ -280,7 +280,15 @@ class HttpSessions:
         peer = DownstreamPeer(outbox)
         try:
             async with run(own, lazy=self._upstreams.lazy) as running:
-                session = Router(connections, peer, running.task_group, operator=operator, **self._upstreams.options)
+                session = Router(
+                    connections,
+                    peer,
+                    running.task_group,
+                    operator=operator,
+                    transport="tcp",
+                    session_id=session_id,
+                    **self._upstreams.options,
+                )
                 entry = HttpSession(session_id, session, peer, outbox)
                 self._sessions[session_id] = entry
                 self._opening.discard(session_id)  # counted once: registered, no longer opening

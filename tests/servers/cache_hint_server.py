@@ -4,8 +4,9 @@ that the hints are exactly what the test chose."""
 
 from __future__ import annotations
 
-import json
 import sys
+
+from raw_lines import serve  # beside this script (sys.path[0])
 
 TTL_MS = int(sys.argv[1])
 SCOPE = sys.argv[2]
@@ -22,13 +23,4 @@ def answer(request: dict) -> dict:
     raise LookupError(method)
 
 
-for line in sys.stdin:
-    request = json.loads(line)
-    if "id" not in request:
-        continue
-    try:
-        reply = {"jsonrpc": "2.0", "id": request["id"], "result": answer(request)}
-    except LookupError as exc:
-        reply = {"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32601, "message": f"no {exc}"}}
-    sys.stdout.write(json.dumps(reply) + "\n")
-    sys.stdout.flush()
+serve(answer)

@@ -23,7 +23,9 @@ through each provider's `base_url`).
                                            200 text/html, the rendered DOM
                                            (docs.browserless.io/rest-apis/content)
 
-`requests` counts what each path prefix was asked, so a test can say a provider was not called.
+`requests` counts what each path prefix was asked, so a test can say a provider was not called;
+`headers` keeps the request headers the Wikipedia search got, one dict per request (the tracing
+tests read the `traceparent` a provider sent).
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ HELD_SECONDS = 120.0  # a held request is answered then even if no test released
 class FakeApis:
     base: str
     requests: collections.Counter[str] = field(default_factory=collections.Counter)
+    headers: list[dict[str, str]] = field(default_factory=list)
     holding: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
 
@@ -113,6 +116,7 @@ def _app(apis: FakeApis) -> Starlette:
 
     async def wikipedia(request: Request) -> Response:
         counts["wikipedia"] += 1
+        apis.headers.append(dict(request.headers))
         return _search_pages(request)
 
     async def wide(request: Request) -> Response:
