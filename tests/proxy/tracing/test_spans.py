@@ -10,20 +10,24 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx2
 import pytest
+from blockbuster import blockbuster_ctx
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
 from frugal_proxy import config, tracing
 from frugal_proxy.config import GovernorSettings
 from frugal_proxy.pipeline.assembly import assemble
+from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers import registry
 from frugal_proxy.providers.http_client import HttpClient
+from frugal_proxy.upstream.stdio import UpstreamConnection
+from tests.conftest import notes_command
 from tests.fake_peers import FakeCall, FakeUpstream, tool
 from tests.proxy.router.test_router import served
 
@@ -261,3 +265,53 @@ async def test_off_nothing_is_recorded_and_the_clients_context_goes_on_as_it_cam
         )
     assert "result" in reply and memory.get_finished_spans() == ()
     assert upstream.last("tools/call").params["_meta"] == legacy_meta()
+
+
+async def test_traced_the_router_never_blocks_the_loop() -> None:
+    """With the batch processor `serve` installs (export on a thread of its own), a traced call
+    through a real upstream makes no blocking call from frugal_proxy's code."""
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
+    tracing.install(provider)
+    try:
+        with blockbuster_ctx(["frugal_proxy"]):
+            async with (
+                UpstreamConnection(notes_command(), name="notes") as upstream,
+                served(upstream, seconds=30) as (_, wire),
+            ):
+                await upstream.ensure_ready()
+                meta = {"traceparent": TRACEPARENT}
+                added = await wire.request(
+                    1, "tools/call", {"name": "add", "arguments": {"a": 2, "b": 3}, "_meta": meta}
+                )
+        assert "result" in added
+    finally:
+        tracing.uninstall()
+        provider.shutdown()
+
+
+class HttpUpstream:
+    """What a client span reads of a URL upstream (upstream.http: its name, era, URL, session)."""
+
+    name = "remote"
+    era = "legacy"
+    url = "https://mcp.example:8443/mcp"
+    initialize_result: ClassVar[dict[str, str]] = {"protocolVersion": "2025-06-18"}
+
+
+async def test_a_url_upstreams_client_span_names_its_address_and_port(exporter: InMemorySpanExporter) -> None:
+    assert tracing.live is not None
+    with tracing.client_span("prompts/get", {"name": jsonrpc.raw("review")}, HttpUpstream()):
+        pass
+    [span] = exporter.get_finished_spans()
+    assert span.name == "prompts/get review" and span.kind is SpanKind.CLIENT
+    assert dict(span.attributes or {}) == {
+        "mcp.method.name": "prompts/get",
+        "gen_ai.prompt.name": "review",
+        "frugal.upstream": "remote",
+        "network.transport": "tcp",
+        "network.protocol.name": "http",
+        "server.address": "mcp.example",
+        "server.port": 8443,
+        "mcp.protocol.version": "2025-06-18",
+    }
