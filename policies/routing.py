@@ -134,12 +134,7 @@ class Routing(Policy):
             exchange.candidates = kept
             return
         strategy = route.strategy or settings.strategy
-        ordered = self._order(kept, strategy)
-        # A name given twice is one preference: a provider is one candidate, tried once.
-        preferred = [name for name in dict.fromkeys(settings.order) if any(spec.name == name for spec in ordered)]
-        if preferred:
-            first = [next(spec for spec in ordered if spec.name == name) for name in preferred]
-            ordered = first + [spec for spec in ordered if spec.name not in preferred]
+        ordered, preferred = self._preferred(self._order(kept, strategy), settings)
         exchange.candidates = ordered
         why = (
             _WHY[strategy]
@@ -149,6 +144,23 @@ class Routing(Policy):
         if preferred:
             why += f", {where}.order first ({', '.join(preferred)})"
         exchange.trace.append(Decision("route", strategy, "ordered", why))
+
+    def standing_order(self, capability: str, specs: list[ProviderSpec]) -> tuple[str, list[ProviderSpec]]:
+        """A capability's strategy and the order a call would try these providers in now (the
+        denied ones left out, no pin, before cooldowns and budgets drop any): the status page."""
+        settings = self.settings.get(capability) or CapabilityRouting()
+        kept = [spec for spec in specs if spec.name not in settings.deny]
+        return settings.strategy, self._preferred(self._order(kept, settings.strategy), settings)[0]
+
+    @staticmethod
+    def _preferred(ordered: list[ProviderSpec], settings: CapabilityRouting) -> tuple[list[ProviderSpec], list[str]]:
+        """`order`'s providers first; and which of them were there."""
+        # A name given twice is one preference: a provider is one candidate, tried once.
+        preferred = [name for name in dict.fromkeys(settings.order) if any(spec.name == name for spec in ordered)]
+        if preferred:
+            first = [next(spec for spec in ordered if spec.name == name) for name in preferred]
+            ordered = first + [spec for spec in ordered if spec.name not in preferred]
+        return ordered, preferred
 
     def _pin(self, exchange: Exchange, kept: list[ProviderSpec], pinned: str, where: str) -> list[ProviderSpec]:
         capability = exchange.route.capability or "tool"

@@ -9,7 +9,7 @@ tools/call (routing, the size governor, budgets, the loop guard, the ledger, met
 here and nowhere else:
 
     loop guard → domains → cache → routing → ceiling → budget → cooldown → governor → metrics
-    → ledger → (build_pipeline adds the call log; dispatch's deadline and retries come with it)
+    → recent calls → ledger → (build_pipeline adds the call log; dispatch's deadline and retries come with it)
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from frugal_proxy.policies.governor import GovernorPolicy
 from frugal_proxy.policies.ledger import Ledger
 from frugal_proxy.policies.loop_guard import LoopGuard
 from frugal_proxy.policies.metrics import CallMetrics, CallSink, ToolNames
+from frugal_proxy.policies.recent_calls import RecentCallsPolicy
 from frugal_proxy.policies.result_cache import ResultCachePolicy
 from frugal_proxy.policies.routing import Routing
 from frugal_proxy.providers import Provider, registry
@@ -59,6 +60,7 @@ from frugal_proxy.records import ProviderSpec, Route
 from frugal_proxy.state.call_windows import CallWindows, MemoryCallWindows
 from frugal_proxy.state.cooldowns import CooldownBook, MemoryCooldowns
 from frugal_proxy.state.latency import MemoryLatency
+from frugal_proxy.state.recent_calls import RecentCalls
 from frugal_proxy.state.redis_budgets import RedisBudgets
 from frugal_proxy.state.redis_cache import RedisResultCache
 from frugal_proxy.state.redis_cooldowns import RedisCooldowns
@@ -88,6 +90,8 @@ class Assembly:
     # them to its own links, like the upstream tools above.
     candidates: list[tuple[str, str, str]] = field(default_factory=list)
     off: dict[str, str] = field(default_factory=dict)
+    # The providers that are off per capability (name -> why): what the status page lists.
+    off_by_capability: dict[str, dict[str, str]] = field(default_factory=dict)
     http: HttpClient | None = None
     feeds: Feeds | None = None
     dispatch: DispatchSettings = field(default_factory=DispatchSettings)  # the deadline
@@ -97,6 +101,10 @@ class Assembly:
     budget: Budget | None = None
     cooldown: Cooldown | None = None
     tool_names: ToolNames | None = None
+    # What the status page reads (server.ui_data): the ring of recent calls the seal phase
+    # feeds, and the routing policy whose order it shows.
+    recent: RecentCalls = field(default_factory=RecentCalls)
+    routing: Routing | None = None
 
     @property
     def provider_names(self) -> list[str]:
@@ -243,6 +251,7 @@ def assemble(
             defined.append(EXECUTE_TOOL["name"])
         assembly.tool_names = ToolNames(defined)
         assembly.policies.append(CallMetrics(metrics, assembly.tool_names))
+    assembly.policies.append(RecentCallsPolicy(assembly.recent))  # the status page's last calls
     if ledger.enabled(environ):  # the usage ledger, unless FRUGAL_STATS=off
         rack = registry.rack_rates(config) if config is not None else {}
         assembly.policies.append(Ledger(writer_for(home.usage_dir(), replica.replica_id(environ)), rack))
@@ -255,6 +264,7 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
     assembly.providers = enabled.providers
     assembly.upstream_tools = enabled.upstream_tools
     assembly.off = enabled.off
+    assembly.off_by_capability = _off_by_capability(config, enabled.off, enabled.providers)
     assembly.dispatch = DispatchSettings(deadline=config.limits.routed_timeout_seconds, retries=config.limits.retries)
     specs = [provider.spec for provider in enabled.providers] + [spec for spec, _ in enabled.upstream_tools]
     for capability in CAPABILITIES:
@@ -292,13 +302,14 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
     window = config.routing.loop_window_seconds
     domains = config.routing.domains.rules
     budget = assembly.budget = Budget(_daily_caps(config), spend)
+    ordering = assembly.routing = Routing(routing, usage, latency, by_route, names=known, off=enabled.off)
     cooldown = assembly.cooldown = Cooldown(_cooldown(config), _cooldowns(link))
     assembly.policies += [
         LoopGuard(config.routing.loop_limit, window, _windows(link), upstreams=watched),  # admit
         # admit: URLs (a plain tool's names resolved, under rules that refuse addresses); after a search: its results
         *([DomainPolicy(domains, urls, resolver=http.resolver)] if domains.active else []),
         *([_cache(config, link)] if config.cache.enabled else []),  # admit: a hit answers; seal: keeps answers
-        Routing(routing, usage, latency, by_route, names=known, off=enabled.off),  # route: order, deny, pin
+        ordering,  # route: order, deny, pin
         Ceiling(usage),  # route: max_cost_usd
         budget,  # route, dispatch: daily_budget_usd
         cooldown,  # route, dispatch: fenced off after a 429
@@ -312,6 +323,18 @@ def _say_denied(routing: Mapping[str, CapabilityRouting], specs: list[ProviderSp
         denied = [spec.name for spec in specs if spec.capability == capability and spec.name in settings.deny]
         if denied:
             log.info(f"routing.{capability}.deny: never called", extra={"providers": ", ".join(denied)})
+
+
+def _off_by_capability(config: Config, off: Mapping[str, str], on: list[Provider]) -> dict[str, dict[str, str]]:
+    """`off` (by name) under each capability whose built-ins or tables carry the name, less
+    the ones that are on there (a name may be on in one capability and off in another)."""
+    found: dict[str, dict[str, str]] = {}
+    for capability in CAPABILITIES:
+        names = [b.name for b in registry.built_ins() if b.capability == capability]
+        names += list(config.providers_of(capability))
+        serving = {provider.spec.name for provider in on if provider.spec.capability == capability}
+        found[capability] = {name: off[name] for name in dict.fromkeys(names) if name in off and name not in serving}
+    return found
 
 
 def _by_own_names(settings: CapabilityRouting, names: Mapping[str, str]) -> CapabilityRouting:

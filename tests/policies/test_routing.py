@@ -61,6 +61,18 @@ def test_cheap_puts_free_quota_first_and_keeps_ties_in_their_order() -> None:
     assert ex.trace == [Decision("route", "cheap", "ordered", "effective cost ascending")]
 
 
+def test_the_standing_order_is_what_a_call_would_try_now() -> None:
+    """What the status page shows: the strategy and its order, `order` first, denied left out;
+    the same order a call gets, and no trace written anywhere."""
+    routing = policy(strategy="premium", order=["marginalia"], deny=["brave"])
+    strategy, ordered = routing.standing_order("search", SPECS)
+    assert (strategy, [spec.name for spec in ordered]) == ("premium", ["marginalia", "youcom", "serper", "youcom-free"])
+    ex = routed()
+    routing.route(ex)
+    assert order(ex) == [spec.name for spec in ordered]
+    assert policy().standing_order("extract", []) == ("cheap", [])
+
+
 def test_a_used_up_quota_makes_a_provider_paid_again() -> None:
     routing = policy()
     routing.usage.seed({"serper": 2}, utc_month(1_780_000_000.0))  # the month's quota of 2, used

@@ -28,6 +28,7 @@ from frugal_proxy.policies.call_log import CallLog
 from frugal_proxy.policies.governor import GovernorPolicy
 from frugal_proxy.policies.ledger import Ledger
 from frugal_proxy.policies.metrics import CallMetrics
+from frugal_proxy.policies.recent_calls import RecentCallsPolicy
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers import FakeProvider
 from frugal_proxy.providers.own_tools import OwnToolProvider
@@ -82,8 +83,9 @@ async def large(exchange: Exchange) -> Outcome:
 
 def test_the_default_is_the_governor_with_its_tools_and_no_metrics() -> None:
     assembly = assemble()
-    policy, ledger = assembly.policies
+    policy, recent, ledger = assembly.policies
     assert isinstance(policy, GovernorPolicy) and policy.governor is assembly.governor
+    assert isinstance(recent, RecentCallsPolicy) and recent.book is assembly.recent  # the status page's ring
     assert isinstance(ledger, Ledger)
     assert [tool.name for tool in assembly.own_tools] == GOVERNOR_TOOLS
 
@@ -97,17 +99,24 @@ def test_settings_reach_the_exposed_governor() -> None:
 
 def test_a_disabled_governor_is_left_out_with_its_tools() -> None:
     assembly = assemble(GovernorSettings(enabled=False), environ={"FRUGAL_STATS": "off"})
-    assert (assembly.policies, assembly.own_tools, assembly.governor) == ([], [], None)
+    assert [type(policy) for policy in assembly.policies] == [RecentCallsPolicy]
+    assert (assembly.own_tools, assembly.governor) == ([], None)
     sink = Sink()
-    (only,) = assemble(GovernorSettings(enabled=False), metrics=sink, environ={"FRUGAL_STATS": "off"}).policies
-    assert isinstance(only, CallMetrics)
+    metrics, recent = assemble(GovernorSettings(enabled=False), metrics=sink, environ={"FRUGAL_STATS": "off"}).policies
+    assert isinstance(metrics, CallMetrics) and isinstance(recent, RecentCallsPolicy)
 
 
 async def test_metrics_come_last_and_see_what_the_governor_cut() -> None:
     sink = Sink()
     assembly = assemble(metrics=sink)
     pipeline = build_pipeline({"up": FakeProvider("up", large)}, assembly.policies)
-    assert [type(policy) for policy in pipeline.policies] == [GovernorPolicy, CallMetrics, Ledger, CallLog]
+    assert [type(policy) for policy in pipeline.policies] == [
+        GovernorPolicy,
+        CallMetrics,
+        RecentCallsPolicy,
+        Ledger,
+        CallLog,
+    ]
     with anyio.fail_after(10):
         answer = await pipeline.run(exchange("read", "up"))
     assert "frugal__fetch_slice" in jsonrpc.decode_any(answer["result"])["content"][0]["text"]
