@@ -272,7 +272,7 @@ def test_relative_links_resolve(path: Path) -> None:
 
 def test_the_cli_is_discovered() -> None:
     forms = cli()
-    for form in ("", "serve", "config check", "config init", "status", "mcp install", "mcp uninstall"):
+    for form in ("", "serve", "config check", "config init", "status", "ui", "mcp install", "mcp uninstall"):
         assert form in forms, f"frugal-proxy {form} was not found"
     assert "--http" in forms[""] and "--config" in forms["serve"] and "--wrap" in forms["mcp install"]
     assert "--wrap" not in forms[""] and "--stateless" not in forms["mcp install"]

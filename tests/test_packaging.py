@@ -98,6 +98,8 @@ def test_wheel_ships_every_module_of_the_tree(tmp_path: Path) -> None:
         f"in the wheel but not in the tree: {sorted(shipped - expected)}"
     )
     assert f"{IMPORT_NAME}/py.typed" in names
+    page = {f"{IMPORT_NAME}/server/ui/{name}" for name in ("status.html", "status.css", "status.js", "favicon.svg")}
+    assert page <= set(names), f"the status page's files missing from the wheel: {sorted(page - set(names))}"
     licences = {PurePosixPath(name).name: name for name in names if "/licenses/" in name}
     assert set(licences) == {"LICENSE", "NOTICE"}, f"the wheel's licence files: {sorted(licences)}"
     with zipfile.ZipFile(built) as wheel:

@@ -19,6 +19,7 @@ from frugal_proxy.ledger import replica
 
 if TYPE_CHECKING:
     from frugal_proxy.config import Auth
+    from frugal_proxy.server.guard import GuardSettings
     from frugal_proxy.server.sessions import UpstreamSet
     from frugal_proxy.upstream.base import UpstreamBase
 
@@ -179,22 +180,15 @@ def _forwarded_allow_ips(text: str | None) -> list[str] | ValueError | None:
     return entries
 
 
-def run_http(
-    options: argparse.Namespace,
-    upstreams: UpstreamSet,
-    ready: Callable[[list[UpstreamBase]], Awaitable[str | None]] | None = None,
-    auth: Auth | None = None,
-) -> int:
-    """Check the options, refuse an unsafe bind before binding anything, then serve. `auth` is
-    the config's `[auth]` table (the wrap form has none: FRUGAL_AUTH_TOKEN only)."""
+def checked_bind(options: argparse.Namespace, auth: Auth | None) -> tuple[str, int, GuardSettings] | int:
+    """`--http`'s host and port and the guard in front of them (the operators of `auth` and
+    FRUGAL_AUTH_TOKEN, `--allowed-host`, `--allowed-origin`, `--rate-limit`, the body cap), or
+    the exit status 2 once it has said why not: an address that is not one, or one that must
+    not be bound without authentication (`--allow-unauthenticated`). Binding is left to the
+    caller; `serve --http` and `frugal-proxy ui` both check this way."""
     from frugal_proxy.config import Auth
-    from frugal_proxy.server.app import listen_socket, parse_address, serve_http
-    from frugal_proxy.server.connections import ConnectionLimits
-    from frugal_proxy.server.endpoint import HttpSettings
-    from frugal_proxy.server.governor_routes import PATHS
-    from frugal_proxy.server.guard import HEALTH_PATH, bind_refusal, guard_settings, is_loopback
-    from frugal_proxy.server.legacy_sse import MESSAGES_PATH, SSE_PATH
-    from frugal_proxy.server.metrics import METRICS_PATH
+    from frugal_proxy.server.app import parse_address
+    from frugal_proxy.server.guard import bind_refusal, guard_settings, is_loopback
     from frugal_proxy.server.operators import Operators
 
     try:
@@ -208,16 +202,40 @@ def run_http(
     if refusal is not None:
         print(f"frugal-proxy: error: {refusal}", file=sys.stderr)
         return 2
-    if options.http_path in (*PATHS, HEALTH_PATH, METRICS_PATH, SSE_PATH, MESSAGES_PATH):
-        taken = f"--http-path {options.http_path} is taken by another of the proxy's endpoints; pick another path"
-        print(f"frugal-proxy: error: {taken}", file=sys.stderr)
-        return 2
     if not operators.required and not is_loopback(host):
         log.warning("listening on a non-loopback address without authentication (--allow-unauthenticated)")
     if host not in ("0.0.0.0", "::"):
         guard.allowed_hosts = guard.allowed_hosts | {host}
     if operators.required and not is_loopback(host):
         guard.any_host = True  # see GuardSettings.any_host
+    return host, port, guard
+
+
+def run_http(
+    options: argparse.Namespace,
+    upstreams: UpstreamSet,
+    ready: Callable[[list[UpstreamBase]], Awaitable[str | None]] | None = None,
+    auth: Auth | None = None,
+) -> int:
+    """Check the options, refuse an unsafe bind before binding anything, then serve. `auth` is
+    the config's `[auth]` table (the wrap form has none: FRUGAL_AUTH_TOKEN only)."""
+    from frugal_proxy.server.app import listen_socket, serve_http
+    from frugal_proxy.server.connections import ConnectionLimits
+    from frugal_proxy.server.endpoint import HttpSettings
+    from frugal_proxy.server.governor_routes import PATHS
+    from frugal_proxy.server.guard import HEALTH_PATH
+    from frugal_proxy.server.legacy_sse import MESSAGES_PATH, SSE_PATH
+    from frugal_proxy.server.metrics import METRICS_PATH
+    from frugal_proxy.server.ui_routes import PATHS as UI_PATHS
+
+    checked = checked_bind(options, auth)
+    if isinstance(checked, int):
+        return checked
+    host, port, guard = checked
+    if options.http_path in (*PATHS, HEALTH_PATH, METRICS_PATH, SSE_PATH, MESSAGES_PATH, *UI_PATHS):
+        taken = f"--http-path {options.http_path} is taken by another of the proxy's endpoints; pick another path"
+        print(f"frugal-proxy: error: {taken}", file=sys.stderr)
+        return 2
     timeouts = ("request_timeout", "header_timeout", "body_timeout", "keep_alive_timeout", "handshake_timeout")
     for flag in (*timeouts, "session_idle_timeout", "session_reclaim_after"):
         if not getattr(options, flag) > 0:

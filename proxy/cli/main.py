@@ -56,6 +56,7 @@ commands (each has its own --help):
   serve [--config F] [--http ADDR]   many upstreams from a config file, as one MCP server
   config check | init | import       validate a config and print its catalog; write a starter; convert YAML
   status                             each running serve's upstreams
+  ui [--http ADDR] [--open]          a local status page for the stdio serves on this machine
   mcp install | uninstall            add frugal-proxy to (or remove it from) your MCP clients
   keys list | rotate                 the receipt signing keys
   receipts verify FILE|-             check omission receipts offline
@@ -146,6 +147,7 @@ COMMANDS: dict[str, Command] = {
     "serve": _command("cli.serve", "serve_command"),
     "config": _command("cli.serve", "config_command"),
     "status": _command("cli.serve", "status_command"),
+    "ui": _command("cli.ui", "ui_command"),
     "keys": _command("cli.keys", "keys_command"),
     "receipts": _command("cli.keys", "receipts_command"),
     "mcp": _command("install.mcp_install", "mcp_command"),

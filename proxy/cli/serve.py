@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -40,6 +40,10 @@ from frugal_proxy.transports.lines import FrameReader, FrameWriter
 from frugal_proxy.transports.stdio import FdSink, FdSource
 from frugal_proxy.upstream.base import UpstreamBase
 from frugal_proxy.upstream.fleet import Fleet, run
+
+if TYPE_CHECKING:
+    from frugal_proxy.pipeline.assembly import Assembly
+    from frugal_proxy.server.ui_data import LiveSource
 
 log = logging.getLogger("frugal_proxy.serve")
 
@@ -168,6 +172,7 @@ async def serve_stdio(config: Config) -> int:
             tg = running.task_group
             await assembly.start(tg)
             session = Router(upstreams, downstream, tg, **router_options)
+            status.page = page_source(assembly, upstreams, session, tg)
             tg.start_soon(stop_on_signal, tg.cancel_scope)
             tg.start_soon(status.keep_written)
             await session.serve(FrameReader(source, config.limits.max_message_bytes))
@@ -184,25 +189,59 @@ async def serve_stdio(config: Config) -> int:
     return 0
 
 
+def page_source(
+    assembly: Assembly, upstreams: list[UpstreamBase], session: Router, tg: anyio.abc.TaskGroup
+) -> LiveSource:
+    """What the status file's `page` is built from: the status page's view of this serve."""
+    from frugal_proxy.server.ui_data import LiveSource
+
+    catalog = session.catalog
+
+    def tool_count(name: str) -> int | None:
+        listed = catalog.tool_names(name)
+        return None if listed is None else len(listed)
+
+    name = replica.replica_id()
+    seen = None
+    if assembly.redis is not None:  # a stdio serve on the shared Redis is one of the fleet too
+        from frugal_proxy.state.redis_replicas import RedisReplicas
+
+        fleet = RedisReplicas(assembly.redis, name)
+        tg.start_soon(fleet.keep_beating)
+        seen = fleet.seen
+    return LiveSource(assembly, upstreams, tool_count, name, replicas=seen, task_group=tg)
+
+
 class StatusFile:
-    """`$FRUGAL_HOME/run/serve-<pid>.json`: each upstream's state, rewritten every few seconds."""
+    """`$FRUGAL_HOME/run/serve-<pid>.json`: each upstream's state, rewritten every few seconds;
+    with `page`, also this serve as the status page shows it (`frugal-proxy ui` reads it)."""
 
     def __init__(self, upstreams: list[UpstreamBase]) -> None:
         self.upstreams = upstreams
         self.path = home.run_dir() / f"serve-{os.getpid()}.json"
         self.started = time.time()
         self.state: Callable[[], str | None] = lambda: None  # the shared Redis: ok or degraded
+        self.page: LiveSource | None = None
+        self._entry: dict[str, Any] | None = None
 
     def snapshot(self) -> dict[str, Any]:
-        return {
-            "pid": os.getpid(),
-            "started_at": self.started,
-            "updated_at": time.time(),
-            "upstreams": {up.name: up.state() for up in self.upstreams},
-        } | ({"state": state} if (state := self.state()) is not None else {})
+        return (
+            {
+                "pid": os.getpid(),
+                "started_at": self.started,
+                "updated_at": time.time(),
+                "upstreams": {up.name: up.state() for up in self.upstreams},
+            }
+            | ({"state": state} if (state := self.state()) is not None else {})
+            | ({"page": self._entry} if self._entry is not None else {})
+        )
 
     async def keep_written(self) -> None:
         while True:
+            if self.page is not None:
+                self._entry = await self.page.entry("stdio")
+                if self.page.replicas is not None:  # on the shared Redis: the fleet it sees
+                    self._entry["replicas"] = await self.page.replicas()
             data = json.dumps(self.snapshot(), indent=1).encode()
             try:
                 await anyio.to_thread.run_sync(home.write_private, self.path, data)
@@ -221,10 +260,9 @@ class StatusFile:
 # -- status ------------------------------------------------------------------------------------------
 
 
-def status_command(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="frugal-proxy status", description="Show each running serve's upstreams.")
-    parser.add_argument("--json", action="store_true", help="print the raw status records")
-    options = parser.parse_args(argv)
+def running_records() -> list[dict[str, Any]]:
+    """The status records of the serves running on this machine (a file whose process is gone,
+    or that cannot be read, is left out)."""
     run = home.run_dir()
     records = []
     for path in sorted(run.glob("serve-*.json")) if run.is_dir() else []:
@@ -232,8 +270,16 @@ def status_command(argv: list[str]) -> int:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if _alive(int(record.get("pid", 0))):
+        if isinstance(record, dict) and _alive(int(record.get("pid", 0))):
             records.append(record)
+    return records
+
+
+def status_command(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="frugal-proxy status", description="Show each running serve's upstreams.")
+    parser.add_argument("--json", action="store_true", help="print the raw status records")
+    options = parser.parse_args(argv)
+    records = running_records()
     # Both forms exit 1 when no serve runs, so a script can tell without parsing the output.
     if options.json:
         print(json.dumps(records, indent=1))

@@ -118,6 +118,31 @@ def batches(path: Path, kind: type[T], damage: Damage | None = None) -> Iterator
         report.warn()
 
 
+def appended(path: Path, kind: type[T], start: int, damage: Damage | None = None) -> tuple[list[T], int]:
+    """The readable whole lines of `path` from byte `start` on (what was appended since a read
+    that ended there), and where this read ended: after its last newline, so that a line still
+    being written is read next time. A missing file has none (and ends at 0); one shorter than
+    `start` (replaced) ends at -1, for the caller to read it again from 0."""
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return [], 0
+    with handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size < start:
+            return [], -1
+        handle.seek(start)
+        data = handle.read(size - start)
+    end = data.rfind(b"\n") + 1
+    if end == 0:
+        return [], start
+    report = damage or Damage(path)
+    found = _decode(memoryview(data)[:end], kind, lambda: 0, report)  # damage numbered from `start`
+    if damage is None:
+        report.warn()
+    return found, start + end
+
+
 def lines(path: Path, kind: type[T], damage: Damage | None = None) -> Iterator[T]:
     for batch in batches(path, kind, damage):
         yield from batch

@@ -127,6 +127,33 @@ def tally(month: str, batches: Iterable[list[Tallied]]) -> MonthTally:
         if outcome in CREDITED:
             day.rack += calls * micros(rack)
     result = MonthTally(month, tokens_kept_out=kept_out)
+    return _totalled(result, rows, days)
+
+
+def merged(month: str, parts: Iterable[MonthTally]) -> MonthTally:
+    """One receipt of several (each a tally of other lines of the same month): rows and days
+    added up by their keys, amounts exact."""
+    rows: dict[tuple[str, str | None, str], Row] = {}
+    days: dict[str, Day] = {}
+    result = MonthTally(month)
+    for part in parts:
+        result.tokens_kept_out += part.tokens_kept_out
+        result.skipped_lines += part.skipped_lines
+        for row in part.rows:
+            kept = rows.setdefault((row.tool, row.provider, row.outcome), Row(row.tool, row.provider, row.outcome))
+            kept.calls += row.calls
+            kept.paid += row.paid
+            kept.maybe_billed += row.maybe_billed
+        for day in part.days:
+            held = days.setdefault(day.day, Day(day.day))
+            held.calls += day.calls
+            held.paid += day.paid
+            held.rack += day.rack
+    return _totalled(result, rows, days)
+
+
+def _totalled(result: MonthTally, rows: dict[tuple[str, str | None, str], Row], days: dict[str, Day]) -> MonthTally:
+    """`result` with its rows and days in order and the month's totals added up from them."""
     result.rows = sorted(rows.values(), key=lambda r: (r.tool, _RANK.get(r.outcome, 2), r.outcome, -r.calls))
     result.days = [days[key] for key in sorted(days)]
     result.calls = sum(day.calls for day in result.days)

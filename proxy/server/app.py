@@ -23,6 +23,7 @@ from starlette.routing import Route
 
 from frugal_proxy import logs
 from frugal_proxy.bridge.downstream import ClientUnreachable, DownstreamPeer
+from frugal_proxy.ledger import replica
 from frugal_proxy.pipeline.assembly import assemble
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
@@ -35,6 +36,9 @@ from frugal_proxy.server.legacy_sse import LegacySse
 from frugal_proxy.server.mcp_path import McpPost
 from frugal_proxy.server.metrics import METRICS_PATH, HttpMetrics, Metrics, scrape_handler
 from frugal_proxy.server.sessions import HttpSessions, UpstreamSet
+from frugal_proxy.server.ui_data import LiveSource
+from frugal_proxy.server.ui_routes import DataSource, ui_routes
+from frugal_proxy.state.redis_replicas import RedisReplicas
 from frugal_proxy.upstream.base import UpstreamBase
 from frugal_proxy.upstream.fleet import run
 
@@ -56,9 +60,12 @@ def parse_address(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def build_app(endpoint: Endpoint, settings: HttpSettings, metrics: Metrics) -> HttpMetrics:
+def build_app(
+    endpoint: Endpoint, settings: HttpSettings, metrics: Metrics, ui: DataSource | None = None
+) -> HttpMetrics:
     """The ASGI application: request metrics outside the guard (refusals count too), the guard
-    in front of the MCP endpoint, /healthz and /metrics (and the 2024-11-05 HTTP+SSE pair)."""
+    in front of the MCP endpoint, /healthz and /metrics, the status page over `ui` (and the
+    2024-11-05 HTTP+SSE pair)."""
     legacy_routes: list[Route] = []
     if endpoint.sessions is not None:
         legacy = LegacySse(endpoint.sessions, endpoint.answer, settings.guard.body_cap)
@@ -69,6 +76,7 @@ def build_app(endpoint: Endpoint, settings: HttpSettings, metrics: Metrics) -> H
             Route(HEALTH_PATH, endpoint.health, methods=["GET"]),
             Route(METRICS_PATH, scrape_handler(metrics), methods=["GET"]),
             *governor_routes(endpoint.shared.assembly.governor, settings.guard),
+            *(ui_routes(ui) if ui is not None else []),
             *legacy_routes,
         ],
         exception_handlers={HTTPException: http_error},
@@ -145,8 +153,21 @@ async def serve_http(
             )
             tg.start_soon(sessions.expire_idle)
         endpoint = Endpoint(shared, sessions, settings)
+        catalog = shared.catalog
+
+        def tool_count(name: str) -> int | None:
+            listed = catalog.tool_names(name)
+            return None if listed is None else len(listed)
+
+        name = settings.replica or replica.replica_id()
+        fleet = None
+        if assembly.redis is not None:  # the replicas sharing this Redis, for the status page
+            fleet = RedisReplicas(assembly.redis, name)
+            tg.start_soon(fleet.keep_beating)
+        seen = fleet.seen if fleet is not None else None
+        page = LiveSource(assembly, connections, tool_count, name, replicas=seen, task_group=tg)
         config = uvicorn.Config(
-            build_app(endpoint, settings, metrics),
+            build_app(endpoint, settings, metrics, page.data),
             log_level="warning",
             access_log=False,
             lifespan="off",

@@ -1,0 +1,52 @@
+"""`frugal-proxy ui`'s data and its refusals, in process: the running serves' status files
+(a page-era file and one from before the page) and the month, the replicas a serve on Redis
+wrote, and a public bind without a token refused before anything listens."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from frugal_proxy import home
+from frugal_proxy.cli.serve import StatusFile
+from frugal_proxy.cli.ui import StatusFiles, ui_command
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_the_data_holds_each_running_serves_page_and_the_replicas() -> None:
+    status = StatusFile([])
+    status.path.parent.mkdir(parents=True, exist_ok=True)
+    record = status.snapshot()
+    record["page"] = {
+        "pid": os.getpid(),
+        "updated_at": 2.0,
+        "calls": [{"tool": "add"}],
+        "replicas": [{"replica": "r1"}],
+    }
+    status.path.write_text(json.dumps(record))
+    dead = home.run_dir() / "serve-999999999.json"  # a serve that is gone: left out
+    dead.write_text(json.dumps({"pid": 999_999_999, "upstreams": {}}))
+    try:
+        data = await StatusFiles().data()
+    finally:
+        status.remove()
+        dead.unlink()
+    assert data["source"] == "status files" and data["replicas"] == [{"replica": "r1"}]
+    (serve,) = data["serves"]
+    assert serve == {"pid": os.getpid(), "updated_at": 2.0, "calls": [{"tool": "add"}]}
+    assert data["month"] is not None and data["month"]["calls"] == 0 and data["month"]["days"] == []
+
+
+async def test_with_no_serve_running_there_is_nothing_to_show() -> None:
+    data = await StatusFiles().data()
+    assert data["serves"] == [] and data["replicas"] is None
+
+
+def test_a_public_bind_without_a_token_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    os.environ.pop("FRUGAL_AUTH_TOKEN", None)
+    assert ui_command(["--http", "0.0.0.0:0"]) == 2
+    err = capsys.readouterr().err
+    assert "refusing to listen on 0.0.0.0 without authentication" in err and "--allow-unauthenticated" in err
