@@ -21,7 +21,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import anyio
 import httpx2
@@ -35,7 +37,7 @@ from tests.e2e.test_http_downstream import Proxy, modern_body, modern_headers  #
 from tests.servers.fake_apis import fake_apis  # noqa: E402
 
 _TICKS = os.sysconf("SC_CLK_TCK")
-SCRAPES = 200
+READS = 200
 
 
 def cpu_seconds(pid: int) -> float:
@@ -63,26 +65,35 @@ def call_body(kind: str, n: int) -> tuple[dict[str, object], dict[str, str]]:
     return modern_body("tools/call", params, ident=n), modern_headers("tools/call", "frugal__search")
 
 
-async def scraper(http: httpx2.AsyncClient, base: str, interval: float, scrapes: list[int], first: anyio.Event) -> None:
+async def scraper(
+    http: httpx2.AsyncClient, base: str, interval: float, scrapes: list[int], first: anyio.Event, path: str = "/metrics"
+) -> None:
     while True:
-        reply = await http.get(f"{base}/metrics")
+        reply = await http.get(f"{base}{path}")
         if reply.status_code != 200:
-            raise RuntimeError(f"/metrics answered {reply.status_code}")
+            raise RuntimeError(f"{path} answered {reply.status_code}")
         scrapes[0] += 1
         first.set()
         await anyio.sleep(interval)
 
 
 async def one_round(
-    http: httpx2.AsyncClient, proxy: Proxy, kind: str, calls: int, start: int, scrape: float | None
+    http: httpx2.AsyncClient,
+    proxy: Proxy,
+    kind: str,
+    calls: int,
+    start: int,
+    scrape: float | None,
+    path: str = "/metrics",
 ) -> tuple[list[float], float, int]:
-    """(latencies in seconds, proxy CPU seconds, scrapes made) of `calls` calls in a row."""
+    """(latencies in seconds, proxy CPU seconds, GETs of `path` made) of `calls` calls in a row,
+    with `path` read every `scrape` seconds meanwhile (None: not read)."""
     latencies: list[float] = []
     scrapes = [0]
     async with anyio.create_task_group() as tg:
         if scrape is not None:
             first = anyio.Event()
-            tg.start_soon(scraper, http, proxy.base, scrape, scrapes, first)
+            tg.start_soon(scraper, http, proxy.base, scrape, scrapes, first, path)
             await first.wait()  # the first scrape is in before the clock starts
         before = cpu_seconds(proxy.process.pid)
         for n in range(start, start + calls):
@@ -98,83 +109,114 @@ async def one_round(
     return latencies, cpu, scrapes[0]
 
 
-async def measure(proxy: Proxy, calls: int, rounds: int, interval: float) -> dict[tuple[str, bool], dict[str, float]]:
-    found: dict[tuple[str, bool], tuple[list[float], float, int]] = {}
-    async with httpx2.AsyncClient(timeout=60) as http:
-        for kind in ("plain", "routed"):  # warm-up: connections, imports, the first scrape
-            await one_round(http, proxy, kind, 50, 10_000_000, interval)
-        n = 0
-        for round_ in range(rounds):
-            order = [False, True] if round_ % 2 == 0 else [True, False]
-            for kind in ("plain", "routed"):
-                for scraped in order:
-                    latencies, cpu, scrapes = await one_round(
-                        http, proxy, kind, calls, n, interval if scraped else None
-                    )
-                    n += calls
-                    kept = found.setdefault((kind, scraped), ([], 0.0, 0))
-                    found[(kind, scraped)] = (kept[0] + latencies, kept[1] + cpu, kept[2] + scrapes)
-        before = cpu_seconds(proxy.process.pid)
-        took = []
-        for _ in range(SCRAPES):  # one scrape's own cost, back to back, with every family filled
-            began = time.perf_counter()
-            metrics = (await http.get(f"{proxy.base}/metrics")).text
-            took.append(time.perf_counter() - began)
-        scrape_cpu = (cpu_seconds(proxy.process.pid) - before) / SCRAPES
-    total = sum(
-        float(line.rpartition(" ")[2]) for line in metrics.splitlines() if line.startswith("frugal_calls_total{")
-    )
-    if total < n:
-        raise RuntimeError(f"/metrics counted {total:.0f} calls of the {n} measured")
-    figures = {
+T = TypeVar("T")
+Found = dict[tuple[str, bool], tuple[list[float], float, int]]
+Figures = dict[tuple[str, bool], dict[str, float]]
+
+
+async def alternate(
+    http: httpx2.AsyncClient, proxy: Proxy, calls: int, rounds: int, interval: float, path: str = "/metrics"
+) -> tuple[Found, int]:
+    """Rounds of plain and routed calls with `path` read every `interval` seconds and not, in
+    alternating order (after a warm-up): per (kind, read), the latencies, CPU and reads; and
+    how many calls were measured."""
+    found: Found = {}
+    for kind in ("plain", "routed"):  # warm-up: connections, imports, the first read
+        await one_round(http, proxy, kind, 50, 10_000_000, interval, path)
+    n = 0
+    for round_ in range(rounds):
+        order = [False, True] if round_ % 2 == 0 else [True, False]
+        for kind in ("plain", "routed"):
+            for read in order:
+                latencies, cpu, reads = await one_round(http, proxy, kind, calls, n, interval if read else None, path)
+                n += calls
+                kept = found.setdefault((kind, read), ([], 0.0, 0))
+                found[(kind, read)] = (kept[0] + latencies, kept[1] + cpu, kept[2] + reads)
+    return found, n
+
+
+def per_call(found: Found, reads: str = "scrapes") -> dict[tuple[str, bool], dict[str, float]]:
+    """p50 and CPU per call of each (kind, read), with the reads made."""
+    return {
         key: {
             "p50_ms": statistics.median(latencies) * 1000,
             "cpu_us_per_call": cpu / len(latencies) * 1e6,
-            "scrapes": scrapes,
+            reads: made,
             "calls": len(latencies),
         }
-        for key, (latencies, cpu, scrapes) in found.items()
+        for key, (latencies, cpu, made) in found.items()
     }
-    figures[("scrape", True)] = {
-        "p50_ms": statistics.median(took) * 1000,
-        "cpu_us": scrape_cpu * 1e6,
-        "bytes": len(metrics),
-    }
-    return figures
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=400, help="calls per round")
-    parser.add_argument("--rounds", type=int, default=6, help="rounds of each kind and condition")
-    parser.add_argument("--interval", type=float, default=1.0, help="seconds between scrapes")
-    options = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="metrics-bench-") as folder, fake_apis() as apis:
+def run_serve(measure: Callable[[Proxy], Awaitable[T]]) -> T:
+    """`measure` against one `serve --config --http` over the notes server and the loopback
+    Wikipedia fake, in a temporary FRUGAL_HOME (the usage ledger on)."""
+    with tempfile.TemporaryDirectory(prefix="serve-bench-") as folder, fake_apis() as apis:
         path = Path(folder) / "frugal.toml"
         path.write_text(config_text(f"{apis.base}/wikipedia"))
         argv = [sys.executable, "-m", "frugal_proxy", "serve", "--config", str(path), "--http", "127.0.0.1:0"]
         proxy = Proxy(argv, {"FRUGAL_HOME": str(Path(folder) / "home")})
         try:
             proxy.wait_listening()
-            figures = anyio.run(measure, proxy, options.calls, options.rounds, options.interval)
+            return anyio.run(measure, proxy)
         finally:
             proxy.stop()
-    print(f"load average (1 min) {os.getloadavg()[0]:.2f}; {options.rounds} rounds x {options.calls} calls a condition")
-    print(f"{'':8} {'p50 off':>9} {'p50 on':>9} {'ratio':>6}   {'CPU off':>9} {'CPU on':>9} {'ratio':>6}   scrapes")
+
+
+def print_rounds(figures: Figures, rounds: int, calls: int, reads: str = "scrapes") -> None:
+    print(f"load average (1 min) {os.getloadavg()[0]:.2f}; {rounds} rounds x {calls} calls a condition")
+    print(f"{'':8} {'p50 off':>9} {'p50 on':>9} {'ratio':>6}   {'CPU off':>9} {'CPU on':>9} {'ratio':>6}   {reads}")
     for kind in ("plain", "routed"):
         off, on = figures[(kind, False)], figures[(kind, True)]
         print(
             f"{kind:8} {off['p50_ms']:7.2f}ms {on['p50_ms']:7.2f}ms {on['p50_ms'] / off['p50_ms']:6.3f}   "
             f"{off['cpu_us_per_call']:7.0f}us {on['cpu_us_per_call']:7.0f}us "
-            f"{on['cpu_us_per_call'] / off['cpu_us_per_call']:6.3f}   {on['scrapes']:.0f}"
+            f"{on['cpu_us_per_call'] / off['cpu_us_per_call']:6.3f}   {on[reads]:.0f}"
         )
-    scrape = figures[("scrape", True)]
+
+
+async def measure(
+    proxy: Proxy, options: argparse.Namespace, path: str = "/metrics", reads: str = "scrapes"
+) -> tuple[Figures, str]:
+    """The alternating rounds, then READS (200) GETs of `path` back to back for one read's own
+    cost; and the last read's text."""
+    async with httpx2.AsyncClient(timeout=60) as http:
+        found, _ = await alternate(http, proxy, options.calls, options.rounds, options.interval, path)
+        before = cpu_seconds(proxy.process.pid)
+        took = []
+        for _ in range(READS):  # one read's own cost, back to back, with everything filled
+            began = time.perf_counter()
+            text = (await http.get(f"{proxy.base}{path}")).text
+            took.append(time.perf_counter() - began)
+        read_cpu = (cpu_seconds(proxy.process.pid) - before) / READS
+    figures = per_call(found, reads)
+    figures[("read", True)] = {"p50_ms": statistics.median(took) * 1000, "cpu_us": read_cpu * 1e6, "bytes": len(text)}
+    return figures, text
+
+
+def main(doc: str = __doc__ or "", path: str = "/metrics", reads: str = "scrapes") -> Figures:
+    """Parse the options, measure, print; what was measured (bench/ui_bench.py runs it over /ui/data)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=400, help="calls per round")
+    parser.add_argument("--rounds", type=int, default=6, help="rounds of each kind and condition")
+    parser.add_argument("--interval", type=float, default=1.0, help=f"seconds between GETs of {path}")
+    options = parser.parse_args()
+    figures, text = run_serve(lambda proxy: measure(proxy, options, path, reads))
+    if path == "/metrics":
+        total = sum(
+            float(line.rpartition(" ")[2]) for line in text.splitlines() if line.startswith("frugal_calls_total{")
+        )
+        measured = sum(figure["calls"] for key, figure in figures.items() if key[0] != "read")
+        if total < measured:
+            raise RuntimeError(f"/metrics counted {total:.0f} calls of the {measured} measured")
+    print_rounds(figures, options.rounds, options.calls, reads)
+    read = figures[("read", True)]
     print(
-        f"one scrape ({scrape['bytes']:.0f} bytes, {SCRAPES} back to back): p50 {scrape['p50_ms']:.2f} ms, "
-        f"proxy CPU {scrape['cpu_us']:.0f} us"
+        f"one GET of {path} ({read['bytes']:.0f} bytes, {READS} back to back): p50 {read['p50_ms']:.2f} ms, "
+        f"proxy CPU {read['cpu_us']:.0f} us"
     )
-    return 0
+    return figures
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
