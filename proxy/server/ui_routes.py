@@ -56,9 +56,10 @@ def ui_routes(data: DataSource) -> list[Route]:
 
     def serve_asset(path: str) -> Callable[[Request], Awaitable[Response]]:
         name, media_type = ASSETS[path]
+        body = asset(name)  # read here, at start-up: no request reads a file on the event loop
 
         async def handler(request: Request) -> Response:
-            return Response(asset(name), media_type=media_type, headers=HEADERS)
+            return Response(body, media_type=media_type, headers=HEADERS)
 
         return handler
 

@@ -250,3 +250,16 @@ def test_the_month_is_read_incrementally_and_agrees_with_stats(tmp_path: Path) -
     path.write_bytes(encode(usage_line(ts="2026-07-05T08:00:00.000Z")))  # replaced by a shorter file
     assert [(day.day, day.calls) for day in cache.catch_up("2026-07").days] == [("2026-07-05", 1)]
     assert cache.catch_up("2026-08").calls == 0  # a new month starts from nothing
+
+
+async def test_a_poll_never_blocks_the_loop(tmp_path: Path) -> None:
+    """Building /ui/data (the month's tally included: a thread reads the ledger) makes no
+    blocking call on the event loop (blockbuster raises on one from frugal_proxy's code)."""
+    from blockbuster import blockbuster_ctx
+
+    write_month(tmp_path)
+    built = assembly()
+    source = LiveSource(built, [Upstream("notes")], lambda name: 3, "r1", month=MonthCache(tmp_path))  # type: ignore[list-item]
+    with blockbuster_ctx(["frugal_proxy"]):
+        data = await source.data()
+    assert data["serves"][0]["upstreams"][0]["tools"] == 3 and data["month"] is not None
