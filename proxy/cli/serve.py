@@ -223,6 +223,7 @@ class StatusFile:
         self.state: Callable[[], str | None] = lambda: None  # the shared Redis: ok or degraded
         self.page: LiveSource | None = None
         self._entry: dict[str, Any] | None = None
+        self._page_failed = False
 
     def snapshot(self) -> dict[str, Any]:
         return (
@@ -239,9 +240,7 @@ class StatusFile:
     async def keep_written(self) -> None:
         while True:
             if self.page is not None:
-                self._entry = await self.page.entry("stdio")
-                if self.page.replicas is not None:  # on the shared Redis: the fleet it sees
-                    self._entry["replicas"] = await self.page.replicas()
+                await self._page_entry(self.page)
             data = json.dumps(self.snapshot(), indent=1).encode()
             try:
                 await anyio.to_thread.run_sync(home.write_private, self.path, data)
@@ -249,6 +248,18 @@ class StatusFile:
                 log.warning("cannot write the status file", extra={"path": str(self.path), "reason": exc.strerror})
                 return
             await anyio.sleep(STATUS_INTERVAL)
+
+    async def _page_entry(self, page: LiveSource) -> None:
+        """The status page's view of this serve, for the file; one that cannot be made is left
+        out (said once), and the upstreams are written as ever."""
+        try:
+            self._entry = await page.entry("stdio")
+            if page.replicas is not None:  # on the shared Redis: the fleet it sees
+                self._entry["replicas"] = await page.replicas()
+        except Exception as error:  # the page is a view: it must never stop the status file
+            if self._entry is not None or not self._page_failed:
+                log.warning("the status page's view of this serve failed", extra={"error": repr(error)})
+            self._entry, self._page_failed = None, True
 
     def remove(self) -> None:
         try:

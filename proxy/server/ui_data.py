@@ -23,6 +23,7 @@ float. Nothing here reads a call's arguments or result: the ring never held them
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -46,6 +47,8 @@ from frugal_proxy.upstream.base import UpstreamBase
 
 if TYPE_CHECKING:
     from frugal_proxy.pipeline.assembly import Assembly
+
+log = logging.getLogger("frugal_proxy.ui")
 
 SCHEMA = 1
 DATA_PATH = "/ui/data"
@@ -364,7 +367,12 @@ class LiveSource:
             async def one(connection: UpstreamBase) -> None:
                 nonlocal missed
                 if connection.running and connection.era is not None:
-                    if await connection.answers(PROBE_WITHIN):
+                    try:
+                        answered = await connection.answers(PROBE_WITHIN)
+                    except Exception as error:  # a probe must never take the serve down with it
+                        log.debug("status page probe failed", extra={"upstream": connection.name, "error": str(error)})
+                        answered = False
+                    if answered:
                         self._misses.pop(connection.name, None)
                     else:
                         missed = True

@@ -50,3 +50,17 @@ def test_a_public_bind_without_a_token_is_refused(capsys: pytest.CaptureFixture[
     assert ui_command(["--http", "0.0.0.0:0"]) == 2
     err = capsys.readouterr().err
     assert "refusing to listen on 0.0.0.0 without authentication" in err and "--allow-unauthenticated" in err
+
+
+async def test_a_page_view_that_fails_leaves_the_status_file_as_it_was(caplog: pytest.LogCaptureFixture) -> None:
+    class Failing:
+        replicas = None
+
+        async def entry(self, transport: str) -> dict[str, object]:
+            raise RuntimeError("a view that cannot be built")
+
+    status = StatusFile([])
+    await status._page_entry(Failing())  # type: ignore[arg-type]
+    await status._page_entry(Failing())  # type: ignore[arg-type]
+    assert "page" not in status.snapshot() and "upstreams" in status.snapshot()
+    assert [record.message for record in caplog.records].count("the status page's view of this serve failed") == 1

@@ -263,3 +263,15 @@ async def test_a_poll_never_blocks_the_loop(tmp_path: Path) -> None:
     with blockbuster_ctx(["frugal_proxy"]):
         data = await source.data()
     assert data["serves"][0]["upstreams"][0]["tools"] == 3 and data["month"] is not None
+
+
+async def test_a_probe_that_raises_counts_as_a_miss_and_never_escapes() -> None:
+    class Broken(Upstream):
+        async def answers(self, within: float) -> bool:
+            raise RuntimeError("the connection went away mid-probe")
+
+    broken = Broken("broken")
+    source = LiveSource(assemble(), [broken], lambda name: None, "r1")  # type: ignore[list-item]
+    await source.probe()
+    await source.probe()
+    assert [row["state"] for row in (await source.entry())["upstreams"]] == ["unresponsive"]
