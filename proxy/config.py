@@ -763,7 +763,7 @@ def _expand(value: str, env: dict[str, str], where: str) -> str:
 
 
 STARTER = """\
-# frugal-proxy configuration. Reference: the README's "Configuration" section.
+# frugal-proxy configuration. Every key: docs/configuration.md; the routed tools: docs/routing.md.
 # Durations are Go-style strings ("90s", "2m"); ${VAR} in env, headers and url comes from
 # the environment. An unknown key is an error.
 

@@ -19,6 +19,7 @@ anywhere.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import subprocess
 import sys
@@ -160,6 +161,7 @@ def link_problems(path: Path, text: str) -> list[str]:
 # -- the command line -----------------------------------------------------------------------------
 
 
+@functools.cache
 def _help(*words: str) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "frugal_proxy", *words, "--help"],
@@ -257,6 +259,48 @@ def option_problems(path: Path, text: str, forms: dict[str, frozenset[str]]) -> 
     return problems
 
 
+# -- pointers in what the program writes ----------------------------------------------------------
+
+# A doc named in generated text: a Markdown file's path from the checkout's root (with an optional
+# `#anchor`), or a section of the README named in quotes.
+DOC_POINTER = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w.-]+\.md)(?:#([\w-]+))?")
+SECTION_POINTER = re.compile(r"README's [\"“]([^\"”]+)[\"”] section")
+
+
+def pointer_problems(where: str, text: str) -> list[str]:
+    """Every doc that `text` (something frugal-proxy writes) points to and the checkout lacks."""
+    problems = []
+    for match in DOC_POINTER.finditer(text):
+        target = ROOT / match.group(1)
+        if not target.is_file():
+            problems.append(f"{where}: {match.group(0)}: no such file")
+        elif match.group(2) and match.group(2) not in file_anchors(target):
+            problems.append(f"{where}: {match.group(0)}: {match.group(1)} has no heading with that anchor")
+    for match in SECTION_POINTER.finditer(text):
+        if github_slug(match.group(1)) not in file_anchors(ROOT / "README.md"):
+            problems.append(f"{where}: the README has no section {match.group(1)!r}")
+    return problems
+
+
+def generated_texts(tmp_path: Path) -> dict[str, str]:
+    """What frugal-proxy writes that a user reads for directions: every form's --help and the
+    starter file `config init` writes."""
+    texts = {f"frugal-proxy {form} --help".replace("  ", " "): _help(*form.split()) for form in cli()}
+    starter = tmp_path / "frugal.toml"
+    done = subprocess.run(
+        [sys.executable, "-m", "frugal_proxy", "config", "init", "--config", str(starter)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        cwd=tmp_path,
+        env={**os.environ, "FRUGAL_HOME": str(tmp_path / "home")},
+    )
+    assert done.returncode == 0, done.stderr
+    texts["the starter file of config init"] = starter.read_text(encoding="utf-8")
+    return texts
+
+
 # -- the tests ------------------------------------------------------------------------------------
 
 
@@ -321,6 +365,27 @@ def test_the_checks_catch_a_broken_link_and_a_bogus_option() -> None:
         "docs/example.md:5: --no-govern is no option of `frugal-proxy serve`",
         "docs/example.md:6: --bogus is no option of `frugal-proxy`",
         "docs/example.md:11: --also-bogus is no option of frugal-proxy",
+    ]
+
+
+def test_generated_files_point_to_docs_that_exist(tmp_path: Path) -> None:
+    texts = generated_texts(tmp_path)
+    assert "docs/configuration.md" in texts["the starter file of config init"]
+    assert [problem for where, text in texts.items() for problem in pointer_problems(where, text)] == []
+
+
+def test_the_pointer_check_catches_a_missing_doc_and_section() -> None:
+    text = "\n".join(
+        [
+            '# frugal-proxy configuration. Reference: the README\'s "Configuration" section.',
+            "# Every key: docs/configuration.md; the eras: docs/eras.md#no-such-heading; docs/gone.md",
+            "see the README's \u201cThe two commands\u201d section",
+        ]
+    )
+    assert pointer_problems("starter", text) == [
+        "starter: docs/eras.md#no-such-heading: docs/eras.md has no heading with that anchor",
+        "starter: docs/gone.md: no such file",
+        "starter: the README has no section 'Configuration'",
     ]
 
 
