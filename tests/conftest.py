@@ -11,9 +11,12 @@ import sys
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp import StdioServerParameters
+
+from tests import pace
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTES_SERVER = ROOT / "examples" / "servers" / "notes_server.py"
@@ -111,6 +114,55 @@ def pytest_runtest_makereport(
     if report.when == "teardown":
         _STDERR[:] = [(process, lines) for process, lines in _STDERR if process.poll() is None]
     return report
+
+
+PACES: dict[str, float] = {}  # worker id -> the pace it measured (the controller's report)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    try:
+        given = os.environ.get(pace.ENVIRONMENT)
+        if given:
+            pace.parse(given)
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """pytest-timeout's per-test timeout (the ini's, or a test's own `timeout` marker) scaled by
+    the pace (tests/pace.py), so that a loaded machine is given the time it needs: a marker
+    placed before the test's own, which pytest-timeout reads first."""
+    base = getattr(config, "_env_timeout", None)
+    if not items or (base is None and not any(item.get_closest_marker("timeout") for item in items)):
+        return
+    factor = pace.factor()
+    workeroutput = getattr(config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["pace"] = factor
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        seconds = marker.kwargs.get("timeout", marker.args[0] if marker.args else None) if marker else base
+        if not seconds:  # no timeout, or 0: pytest-timeout's "none"
+            continue
+        kwargs = {**(marker.kwargs if marker else {}), "timeout": float(seconds) * factor}
+        item.add_marker(pytest.mark.timeout(**kwargs), append=False)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """(xdist, in the controller) note the pace a worker measured, for the summary."""
+    measured = getattr(node, "workeroutput", {}).get("pace")
+    if measured is not None:
+        PACES[str(node.gateway.id)] = float(measured)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if not PACES and getattr(config, "workerinput", None) is None and pace.factor.cache_info().currsize:
+        PACES["main"] = pace.factor()
+    if PACES:
+        shown = ", ".join(f"{worker} {factor:.2f}" for worker, factor in sorted(PACES.items()))
+        terminalreporter.write_line(f"pace (deadlines scaled by, tests/pace.py): {shown}")
 
 
 @pytest.fixture(params=["auto", "legacy"])

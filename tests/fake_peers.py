@@ -35,6 +35,7 @@ from frugal_proxy.bridge.link import Client, UpstreamLink
 from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.upstream.base import CutHandler, ProgressHandler, RelatedHandler, UpstreamBase, discovered
+from tests.pace import deadline
 
 
 def tool(name: str, **extra: Any) -> dict[str, Any]:
@@ -273,7 +274,7 @@ async def linked(
 ) -> AsyncIterator[list[UpstreamLink]]:
     """Links from one client to each upstream, alive (with their background tasks) until the end."""
     peer = (downstream or FakeClient()).peer
-    with anyio.fail_after(seconds):
+    with deadline(seconds):
         async with anyio.create_task_group() as tg:
             yield [UpstreamLink(upstream, client, peer, tg) for upstream in upstreams]
             tg.cancel_scope.cancel()

@@ -26,6 +26,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from tests.pace import paced
+
 MODERN_META = {
     "io.modelcontextprotocol/protocolVersion": "2026-07-28",
     "io.modelcontextprotocol/clientCapabilities": {},
@@ -314,10 +316,11 @@ class LineClient:
 
     def reply_to(self, ident: Any, wait: float = 10.0) -> dict[str, Any]:
         """The reply with this id; AssertionError when none comes within `wait` seconds (a hang)."""
+        wait = paced(wait)
         deadline = time.monotonic() + wait
         while True:
             left = deadline - time.monotonic()
-            assert left > 0, f"no reply to {ident!r} within {wait} s"
+            assert left > 0, f"no reply to {ident!r} within {wait:g} s"
             assert self.process.poll() is None, f"the proxy exited with {self.process.returncode}"
             try:
                 reply = self.replies.get(timeout=min(left, 0.5))
@@ -352,10 +355,10 @@ class LineClient:
         except BrokenPipeError:
             pass
         try:
-            return self.process.wait(wait)
+            return self.process.wait(paced(wait))
         except subprocess.TimeoutExpired:
             self.process.kill()
-            self.process.wait(5)
+            self.process.wait(paced(5))
             raise
         finally:
             for reader in self.readers:

@@ -9,6 +9,8 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from tests.pace import deadline
+
 MODERN_META = {
     "io.modelcontextprotocol/protocolVersion": "2026-07-28",
     "io.modelcontextprotocol/clientCapabilities": {},
@@ -44,7 +46,7 @@ class RawClient:
 
     async def receive(self, wait: float = 10) -> Any:
         assert self.process.stdout is not None
-        with anyio.fail_after(wait):
+        with deadline(wait):
             while b"\n" not in self._buffer:
                 self._buffer += await self.process.stdout.receive()
         line, _, self._buffer = self._buffer.partition(b"\n")
@@ -77,7 +79,7 @@ class RawClient:
     async def close(self) -> int:
         assert self.process.stdin is not None
         await self.process.stdin.aclose()
-        with anyio.fail_after(15):
+        with deadline(15):
             return await self.process.wait()
 
     def stderr_text(self) -> str:

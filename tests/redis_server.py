@@ -32,6 +32,7 @@ import pytest
 from redis.asyncio.connection import Connection
 
 from frugal_proxy.state.redis_link import RedisLink
+from tests.pace import deadline, paced
 
 READY = b"Ready to accept connections"
 
@@ -81,10 +82,10 @@ class RedisServer:
             self.paused = False
         process.terminate()
         try:
-            process.wait(timeout=10)
+            process.wait(timeout=paced(10))
         except subprocess.TimeoutExpired:
             process.kill()
-            process.wait(timeout=10)
+            process.wait(timeout=paced(10))
         if process.stdout is not None:
             process.stdout.close()
 
@@ -110,7 +111,9 @@ class RedisServer:
 
     def command(self, *args: str) -> str:
         """One command through redis-cli (a client apart from the proxy's): its reply."""
-        done = subprocess.run(["redis-cli", "-p", str(self.port), *args], capture_output=True, timeout=10, check=True)
+        done = subprocess.run(
+            ["redis-cli", "-p", str(self.port), *args], capture_output=True, timeout=paced(10), check=True
+        )
         return done.stdout.decode().strip()
 
     def calls(self, *commands: str) -> int:
@@ -156,7 +159,8 @@ async def replica(url: str, prefix: str = "frugal:", command_timeout: float = 2.
     """One replica's connection with its watcher running (stores made on it inside the block get
     every event from then on)."""
     # Timeouts long enough for a loaded machine (2 cores shared by many test runs): a test about
-    # Redis not answering waits out one of them, bounded by its own fail_after.
+    # Redis not answering waits out one of them, bounded by its own deadline; both are paced.
+    command_timeout = paced(command_timeout)
     link = RedisLink(url, prefix=prefix, timeout=command_timeout, connect_timeout=command_timeout)
     try:
         async with anyio.create_task_group() as tg:
@@ -170,7 +174,7 @@ async def replica(url: str, prefix: str = "frugal:", command_timeout: float = 2.
 async def until(link: RedisLink, predicate: Callable[[], bool], within: float = 20.0) -> None:
     """Return once `predicate()` holds, checked at each change the link sees (a pub/sub event
     applied, degraded, recovered); fail after `within` seconds."""
-    with anyio.fail_after(within):
+    with deadline(within):
         while not predicate():
             await link.changed()
 

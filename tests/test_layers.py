@@ -8,12 +8,14 @@ import sys
 import tomllib
 from pathlib import Path
 
+from tests.pace import paced
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def lint_imports() -> subprocess.CompletedProcess[str]:
     command = [str(Path(sys.executable).with_name("lint-imports")), "--no-cache"]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=50, check=False)
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=paced(50), check=False)
 
 
 def test_every_import_contract_is_kept() -> None:

@@ -19,6 +19,8 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
+from tests.pace import paced
+
 ROOT = Path(__file__).resolve().parents[1]
 IMPORT_NAME = "frugal_proxy"
 SOURCE_PACKAGES = {
@@ -74,7 +76,7 @@ def build_wheel(tmp_path: Path) -> Path:
         sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
         "-w", str(out), str(source),
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=170, env=env, check=False)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=paced(170), env=env, check=False)
     assert done.returncode == 0, (
         "building the wheel failed (the test extra must bring a setuptools that reads this "
         f"pyproject):\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
@@ -115,7 +117,7 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", IMPORT_NAME, *args],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=paced(30),
         cwd=cwd,
         stdin=subprocess.DEVNULL,
         check=False,

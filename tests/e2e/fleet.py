@@ -36,12 +36,13 @@ from frugal_proxy.ledger import reader
 from frugal_proxy.state.usage import utc_month
 from tests.conftest import ROOT, notes_command, reserved_port
 from tests.e2e.test_http_downstream import Proxy
+from tests.pace import paced
 from tests.redis_server import RedisServer
 
 HAPROXY_CFG = ROOT / "examples" / "fleet" / "haproxy.cfg"
 REPLICA_IDS = ("replica-1", "replica-2", "replica-3")  # the servers haproxy.cfg names
 PRICE = "0.003"  # each call of the notes upstream's tools, so that the ledgers hold money
-WAIT = 30.0  # seconds any wait here takes at most (a loaded machine is slow, never this slow)
+WAIT = 30.0  # seconds any wait here takes at most on an idle machine (each wait scales it by the pace)
 POLL = 0.05
 
 
@@ -100,7 +101,8 @@ def start_replica(config: Path, home: Path, replica: str, *options: str) -> Repl
 
 def until(condition: Any, what: str, timeout: float = WAIT) -> None:
     """Wait for `condition()` to hold (it polls a file or a socket: the event has no other
-    signal); fail saying `what` did not happen."""
+    signal); fail saying `what` did not happen within `timeout` seconds (paced: tests/pace.py)."""
+    timeout = paced(timeout)
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
@@ -195,7 +197,7 @@ class Fleet:
     def kill(self, replica: Replica) -> None:
         """kill -9: no drain, no flush; then wait until HAProxy's health check has taken it out."""
         replica.proxy.process.send_signal(signal.SIGKILL)
-        replica.proxy.process.wait(10)
+        replica.proxy.process.wait(paced(10))
         until(lambda: self.haproxy.states().get(replica.id) == "DOWN", f"HAProxy did not take {replica.id} out")
 
 

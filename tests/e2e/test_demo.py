@@ -26,10 +26,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp_types import TextContent
+
+from tests.pace import deadline, paced
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "examples" / "demo.py"
@@ -108,7 +109,7 @@ def has(output: str, *phrases: str) -> bool:
 def test_the_demo_shows_a_routed_search_a_failover_a_cut_and_the_costs(offline: tuple[dict[str, str], Path]) -> None:
     env, log = offline
     run = subprocess.run(
-        [sys.executable, str(DEMO)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=200, check=False
+        [sys.executable, str(DEMO)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=paced(200), check=False
     )
     out = run.stdout
     assert run.returncode == 0, out + run.stderr
@@ -160,7 +161,7 @@ def test_the_demo_config_loads(offline: tuple[dict[str, str], Path]) -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=50,
+        timeout=paced(50),
         check=False,
     )
     assert check.returncode == 0, check.stdout + check.stderr
@@ -192,7 +193,7 @@ def text_of(result: Any) -> str:
 
 async def call_through(env: dict[str, str], config: Path, mode: str, *calls: tuple[str, dict[str, Any]]) -> list[Any]:
     """The results of these tool calls, made in order by one client of `serve --config config`."""
-    with anyio.fail_after(50):
+    with deadline(50):
         async with Client(serve(env, config), mode=mode) as client:
             return [await client.call_tool(name, arguments) for name, arguments in calls]
 
@@ -217,7 +218,7 @@ async def test_the_governor_cuts_a_routed_page_and_keeps_its_receipt(
     text block of its own, and the omission receipt's artifact gives back the whole markdown."""
     env, _ = offline
     text = CONFIG.read_text(encoding="utf-8") + '\n[governor.routes."frugal__extract"]\nmax_bytes = 2048\n'
-    with anyio.fail_after(50):
+    with deadline(50):
         async with Client(serve(env, demo_config(tmp_path, text)), mode="legacy") as client:
             result = await client.call_tool("frugal__extract", {"url": PAGE})
             assert not result.is_error, text_of(result)

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import anyio
 import httpx2
 import pytest
 import yaml
@@ -31,6 +30,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.e2e.test_http_downstream import INITIALIZE, LEGACY_HEADERS, Proxy
+from tests.pace import deadline, paced
 
 pytestmark = pytest.mark.anyio
 
@@ -189,7 +189,7 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Image:
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=paced(120),
         check=False,
     )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
@@ -202,7 +202,9 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Image:
     extras = re.search(r'pip install [^"]*"\$\{wheel\}(\[[\w,]+\])?"', install)
     assert venv and extras, f"the final stage installs no wheel into a venv: {install}"
     venv_dir = inside(root, venv.group(1))
-    made = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv_dir)], timeout=60, check=False)
+    made = subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv_dir)], timeout=paced(60), check=False
+    )
     assert made.returncode == 0
     installed = subprocess.run(
         [
@@ -211,7 +213,7 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Image:
         ],
         capture_output=True,
         text=True,
-        timeout=170,
+        timeout=paced(170),
         check=False,
     )
     assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
@@ -248,7 +250,7 @@ def bound_port(proxy: Proxy) -> int:
 
 
 def authorized(token: str) -> httpx2.AsyncClient:
-    return httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    return httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=paced(30))
 
 
 @SLOW
@@ -267,7 +269,7 @@ async def test_the_image_serves_healthz_and_tools_to_a_bearer_of_the_token(image
     try:
         port = bound_port(proxy)
         base = f"http://127.0.0.1:{port}"
-        with anyio.fail_after(40):
+        with deadline(40):
             async with httpx2.AsyncClient() as plain:
                 health = await plain.get(f"{base}/healthz")
                 assert health.status_code == 200
@@ -297,18 +299,18 @@ def test_the_health_check_passes_while_the_proxy_serves_and_fails_once_it_stops(
     check = [word.replace(f":{image.port}/", f":{bound_port(proxy)}/") for word in image.health]
     assert check != image.health, f"the health check does not ask the image's port: {image.health}"
     try:
-        passed = subprocess.run(image.run(check), env=image.env, capture_output=True, timeout=30, check=False)
+        passed = subprocess.run(image.run(check), env=image.env, capture_output=True, timeout=paced(30), check=False)
     finally:
         proxy.stop()
     assert passed.returncode == 0, passed.stderr
-    failed = subprocess.run(image.run(check), env=image.env, capture_output=True, timeout=30, check=False)
+    failed = subprocess.run(image.run(check), env=image.env, capture_output=True, timeout=paced(30), check=False)
     assert failed.returncode != 0
 
 
 @SLOW
 def test_without_the_token_the_image_refuses_to_start(image: Image) -> None:
     done = subprocess.run(
-        image.run(image.command), env=image.env, capture_output=True, text=True, timeout=30, check=False
+        image.run(image.command), env=image.env, capture_output=True, text=True, timeout=paced(30), check=False
     )
     assert done.returncode == 2
     assert "frugal-proxy: error: refusing to listen on 0.0.0.0 without authentication" in done.stderr
@@ -326,7 +328,7 @@ async def test_the_compose_command_accepts_anythingllm_by_service_name(image: Im
     url = f"http://127.0.0.1:{bound_port(proxy)}{urlsplit(entry['url']).path}"
     as_anythingllm = {**LEGACY_HEADERS, **headers, "Host": urlsplit(entry["url"]).netloc}
     try:
-        with anyio.fail_after(30):
+        with deadline(30):
             async with httpx2.AsyncClient() as http:
                 answered = await http.post(url, json=INITIALIZE, headers=as_anythingllm)
                 assert answered.status_code == 200, answered.text
@@ -439,7 +441,12 @@ def test_the_shipped_entry_is_what_mcp_install_writes(tmp_path: Path) -> None:
     assert option(args, "--http") == entry["url"]
     assert option(args, "--token-env") in sidecar["environment"]
     done = subprocess.run(
-        [sys.executable, "-m", "frugal_proxy", *args], env=env, capture_output=True, text=True, timeout=30, check=False
+        [sys.executable, "-m", "frugal_proxy", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=paced(30),
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     written = (storage / "plugins" / "anythingllm_mcp_servers.json").read_text()

@@ -20,6 +20,7 @@ from tests.conftest import ROOT, everything_command, modern_only_command, params
 from tests.e2e.test_http_downstream import start
 from tests.e2e.test_routed_tools import search_config
 from tests.e2e.test_wrap_stdio import roots, sampling
+from tests.pace import deadline, paced
 from tests.rawclient import MODERN_META, RawClient
 from tests.servers.fake_apis import fake_apis
 
@@ -48,7 +49,7 @@ def session_way_url() -> Iterator[str]:
         pytest.fail(f"the session-way server did not start: {line!r}")
     yield f"http://127.0.0.1:{int(line.split()[1])}/mcp"
     process.terminate()
-    process.wait(15)
+    process.wait(paced(15))
     process.stdout.close()
 
 
@@ -82,7 +83,7 @@ async def test_a_session_era_client_of_a_dual_era_server_is_asked_as_directly(
     """ctx.elicit, create_message and list_roots reach the client through the proxy: the proxy
     initializes the dual-era upstream with the client's own params instead of talking 2026-07-28."""
     command = [request.getfixturevalue("session_way_url")] if upstream == "http" else SESSION_WAY
-    with anyio.fail_after(60):
+    with deadline(60):
         direct = await answers(command[0] if upstream == "http" else params(command))
         assert direct == [(False, expected) for _, _, expected in ASKS]  # the fixture works directly
         if downstream == "stdio":
@@ -104,7 +105,7 @@ async def test_a_modern_client_that_declares_nothing_sees_the_tools_it_sees_dire
     served by the endpoint's shared connection."""
     proxy = start(everything_command()) if downstream == "http" else None
     try:
-        with anyio.fail_after(60):
+        with deadline(60):
             async with Client(params(everything_command()), mode="auto", cache=None) as client:
                 direct = sorted(tool.name for tool in (await client.list_tools()).tools)
             target = proxy.url if proxy is not None else params(proxy_command(everything_command()))
@@ -158,7 +159,7 @@ async def test_a_session_era_client_of_a_modern_only_server_gets_results_of_its_
     through the proxy a session-era client gets the same results without them."""
     direct: dict[str, Any] = {}
     through: dict[str, Any] = {}
-    with anyio.fail_after(60):
+    with deadline(60):
         async with anyio.create_task_group() as tg:
             upstream = await RawClient.start(tg, modern_only_command())
             for ident, (method, call) in enumerate(SESSION_ERA_CALLS, 1):
@@ -184,7 +185,7 @@ async def test_a_session_era_client_of_a_modern_only_server_gets_results_of_its_
             body = {**body, "tools": [t for t in body["tools"] if not t["name"].startswith("frugal__")]}
         assert {k: v for k, v in body.items() if k != "_meta"} == expected, method
     # A session-era SDK client reads the same results through the proxy.
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(params(proxy_command(modern_only_command())), mode="legacy", cache=None) as sdk:
             assert sdk.protocol_version == "2025-11-25"
             added = await sdk.call_tool("add", {"a": 2, "b": 3})
@@ -211,7 +212,7 @@ async def test_the_proxys_own_results_carry_result_type_only_to_a_2026_07_28_cli
         config.write_text(search_config(apis) + "[governor]\nmax_bytes = 2048\n")
         command = [sys.executable, "-m", "frugal_proxy", "serve", "--config", str(config)]
         seen: dict[str, list[dict[str, Any]]] = {}
-        with anyio.fail_after(90):
+        with deadline(90):
             async with anyio.create_task_group() as tg:
                 for era in ("session", "modern"):
                     client = await RawClient.start(tg, command)

@@ -16,6 +16,7 @@ import pytest
 
 from tests.e2e.test_bad_input import FAULTY, call, gone, proxied, running, text
 from tests.e2e.test_http_downstream import META, modern_body, modern_headers, start
+from tests.pace import deadline, paced
 from tests.rawclient import RawClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
@@ -73,7 +74,7 @@ async def test_a_client_that_closes_stdin_mid_call_has_the_call_cancelled_upstre
         await slow_calls(client, range(10, 11), 60)
         await anyio.sleep(0.5)
         assert await client.close() == 0  # within 15 s: the drain waits 5 s, then cancels
-        with anyio.fail_after(5):
+        with deadline(5):
             while "faulty: cancelled" not in client.stderr_text():  # noqa: ASYNC110 - the pipe's last words
                 await anyio.sleep(0.05)
     await gone(pid)
@@ -88,8 +89,8 @@ async def test_a_dropped_http_connection_cancels_its_call_and_others_go_on() -> 
         dropped = modern_body("tools/call", {"name": "slow", "arguments": {"seconds": 60}}, ident=7)
         dropped["params"]["_meta"] = {**META, "progressToken": 7}  # a stream from the start
         other = modern_body("tools/call", {"name": "slow", "arguments": {"seconds": 1}}, ident=8)
-        with anyio.fail_after(60):
-            async with httpx2.AsyncClient(timeout=20) as http, anyio.create_task_group() as tg:
+        with deadline(60):
+            async with httpx2.AsyncClient(timeout=paced(20)) as http, anyio.create_task_group() as tg:
                 before = json.loads(text((await http.post(url, json=cancellations, headers=count_headers)).json()))
                 answers: list[str] = []
 
@@ -134,6 +135,6 @@ async def test_non_json_lines_between_replies_are_dropped_and_every_call_answere
             replies[reply["id"]] = text(reply)
         assert replies == {ident: "after noise" if ident % 2 else f"call {ident}" for ident in range(20, 36)}
         assert text(await call(client, 40, "echo", {"text": "still"})) == "still"
-        with anyio.fail_after(5):  # each dropped line is logged; stderr may lag stdout
+        with deadline(5):  # each dropped line is logged; stderr may lag stdout
             while client.stderr_text().count("upstream wrote a line that is not JSON-RPC") < 8 * 25:  # noqa: ASYNC110
                 await anyio.sleep(0.05)

@@ -30,6 +30,7 @@ from frugal_proxy.ledger import reader
 from frugal_proxy.state.usage import utc_month
 from tests.e2e.fleet import REPLICA_IDS, Fleet, priced_notes_config, running_fleet, start_replica
 from tests.e2e.test_http_downstream import INITIALIZE, LEGACY_HEADERS
+from tests.pace import deadline, paced
 
 # Three replicas and HAProxy start in about 10 s on an idle machine; four times that on a loaded one.
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
@@ -59,7 +60,7 @@ async def stats(fleet: Fleet) -> dict[str, Any]:
 
 async def test_modern_calls_spread_over_the_replicas_and_stats_reads_them_all(tmp_path: Path) -> None:
     with running_fleet(tmp_path, priced_notes_config(tmp_path), "--stateless") as fleet:
-        with anyio.fail_after(150):
+        with deadline(150):
             async with client(fleet.front) as session:
                 for round_ in range(3):
                     await calls(session, 10, start=10 * round_)
@@ -72,7 +73,7 @@ async def test_modern_calls_spread_over_the_replicas_and_stats_reads_them_all(tm
 
 async def test_a_session_era_client_stays_on_its_replica_for_the_whole_session(tmp_path: Path) -> None:
     with running_fleet(tmp_path, priced_notes_config(tmp_path)) as fleet:
-        with anyio.fail_after(150):
+        with deadline(150):
             async with client(fleet.front, "legacy") as session:
                 for n in range(3):
                     await calls(session, 4, start=4 * n)
@@ -83,7 +84,7 @@ async def test_a_session_era_client_stays_on_its_replica_for_the_whole_session(t
 
 async def test_a_session_era_client_is_served_by_any_replica_of_a_stateless_fleet(tmp_path: Path) -> None:
     with running_fleet(tmp_path, priced_notes_config(tmp_path), "--stateless") as fleet:
-        with anyio.fail_after(150):
+        with deadline(150):
             async with client(fleet.front, "legacy") as session:
                 for n in range(4):
                     await calls(session, 6, start=6 * n)
@@ -102,8 +103,8 @@ async def test_a_replica_answers_a_session_it_does_not_hold_with_404(tmp_path: P
         start_replica(config, home, "replica-3", "--stateless"),
     )
     try:
-        with anyio.fail_after(60):
-            async with httpx2.AsyncClient(timeout=20) as http:
+        with deadline(60):
+            async with httpx2.AsyncClient(timeout=paced(20)) as http:
                 started = await http.post(opened.url, json=INITIALIZE, headers=LEGACY_HEADERS)
                 session_id = started.headers["mcp-session-id"]
                 assert session_id.startswith("replica-1.")  # nginx routes by this prefix
@@ -123,7 +124,7 @@ async def test_a_replica_answers_a_session_it_does_not_hold_with_404(tmp_path: P
 
 async def test_kill_9_of_a_replica_mid_run(tmp_path: Path) -> None:
     with running_fleet(tmp_path, priced_notes_config(tmp_path)) as fleet:
-        with anyio.fail_after(180):
+        with deadline(180):
             async with client(fleet.front, "legacy") as held, client(fleet.front) as modern:
                 await add(held, 0)
                 # the replica holding the session: the one that wrote its first call's line (how
@@ -152,7 +153,7 @@ async def test_two_processes_with_one_replica_id_share_its_file_safely(tmp_path:
     config, home = priced_notes_config(tmp_path), tmp_path / "home"
     twins = [start_replica(config, home, "same"), start_replica(config, home, "same")]
     try:
-        with anyio.fail_after(180):
+        with deadline(180):
             async with client(twins[0].url) as first, client(twins[1].url) as second:
                 async with anyio.create_task_group() as tg:
                     for n in range(3):

@@ -25,6 +25,7 @@ from mcp import Client
 from frugal_proxy import config
 from tests.conftest import ROOT, reserved_port, show_stderr_on_failure
 from tests.e2e.fleet import HAPROXY_CFG, REPLICA_IDS
+from tests.pace import deadline, paced
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
 
@@ -40,7 +41,7 @@ def test_haproxy_accepts_the_config_and_names_the_replicas(tmp_path: Path) -> No
     }
     haproxy = shutil.which("haproxy")
     assert haproxy is not None, "haproxy is not installed: scripts/setup.sh installs Debian's"
-    checked = subprocess.run([haproxy, "-c", "-f", str(HAPROXY_CFG)], env=env, capture_output=True, timeout=30)
+    checked = subprocess.run([haproxy, "-c", "-f", str(HAPROXY_CFG)], env=env, capture_output=True, timeout=paced(30))
     assert checked.returncode == 0, checked.stderr
     text = HAPROXY_CFG.read_text()
     assert re.findall(r"^\s+server (\S+) ", text, re.MULTILINE) == list(REPLICA_IDS)
@@ -93,7 +94,7 @@ def refused(address: str) -> bool:
 async def list_through(front: str) -> list[str]:
     """The tool names through `front`, once HAProxy has taken the replicas in (their first
     health checks pass a second or two after they listen)."""
-    with anyio.fail_after(120):
+    with deadline(120):
         while True:
             try:
                 async with Client(front, mode="auto", cache=None) as session:
@@ -106,8 +107,8 @@ async def wait_state_ok(healthz: str) -> None:
     """Until a replica's /healthz through the front says `"state": "ok"`: its Redis answers (a
     replica started before Redis did recovers within a second). The memory backend has no
     `state`: this waits out its deadline and the test fails."""
-    with anyio.fail_after(60):
-        async with httpx2.AsyncClient(timeout=20) as http:
+    with deadline(60):
+        async with httpx2.AsyncClient(timeout=paced(20)) as http:
             # another process's state, over HTTP: asked again until it holds
             while (await http.get(healthz)).json().get("state") != "ok":  # noqa: ASYNC110
                 await anyio.sleep(0.2)
@@ -138,7 +139,7 @@ def test_run_fleet_serves_through_haproxy_and_stops_everything_on_sigterm(tmp_pa
             anyio.run(wait_state_ok, f"http://127.0.0.1:{port}/healthz")
         finally:
             process.send_signal(signal.SIGTERM)
-            assert process.wait(60) == 0
+            assert process.wait(paced(60)) == 0
             reader.join(10)
             for pipe in (process.stdout, process.stderr):
                 if pipe is not None:

@@ -37,6 +37,7 @@ from frugal_proxy.governor import keys
 from tests.conftest import notes_command
 from tests.e2e.fleet import Fleet, Replica, on_redis, running_fleet, until
 from tests.e2e.test_governor import dump, fetch_all, governor_meta
+from tests.pace import deadline, paced
 from tests.redis_server import RedisServer, redis_server
 
 __all__ = ["redis_server"]
@@ -97,7 +98,7 @@ async def tool(url: str, name: str, arguments: dict[str, Any]) -> tuple[bool, An
 
 async def slices_over_http(replica: Replica, artifact_id: str) -> bytes:
     data, offset = b"", 0
-    async with httpx2.AsyncClient(timeout=30) as http:
+    async with httpx2.AsyncClient(timeout=paced(30)) as http:
         while offset is not None:
             answer = await http.post(
                 f"{replica.proxy.base}/fetch-slice", json={"artifact_id": artifact_id, "offset": offset}
@@ -111,14 +112,14 @@ async def slices_over_http(replica: Replica, artifact_id: str) -> bytes:
 
 def state(replica: Replica) -> str:
     """What the replica's /healthz says of its shared state (blocking: run it in a thread)."""
-    return str(httpx2.get(f"{replica.proxy.base}/healthz", timeout=30).json()["state"])
+    return str(httpx2.get(f"{replica.proxy.base}/healthz", timeout=paced(30)).json()["state"])
 
 
 async def test_a_result_cut_on_one_replica_is_fetched_slice_by_slice_from_each_other_one(
     tmp_path: Path, redis_server: RedisServer, signing_key: str
 ) -> None:
     payload = blob(20_000)  # under the shared cap: in Redis
-    with fleet_on_redis(tmp_path, redis_server) as fleet, anyio.fail_after(240):
+    with fleet_on_redis(tmp_path, redis_server) as fleet, deadline(240):
         cutter, *others = fleet.replicas
         receipt = await cut(cutter.url, len(payload))
         artifact_id = receipt["artifact_id"]
@@ -152,14 +153,14 @@ async def test_an_artifact_over_the_shared_cap_stays_on_its_replica_and_the_othe
     tmp_path: Path, redis_server: RedisServer, signing_key: str
 ) -> None:
     payload = blob(60_000)  # over spill_max_bytes: not in Redis
-    with fleet_on_redis(tmp_path, redis_server) as fleet, anyio.fail_after(240):
+    with fleet_on_redis(tmp_path, redis_server) as fleet, deadline(240):
         cutter, other, _ = fleet.replicas
         receipt = await cut(cutter.url, len(payload))
         artifact_id = receipt["artifact_id"]
         async with client(cutter.url) as session:
             kept = await fetch_all(session, artifact_id)
         refused = await tool(other.url, "frugal__fetch_slice", {"artifact_id": artifact_id})
-        async with httpx2.AsyncClient(timeout=30) as http:
+        async with httpx2.AsyncClient(timeout=paced(30)) as http:
             answer = await http.post(f"{other.proxy.base}/fetch-slice", json={"artifact_id": artifact_id})
         verified = await tool(other.url, "frugal__verify_receipt", {"receipt": receipt})
     assert receipt["held_by"] == cutter.id and artifact_id.endswith(f".{cutter.id}")
@@ -180,7 +181,7 @@ async def test_while_redis_is_stopped_new_spill_stays_local_and_shared_spill_is_
     tmp_path: Path, redis_server: RedisServer, signing_key: str
 ) -> None:
     shared_payload, local_payload = blob(20_000), blob(21_000)
-    with fleet_on_redis(tmp_path, redis_server) as fleet, anyio.fail_after(270):
+    with fleet_on_redis(tmp_path, redis_server) as fleet, deadline(270):
         cutter, other, _ = fleet.replicas
         shared = (await cut(cutter.url, len(shared_payload)))["artifact_id"]
         with redis_server.stopped():
@@ -211,9 +212,9 @@ async def test_while_redis_is_stopped_new_spill_stays_local_and_shared_spill_is_
 async def test_budgets_an_operator_lowers_through_one_replica_shape_its_calls_on_the_others(
     tmp_path: Path, redis_server: RedisServer, signing_key: str
 ) -> None:
-    with fleet_on_redis(tmp_path, redis_server) as fleet, anyio.fail_after(240):
+    with fleet_on_redis(tmp_path, redis_server) as fleet, deadline(240):
         first, *others = fleet.replicas
-        async with httpx2.AsyncClient(timeout=30) as http:
+        async with httpx2.AsyncClient(timeout=paced(30)) as http:
             answer = await http.post(f"{first.proxy.base}/budgets", json={"routes": {"blob": {"max_bytes": 2048}}})
         assert answer.status_code == 200, answer.text
         for replica in others:  # each one's copy follows by pub/sub: one delivery behind
@@ -227,6 +228,6 @@ async def test_budgets_an_operator_lowers_through_one_replica_shape_its_calls_on
 
 def lowered(replica: Replica) -> int | None:
     """The operator's own max_bytes for `blob` on one replica (blocking: run it in a thread)."""
-    report = httpx2.get(f"{replica.proxy.base}/budgets", timeout=30).json()
+    report = httpx2.get(f"{replica.proxy.base}/budgets", timeout=paced(30)).json()
     value: int | None = report["overrides"]["routes"].get("blob", {}).get("max_bytes")
     return value

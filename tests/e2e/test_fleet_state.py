@@ -41,6 +41,7 @@ from frugal_proxy.ledger.line import micros
 from tests.conftest import notes_command
 from tests.e2e.fleet import WAIT, Fleet, Replica, running_fleet, start_replica
 from tests.e2e.test_redis_state import OFF
+from tests.pace import deadline, paced
 from tests.redis_server import RedisServer, redis_server
 from tests.servers.fake_apis import FakeApis, fake_apis
 
@@ -123,7 +124,7 @@ async def test_100_concurrent_paid_calls_over_three_replicas_keep_to_one_cap(
     tmp_path: Path, apis: FakeApis, redis_server: RedisServer
 ) -> None:
     with running_fleet(tmp_path, paid_config(tmp_path, apis), "--stateless", redis=redis_server) as fleet:
-        with anyio.fail_after(200):
+        with deadline(200):
             results = await searches(fleet.front, 100)
             counts = await anyio.to_thread.run_sync(fleet.wait_lines, 100)
         ledgers = [line for replica in fleet.replicas for line in fleet.lines(replica)]
@@ -144,7 +145,7 @@ async def test_a_429_through_one_replica_fences_the_provider_on_all(
 ) -> None:
     config = paid_config(tmp_path, apis, path="busy")
     with running_fleet(tmp_path, config, "--stateless", "--log-level", "info", redis=redis_server) as fleet:
-        with anyio.fail_after(200):
+        with deadline(200):
             async with client(fleet.front) as session:
                 fenced_by, first = await served_by(fleet, lambda: session.call_tool("frugal__search", {"query": "a"}))
                 assert redis_server.command("HEXISTS", "frugal:cooldowns", "wikipedia") == "1"
@@ -171,7 +172,7 @@ async def test_the_loop_guard_counts_identical_calls_over_the_whole_fleet(
     tmp_path: Path, apis: FakeApis, redis_server: RedisServer
 ) -> None:
     with running_fleet(tmp_path, paid_config(tmp_path, apis, cache=True), "--stateless", redis=redis_server) as fleet:
-        with anyio.fail_after(200):
+        with deadline(200):
             async with client(fleet.front) as session:
 
                 async def same() -> Any:
@@ -199,7 +200,7 @@ async def test_kill_9_of_a_replica_holding_a_paid_call_does_not_let_the_cap_drif
     with running_fleet(tmp_path, config, "--stateless", redis=redis_server) as fleet:
         victim = fleet.replicas[0]
         failures: list[BaseException] = []
-        with anyio.fail_after(240):
+        with deadline(240):
 
             async def held() -> None:
                 try:
@@ -238,7 +239,7 @@ async def test_20_concurrent_calls_over_three_replicas_bill_a_free_quota_of_5_ex
         f'cost_per_call = "0.003"\nfree_quota_monthly = 5\n{OFF}[routing]\nloop_window = "10m"\n'
     )
     with running_fleet(tmp_path, config, "--stateless", redis=redis_server) as fleet:
-        with anyio.fail_after(200):
+        with deadline(200):
             results = await searches(fleet.front, 20)
             counts = await anyio.to_thread.run_sync(fleet.wait_lines, 20)
         ledgers = [line for replica in fleet.replicas for line in fleet.lines(replica)]
@@ -262,7 +263,7 @@ def capped_with_a_plain_tool(tmp_path: Path, apis: FakeApis) -> Path:
 async def healthz_states(fleet: Fleet, wanted: str) -> None:
     """Until every replica's /healthz says `state: wanted` (each asked again until it does: a
     state change in another process, seen over HTTP, under the test's deadline)."""
-    async with httpx2.AsyncClient(timeout=30) as http:
+    async with httpx2.AsyncClient(timeout=paced(30)) as http:
         for replica in fleet.replicas:
             while (await http.get(f"{replica.proxy.base}/healthz")).json().get("state") != wanted:  # noqa: ASYNC110
                 await anyio.sleep(0.05)
@@ -290,7 +291,7 @@ async def ride_out(
     it: what every outage test checks (see the module docstring)."""
     config = capped_with_a_plain_tool(tmp_path, apis)
     with running_fleet(tmp_path, config, "--stateless", "--log-level", "info", redis=server) as fleet:
-        with anyio.fail_after(280):  # never a hang: every call below answers inside it
+        with deadline(280):  # never a hang: every call below answers inside it
             async with client(fleet.front) as session:
                 before = await session.call_tool("frugal__search", {"query": "before"})
             await anyio.to_thread.run_sync(fleet.wait_lines, 1)  # in the ledger, for a rebuild

@@ -24,6 +24,7 @@ from tests import fuzzing
 from tests.conftest import FAULTY_SERVER, proxy_command
 from tests.e2e.test_http_downstream import LEGACY_HEADERS, Proxy, modern_body, modern_headers, start
 from tests.e2e.test_http_upstream import _python_server as http_server
+from tests.pace import paced
 
 FAULTY = [sys.executable, str(FAULTY_SERVER)]
 CAP = ["--max-message-bytes", str(fuzzing.LINE_CAP)]
@@ -92,7 +93,7 @@ def test_a_client_over_stdio_cannot_break_the_proxy(stdio_proxy: fuzzing.LineCli
 @given(lines=fuzzing.batches())
 def test_a_client_over_http_cannot_break_the_proxy(http_proxy: Proxy, lines: list[bytes]) -> None:
     HTTP_FUZZED[0] += len(lines)
-    with httpx2.Client(timeout=10) as http:
+    with httpx2.Client(timeout=paced(10)) as http:
         for number, line in enumerate(lines):
             headers = modern_headers("tools/call", "echo") if number % 2 else LEGACY_HEADERS
             reply = http.post(http_proxy.url, content=line, headers=headers)

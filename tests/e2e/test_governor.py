@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from mcp import Client
 
 from tests.conftest import ROOT, params, proxy_command
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -49,7 +49,7 @@ async def fetch_all(proxied: Client, artifact_id: str) -> bytes:
 
 
 async def test_small_results_pass_through_unchanged(mode: str) -> None:
-    with anyio.fail_after(40):
+    with deadline(40):
         async with client(BULKY, mode) as direct, client(proxy_command(BULKY), mode) as proxied:
             names = {tool.name for tool in (await proxied.list_tools()).tools}
             assert {"frugal__fetch_slice", "frugal__verify_receipt", "frugal__shape_result"} <= names
@@ -64,7 +64,7 @@ async def test_small_results_pass_through_unchanged(mode: str) -> None:
 
 
 async def test_exact_counts_on_each_fixture(mode: str) -> None:
-    with anyio.fail_after(60):
+    with deadline(60):
         async with client(proxy_command(BULKY), mode) as proxied:
             papers = dump(await proxied.call_tool("list_papers", {"count": 1000}))
             assert len(papers["structuredContent"]["result"]) == 50
@@ -94,7 +94,7 @@ async def test_exact_counts_on_each_fixture(mode: str) -> None:
 
 
 async def test_slices_reassemble_the_direct_output(mode: str) -> None:
-    with anyio.fail_after(60):
+    with deadline(60):
         async with client(BULKY, mode) as direct, client(proxy_command(BULKY, "--max-bytes", "8192"), mode) as proxied:
             for tool, arguments in [("read_prose", {"paragraphs": 120}), ("big_blob", {"bytes": 200_000})]:
                 want = dump(await direct.call_tool(tool, arguments))["content"][0]["text"].encode()
@@ -112,7 +112,7 @@ async def test_slices_reassemble_the_direct_output(mode: str) -> None:
 
 
 async def test_no_govern_passes_everything_through(mode: str) -> None:
-    with anyio.fail_after(40):
+    with deadline(40):
         async with client(proxy_command(BULKY, "--no-govern"), mode) as proxied:
             names = {tool.name for tool in (await proxied.list_tools()).tools}
             assert not any(name.startswith("frugal__") for name in names)
@@ -127,7 +127,7 @@ def markers(result: dict[str, Any]) -> list[str]:
 
 
 async def test_a_json_string_result_is_shaped_as_records(mode: str) -> None:
-    with anyio.fail_after(60):
+    with deadline(60):
         async with client(BULKY, mode) as direct, client(proxy_command(BULKY), mode) as proxied:
             want = json.loads(dump(await direct.call_tool("papers_json", {"count": 1000}))["content"][0]["text"])
             shaped = dump(await proxied.call_tool("papers_json", {"count": 1000}))
@@ -145,7 +145,7 @@ async def test_a_json_string_result_is_shaped_as_records(mode: str) -> None:
 
 
 async def test_a_list_in_one_block_and_structured_content_is_one_payload(mode: str) -> None:
-    with anyio.fail_after(60):
+    with deadline(60):
         async with client(BULKY, mode) as direct, client(proxy_command(BULKY), mode) as proxied:
             want = dump(await direct.call_tool("papers_one_block", {"count": 1000}))["structuredContent"]
             shaped = dump(await proxied.call_tool("papers_one_block", {"count": 1000}))
@@ -172,7 +172,7 @@ async def test_an_indented_json_tree_stays_valid_json(tmp_path: Path, mode: str)
     node = shutil.which("node")
     assert node is not None
     files = [node, str(FILESYSTEM_JS), str(tmp_path)]
-    with anyio.fail_after(60):
+    with deadline(60):
         async with client(files, mode) as direct, client(proxy_command(files), mode) as proxied:
             whole = dump(await direct.call_tool("directory_tree", {"path": str(tmp_path)}))["content"][0]["text"]
             assert whole.startswith("[\n  {") and len(whole) > 100_000  # indented JSON, over budget

@@ -28,6 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.e2e.test_governor import BULKY, dump, governor_meta
 from tests.e2e.test_http_downstream import INITIALIZE, LEGACY_HEADERS, Proxy, modern_body, modern_headers
+from tests.pace import deadline, paced
 
 pytestmark = pytest.mark.anyio
 
@@ -60,7 +61,7 @@ def settle(proxy: Proxy, token: str) -> None:
     probe; until the late answer arrives a call can fail upstream (see test_http_downstream)."""
     body = modern_body("tools/call", {"name": "echo_small", "arguments": {"text": "ready?"}})
     headers = {**modern_headers("tools/call", "echo_small"), **bearer(token)}
-    with httpx2.Client(timeout=20) as http:
+    with httpx2.Client(timeout=paced(20)) as http:
         for _ in range(80):
             reply = http.post(proxy.url, json=body, headers=headers)
             if reply.status_code == 200 and reply.json().get("result", {}).get("structuredContent"):
@@ -91,7 +92,7 @@ def bearer(token: str) -> dict[str, str]:
 @asynccontextmanager
 async def sdk_client(url: str, token: str, mode: str) -> AsyncIterator[Client]:
     async with (
-        httpx2.AsyncClient(headers=bearer(token), timeout=30) as http,
+        httpx2.AsyncClient(headers=bearer(token), timeout=paced(30)) as http,
         Client(streamable_http_client(url, http_client=http), mode=mode, cache=None) as client,  # type: ignore[arg-type]
     ):
         yield client
@@ -129,11 +130,11 @@ async def fetch_all_http(http: httpx2.AsyncClient, base: str, token: str, artifa
 
 async def test_an_operators_artifacts_are_unknown_to_another(proxy: Proxy, mode: str) -> None:
     count = 700 if mode == "auto" else 701  # one call per era: a repeat would be denied
-    with anyio.fail_after(50):
+    with deadline(50):
         async with (
             sdk_client(proxy.url, ALICE, mode) as alice,
             sdk_client(proxy.url, BOB, mode) as bob,
-            httpx2.AsyncClient(timeout=30) as http,
+            httpx2.AsyncClient(timeout=paced(30)) as http,
         ):
             shaped = dump(await alice.call_tool("list_papers", {"count": count}))
             (receipt,) = governor_meta(shaped)["receipts"]
@@ -165,7 +166,7 @@ async def test_an_operators_artifacts_are_unknown_to_another(proxy: Proxy, mode:
 
 
 async def test_a_session_belongs_to_the_token_that_started_it(proxy: Proxy) -> None:
-    async with httpx2.AsyncClient(timeout=30) as http:
+    async with httpx2.AsyncClient(timeout=paced(30)) as http:
         started = await http.post(proxy.url, json=INITIALIZE, headers={**LEGACY_HEADERS, **bearer(ALICE)})
         assert started.status_code == 200, started.text
         session = {**LEGACY_HEADERS, "Mcp-Session-Id": started.headers["mcp-session-id"]}
@@ -184,7 +185,7 @@ async def test_a_session_belongs_to_the_token_that_started_it(proxy: Proxy) -> N
 async def test_an_http_sse_session_belongs_to_the_token_that_opened_it(proxy: Proxy) -> None:
     """The 2024-11-05 HTTP+SSE transport: the session a GET /sse opened takes messages only with
     the same token (its Router acts for that operator)."""
-    async with httpx2.AsyncClient(timeout=30) as http:
+    async with httpx2.AsyncClient(timeout=paced(30)) as http:
         async with http.stream("GET", proxy.base + "/sse", headers=bearer(ALICE)) as stream:
             assert stream.status_code == 200
             lines = stream.aiter_lines()  # kept: leaving an `async for` over it would close the stream
@@ -203,7 +204,7 @@ async def test_an_http_sse_session_belongs_to_the_token_that_opened_it(proxy: Pr
 
 
 async def test_every_endpoint_needs_a_token(proxy: Proxy) -> None:
-    async with httpx2.AsyncClient(timeout=30) as http:
+    async with httpx2.AsyncClient(timeout=paced(30)) as http:
         for method, path in [
             ("POST", "/shape"),
             ("POST", "/fetch-slice"),
@@ -220,7 +221,7 @@ async def test_every_endpoint_needs_a_token(proxy: Proxy) -> None:
 
 async def test_shape_and_verify_receipts(proxy: Proxy) -> None:
     text = "".join(f"Paragraph {n}: the quick brown fox jumps over the lazy dog. " * 8 + "\n\n" for n in range(400))
-    async with httpx2.AsyncClient(timeout=30) as http:
+    async with httpx2.AsyncClient(timeout=paced(30)) as http:
         shaped = await http.post(
             f"{proxy.base}/shape", json={"route": "read_prose", "text": text}, headers=bearer(ALICE)
         )
@@ -272,7 +273,7 @@ async def test_shape_and_verify_receipts(proxy: Proxy) -> None:
 
 
 async def test_fetch_slice_ranges(proxy: Proxy) -> None:
-    async with httpx2.AsyncClient(timeout=30) as http:
+    async with httpx2.AsyncClient(timeout=paced(30)) as http:
         shaped = await http.post(f"{proxy.base}/shape", json={"route": "r", "text": "é" * 40_000}, headers=bearer(BOB))
         artifact_id = shaped.json()["receipts"][0]["artifact_id"]
         fetch = f"{proxy.base}/fetch-slice"
@@ -297,7 +298,7 @@ async def test_fetch_slice_ranges(proxy: Proxy) -> None:
 
 async def test_budgets_belong_to_their_operator(proxy: Proxy) -> None:
     budgets = f"{proxy.base}/budgets"
-    async with httpx2.AsyncClient(timeout=30) as http:
+    async with httpx2.AsyncClient(timeout=paced(30)) as http:
         shown = (await http.get(budgets, headers=bearer(ALICE))).json()
         assert shown["operator"] == "alice"
         assert shown["default"] == {"max_bytes": 32768, "max_records": 50, "max_tokens": 8192, "mode": None}
@@ -332,7 +333,7 @@ async def test_budgets_belong_to_their_operator(proxy: Proxy) -> None:
 
 async def test_registration_canonicalises_names_and_keeps_only_hashes(proxy: Proxy, home: Path) -> None:
     register = f"{proxy.base}/register"
-    async with httpx2.AsyncClient(timeout=30) as http:
+    async with httpx2.AsyncClient(timeout=paced(30)) as http:
         made = await http.post(register, json={"operator": "Carol"})
         assert made.status_code == 201, made.text
         assert made.headers["cache-control"] == "no-store"
@@ -363,18 +364,18 @@ async def test_registration_canonicalises_names_and_keeps_only_hashes(proxy: Pro
 async def test_registered_operators_survive_a_restart_with_registration_closed(tmp_path: Path) -> None:
     first = serve(write_config(tmp_path, open_registration=True), tmp_path)
     try:
-        async with httpx2.AsyncClient(timeout=30) as http:
+        async with httpx2.AsyncClient(timeout=paced(30)) as http:
             made = await http.post(f"{first.base}/register", json={"operator": "Dave"})
             token = made.json()["token"]
     finally:
         first.stop()
     second = serve(write_config(tmp_path, open_registration=False), tmp_path)
     try:
-        async with httpx2.AsyncClient(timeout=30) as http:
+        async with httpx2.AsyncClient(timeout=paced(30)) as http:
             closed = await http.post(f"{second.base}/register", json={"operator": "erin"})
             assert_problem(closed, 403, "registration_closed")
             assert (await http.get(f"{second.base}/budgets", headers=bearer(token))).json()["operator"] == "dave"
-            with anyio.fail_after(40):
+            with deadline(40):
                 async with sdk_client(second.url, token, "auto") as dave:
                     assert (await dave.call_tool("echo_small", {"text": "hi"})).structured_content == {"result": "hi"}
     finally:
@@ -393,7 +394,7 @@ async def test_frugal_auth_token_is_the_operator_default(tmp_path: Path) -> None
     proxy.wait_listening()
     settle(proxy, ALICE)
     try:
-        async with httpx2.AsyncClient(timeout=30) as http:
+        async with httpx2.AsyncClient(timeout=paced(30)) as http:
             assert (await http.get(f"{proxy.base}/budgets", headers=bearer(ALICE))).json()["operator"] == "default"
             assert_problem(
                 await http.post(f"{proxy.base}/register", json={"operator": "x"}), 403, "registration_closed"
@@ -416,14 +417,14 @@ async def test_an_expired_artifact_answers_410(tmp_path: Path) -> None:
     config = write_config(tmp_path, open_registration=False, governor='\n[governor]\nspill_ttl = "4s"\n')
     proxy = serve(config, tmp_path)
     try:
-        async with httpx2.AsyncClient(timeout=30) as http:
+        async with httpx2.AsyncClient(timeout=paced(30)) as http:
             shaped = await http.post(
                 f"{proxy.base}/shape", json={"route": "r", "text": "y" * 50_000}, headers=bearer(BOB)
             )
             artifact_id = shaped.json()["receipts"][0]["artifact_id"]
             fetch = f"{proxy.base}/fetch-slice"
             # The artifact lives 4 s; an expired id is remembered (410) for as long again.
-            with anyio.fail_after(20):
+            with deadline(20):
                 for _ in range(100):
                     reply = await http.post(fetch, json={"artifact_id": artifact_id}, headers=bearer(BOB))
                     if reply.status_code != 200:
@@ -441,7 +442,7 @@ def test_a_bad_auth_table_stops_serve_with_its_key_path(tmp_path: Path) -> None:
         [sys.executable, "-m", "frugal_proxy", "serve", "--config", str(config), "--http", "127.0.0.1:0"],
         {"FRUGAL_HOME": str(tmp_path), **TOKENS},
     )
-    proxy.process.wait(30)
+    proxy.process.wait(paced(30))
     assert proxy.stop() == 2
     assert any(
         "at auth.operators.carol.token_env: environment variable CAROL_TOKEN is not set" in line for line in proxy.lines
@@ -453,7 +454,7 @@ async def test_without_the_governor_its_endpoints_say_so(tmp_path: Path) -> None
     proxy = Proxy(argv, {"FRUGAL_HOME": str(tmp_path)})
     proxy.wait_listening()
     try:
-        async with httpx2.AsyncClient(timeout=30) as http:
+        async with httpx2.AsyncClient(timeout=paced(30)) as http:
             # No token anywhere: every client is the operator `local`, and nothing needs a token.
             for method, path in [("POST", "/shape"), ("GET", "/budgets"), ("GET", "/verify-key")]:
                 refused = await http.request(method, f"{proxy.base}{path}", json={"route": "r", "text": "t"})

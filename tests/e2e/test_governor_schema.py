@@ -10,13 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
 import jsonschema
 import pytest
 from mcp import Client, StdioServerParameters
 
 from tests.conftest import notes_command, params, proxy_command
 from tests.e2e.test_governor import BULKY, dump, fetch_all
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -51,7 +51,7 @@ async def check_shelf(proxied: Client, direct: Client, name: str, schema: dict[s
 
 
 async def test_wrapped_tool_keeps_its_schemas_min_items(mode: str) -> None:
-    with anyio.fail_after(60):
+    with deadline(60):
         async with client(params(BULKY), mode) as direct, client(params(proxy_command(BULKY)), mode) as proxied:
             schema = await schema_of(proxied, "shelf_papers")
             await check_shelf(proxied, direct, "shelf_papers", schema)
@@ -70,7 +70,7 @@ async def test_served_tool_keeps_its_schemas_min_items_without_a_prior_list(tmp_
     served = StdioServerParameters(
         command=sys.executable, args=["-m", "frugal_proxy", "serve", "--config", str(config)], env=env
     )
-    with anyio.fail_after(60):
+    with deadline(60):
         async with client(params(BULKY), mode) as direct, client(served, mode) as proxied:
             # No tools/list first: with several upstreams the proxy's merged list has the schema.
             direct_schema = (await direct.list_tools()).tools

@@ -36,6 +36,7 @@ from tests.e2e.test_wrap_stdio import (
     sampling,
 )
 from tests.e2e.test_wrap_stdio import client as stdio_client
+from tests.pace import deadline, paced
 
 pytestmark = pytest.mark.anyio
 
@@ -79,7 +80,8 @@ class Proxy:
 
     def wait_for_line(self, *parts: str, timeout: float = 60.0) -> str:
         """The first line of its stderr that holds every one of `parts`, waited for (blocking:
-        run it in a thread); fails the test after `timeout` seconds."""
+        run it in a thread); fails the test after `timeout` seconds (paced: tests/pace.py)."""
+        timeout = paced(timeout)
         with self._said:
             found = self._said.wait_for(
                 lambda: next((line for line in self.lines if all(part in line for part in parts)), None), timeout
@@ -89,7 +91,8 @@ class Proxy:
         return found
 
     def wait_listening(self, timeout: float = 30.0) -> str:
-        self._listening.wait(timeout)
+        """The URL it serves, once it says so on stderr; fails the test after `timeout` seconds (paced)."""
+        self._listening.wait(paced(timeout))
         if not self.url:
             self.stop()
             pytest.fail("the proxy did not say where it listens, alone on a line:\n" + "\n".join(self.lines[-20:]))
@@ -116,10 +119,10 @@ class Proxy:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
-                self.process.wait(15)
+                self.process.wait(paced(15))
             except subprocess.TimeoutExpired:
                 self.process.kill()
-                self.process.wait(5)
+                self.process.wait(paced(5))
         self._reader.join(5)
         if self.process.stderr is not None:
             self.process.stderr.close()
@@ -192,7 +195,7 @@ async def test_sdk_clients_see_the_server_as_directly(name: str, mode: str) -> N
     command = notes_command() if name == "notes" else everything_command()
     proxy = start(command)
     try:
-        with anyio.fail_after(50):
+        with deadline(50):
             async with (
                 stdio_client(command, mode) as direct,
                 sdk_client(proxy.url, mode) as proxied,
@@ -215,7 +218,7 @@ async def test_sampling_round_trip(name: str, mode: str) -> None:
     tool, arguments, expected = SERVER_REQUESTS[name]["sampling"]
     proxy = start(command)
     try:
-        with anyio.fail_after(50):
+        with deadline(50):
             async with sdk_client(proxy.url, mode) as proxied:
                 result = await proxied.call_tool(tool, arguments)
         text = " ".join(block.text for block in result.content if isinstance(block, TextContent))
@@ -228,7 +231,7 @@ async def test_sampling_round_trip(name: str, mode: str) -> None:
 async def test_two_session_era_clients_get_their_own_upstream_processes(notes_proxy: Proxy) -> None:
     """These clients declare sampling, elicitation and roots, so their sessions share no upstream
     connection (tests/e2e/test_shared_upstreams.py has the ones that do)."""
-    with anyio.fail_after(50):
+    with deadline(50):
         before = notes_proxy.children()
         async with sdk_client(notes_proxy.url, "legacy") as first, sdk_client(notes_proxy.url, "legacy") as second:
             during = notes_proxy.children()
@@ -250,7 +253,7 @@ async def test_two_session_era_clients_get_their_own_upstream_processes(notes_pr
 
 async def test_modern_requests_are_checked_against_their_headers(notes_proxy: Proxy) -> None:
     url = notes_proxy.url
-    async with httpx2.AsyncClient(timeout=20) as http:
+    async with httpx2.AsyncClient(timeout=paced(20)) as http:
         ok = await http.post(url, json=modern_body("tools/list"), headers=modern_headers("tools/list"))
         assert ok.status_code == 200, ok.text
         assert "mcp-session-id" not in ok.headers
@@ -303,7 +306,7 @@ async def test_modern_requests_are_checked_against_their_headers(notes_proxy: Pr
 async def test_progress_rides_on_the_requests_own_stream(notes_proxy: Proxy) -> None:
     body = modern_body("tools/call", {"name": "count", "arguments": {"steps": 3}})
     body["params"]["_meta"] = {**META, "progressToken": "p-1"}
-    async with httpx2.AsyncClient(timeout=20) as http:
+    async with httpx2.AsyncClient(timeout=paced(20)) as http:
         reply = await http.post(notes_proxy.url, json=body, headers=modern_headers("tools/call", "count"))
     assert reply.headers["content-type"].startswith("text/event-stream")
     events = [line[6:] for line in reply.text.splitlines() if line.startswith("data: ")]
@@ -321,8 +324,8 @@ async def test_closing_the_stream_cancels_the_call_upstream(notes_proxy: Proxy) 
     count_headers = modern_headers("tools/call", "cancellations")
     body = modern_body("tools/call", {"name": "sleep", "arguments": {"seconds": 30}}, ident=7)
     body["params"]["_meta"] = {**META, "progressToken": 7}
-    with anyio.fail_after(30):
-        async with httpx2.AsyncClient(timeout=20) as http:
+    with deadline(30):
+        async with httpx2.AsyncClient(timeout=paced(20)) as http:
             before = (await http.post(url, json=count_call, headers=count_headers)).json()["result"]
             async with http.stream("POST", url, json=body, headers=modern_headers("tools/call", "sleep")) as stream:
                 assert stream.status_code == 200
@@ -394,21 +397,21 @@ async def test_closing_the_connection_of_a_plain_json_call_cancels_it_upstream(n
     that goes away before its reply still has it cancelled upstream, and others go on."""
     url = notes_proxy.url
     body = modern_body("tools/call", {"name": "sleep", "arguments": {"seconds": 30}}, ident=7)
-    with anyio.fail_after(30):
-        async with httpx2.AsyncClient(timeout=20) as http:
+    with deadline(30):
+        async with httpx2.AsyncClient(timeout=paced(20)) as http:
             counted = Cancellations(http, url)
             before = await counted.count()
-            async with httpx2.AsyncClient(timeout=20) as leaving:
-                with anyio.move_on_after(0.5):
+            async with httpx2.AsyncClient(timeout=paced(20)) as leaving:
+                with anyio.move_on_after(paced(0.5)):  # long enough for the call to reach the upstream
                     await leaving.post(url, json=body, headers=modern_headers("tools/call", "sleep"))
-                    raise AssertionError("a 30 s sleep answered within 0.5 s")
+                    raise AssertionError("a 30 s sleep answered at once")
             await counted.rise_to(before + 1)
 
 
 async def test_a_session_era_plain_call_is_cancelled_by_its_clients_notification(notes_proxy: Proxy) -> None:
     url = notes_proxy.url
-    with anyio.fail_after(30):
-        async with httpx2.AsyncClient(timeout=20) as http:
+    with deadline(30):
+        async with httpx2.AsyncClient(timeout=paced(20)) as http:
             headers, counted, before = await session_counting_cancellations(http, url)
             sleep = legacy_sleep(3, 30)
             replies: list[httpx2.Response] = []
@@ -432,7 +435,7 @@ async def test_a_session_era_plain_call_is_cancelled_by_its_clients_notification
 async def test_session_ids_are_required_and_checked(notes_proxy: Proxy) -> None:
     url = notes_proxy.url
     listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
-    async with httpx2.AsyncClient(timeout=20) as http:
+    async with httpx2.AsyncClient(timeout=paced(20)) as http:
         missing = await http.post(url, json=listing, headers=LEGACY_HEADERS)
         assert missing.status_code == 400
         unknown = await http.post(url, json=listing, headers={**LEGACY_HEADERS, "Mcp-Session-Id": "nope"})
@@ -466,8 +469,8 @@ async def test_session_ids_are_required_and_checked(notes_proxy: Proxy) -> None:
 async def test_idle_sessions_expire() -> None:
     proxy = start(notes_command(), "--session-idle-timeout", "0.5")
     try:
-        async with httpx2.AsyncClient(timeout=20) as http:
-            with anyio.fail_after(30):
+        async with httpx2.AsyncClient(timeout=paced(20)) as http:
+            with deadline(30):
                 started = await http.post(proxy.url, json=INITIALIZE, headers=LEGACY_HEADERS)
                 headers = {**LEGACY_HEADERS, "Mcp-Session-Id": started.headers["mcp-session-id"]}
                 listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
@@ -481,8 +484,8 @@ async def test_idle_sessions_expire() -> None:
 async def test_stateless_mode_serves_session_era_clients_without_sessions() -> None:
     proxy = start(notes_command(), "--stateless")
     try:
-        with anyio.fail_after(40):
-            async with httpx2.AsyncClient(timeout=20) as http:
+        with deadline(40):
+            async with httpx2.AsyncClient(timeout=paced(20)) as http:
                 started = await http.post(proxy.url, json=INITIALIZE, headers=LEGACY_HEADERS)
                 assert started.status_code == 200
                 assert "mcp-session-id" not in started.headers
@@ -509,8 +512,8 @@ async def test_a_stateless_client_cannot_cancel_another_clients_call_that_has_it
     sleep = {"name": "sleep", "arguments": {"seconds": 1.0}}
     add = {"name": "add", "arguments": {"a": 40, "b": 2}}
     try:
-        with anyio.fail_after(40):
-            async with httpx2.AsyncClient(timeout=20) as http:
+        with deadline(40):
+            async with httpx2.AsyncClient(timeout=paced(20)) as http:
                 assert (await http.post(proxy.url, json=INITIALIZE, headers=LEGACY_HEADERS)).status_code == 200
                 others: list[httpx2.Response] = []
 
@@ -541,7 +544,7 @@ async def test_body_cap_is_enforced_while_reading() -> None:
     try:
         big = modern_body("tools/call", {"name": "echo", "arguments": {"text": "x" * 5000}})
         headers = modern_headers("tools/call", "echo")
-        async with httpx2.AsyncClient(timeout=20) as http:
+        async with httpx2.AsyncClient(timeout=paced(20)) as http:
             declared = await http.post(proxy.url, json=big, headers=headers)
             assert declared.status_code == 413
 
@@ -564,7 +567,7 @@ async def test_a_set_token_is_required_everywhere_but_healthz() -> None:
     proxy = start(notes_command(), env={"FRUGAL_AUTH_TOKEN": "s3cret-token"})
     try:
         headers = modern_headers("tools/list")
-        async with httpx2.AsyncClient(timeout=20) as http:
+        async with httpx2.AsyncClient(timeout=paced(20)) as http:
             missing = await http.post(proxy.url, json=modern_body("tools/list"), headers=headers)
             assert missing.status_code == 401
             assert missing.headers["www-authenticate"].startswith("Bearer")
@@ -588,7 +591,7 @@ async def test_dns_rebinding_protection() -> None:
     proxy = start(notes_command(), "--allowed-host", "sidecar", "--allowed-origin", "https://app.example.com")
     try:
         body, headers = modern_body("tools/list"), modern_headers("tools/list")
-        async with httpx2.AsyncClient(timeout=20) as http:
+        async with httpx2.AsyncClient(timeout=paced(20)) as http:
 
             async def status(**extra: str) -> int:
                 return (await http.post(proxy.url, json=body, headers={**headers, **extra})).status_code
@@ -606,9 +609,9 @@ async def test_dns_rebinding_protection() -> None:
 
 
 async def test_rate_limit_answers_429_with_retry_after() -> None:
-    proxy = start(notes_command(), "--rate-limit", "0.5/3")
+    proxy = start(notes_command(), "--rate-limit", "0.01/3")  # one token in 100 s: a slow client still meets the 429
     try:
-        async with httpx2.AsyncClient(timeout=20) as http:
+        async with httpx2.AsyncClient(timeout=paced(20)) as http:
             codes = [(await http.get(f"{proxy.base}/healthz")) for _ in range(4)]
         assert [reply.status_code for reply in codes] == [200, 200, 200, 429]
         assert int(codes[-1].headers["retry-after"]) >= 1
@@ -622,7 +625,7 @@ async def test_x_forwarded_for_is_believed_only_from_allowed_proxies(options: tu
     the connection's): only a proxy named by --forwarded-allow-ips is believed."""
     proxy = start(notes_command(), "--rate-limit", "0.01/1", *options)
     try:
-        async with httpx2.AsyncClient(timeout=20) as http:
+        async with httpx2.AsyncClient(timeout=paced(20)) as http:
             codes = [
                 (await http.get(f"{proxy.base}/healthz", headers={"X-Forwarded-For": forged})).status_code
                 for forged in ("203.0.113.1", "203.0.113.2")
@@ -637,7 +640,7 @@ def test_forwarded_allow_ips_must_be_addresses_or_networks(bad: str) -> None:
     done = subprocess.run(
         proxy_command(notes_command(), "--http", "127.0.0.1:0", "--forwarded-allow-ips", bad),
         capture_output=True,
-        timeout=30,
+        timeout=paced(30),
         check=False,
         text=True,
     )
@@ -651,7 +654,11 @@ def test_a_non_loopback_bind_is_refused_without_a_token(tmp_path: Path) -> None:
     # 192.0.2.1 (TEST-NET-1) is on no local interface: were the check after the bind, the error would differ.
     env = {key: value for key, value in os.environ.items() if key != "FRUGAL_AUTH_TOKEN"}
     done = subprocess.run(
-        proxy_command(upstream, "--http", "192.0.2.1:8765"), capture_output=True, timeout=30, env=env, check=False
+        proxy_command(upstream, "--http", "192.0.2.1:8765"),
+        capture_output=True,
+        timeout=paced(30),
+        env=env,
+        check=False,
     )
     assert done.returncode == 2
     assert b"refusing to listen on 192.0.2.1 without authentication" in done.stderr
@@ -661,7 +668,10 @@ def test_a_non_loopback_bind_is_refused_without_a_token(tmp_path: Path) -> None:
 
 def test_a_bad_address_is_refused() -> None:
     done = subprocess.run(
-        proxy_command(notes_command(), "--http", "localhost:notaport"), capture_output=True, timeout=30, check=False
+        proxy_command(notes_command(), "--http", "localhost:notaport"),
+        capture_output=True,
+        timeout=paced(30),
+        check=False,
     )
     assert done.returncode == 2
     assert b"--http wants HOST:PORT" in done.stderr
@@ -671,8 +681,8 @@ async def test_shutdown_drains_calls_in_flight() -> None:
     proxy = start(notes_command())
     try:
         body = modern_body("tools/call", {"name": "sleep", "arguments": {"seconds": 1}})
-        async with httpx2.AsyncClient(timeout=20) as http:
-            with anyio.fail_after(30):
+        async with httpx2.AsyncClient(timeout=paced(20)) as http:
+            with deadline(30):
                 async with anyio.create_task_group() as tg:
                     replies: list[httpx2.Response] = []
 
@@ -738,7 +748,7 @@ async def test_serve_http_with_a_config(tmp_path: Path) -> None:
     proxy = Proxy([sys.executable, "-m", "frugal_proxy", "serve", "--config", str(config), "--http", "127.0.0.1:0"])
     try:
         url = proxy.wait_listening()
-        with anyio.fail_after(40):
+        with deadline(40):
             async with sdk_client(url, "auto") as modern, sdk_client(url, "legacy") as legacy:
                 for client in (modern, legacy):
                     # On a loaded machine an upstream can outlast the 3 s discover probe: until
@@ -776,7 +786,7 @@ async def test_a_token_guarded_non_loopback_bind_accepts_its_service_name_as_hos
         wide_port = wide.wait_listening().rsplit(":", 1)[1].split("/")[0]
         narrow_url = narrow.wait_listening()
         headers = {"Host": "frugal-proxy:8765", "Authorization": "Bearer sidecar-token"}
-        async with httpx2.AsyncClient(timeout=30) as http:
+        async with httpx2.AsyncClient(timeout=paced(30)) as http:
             served = await http.get(f"http://127.0.0.1:{wide_port}/healthz", headers=headers)
             listed = await http.post(
                 f"http://127.0.0.1:{wide_port}/mcp",

@@ -31,6 +31,7 @@ from tests.e2e.test_http_downstream import (
     modern_headers,
     start,
 )
+from tests.pace import deadline, paced
 
 pytestmark = pytest.mark.anyio
 
@@ -108,7 +109,7 @@ MODERN_HEADERS = [f"{key}: {value}" for key, value in modern_headers("tools/list
 async def test_a_client_too_slow_to_send_its_request_gets_408_and_is_closed(
     faulty_proxy: Proxy, sent: bytes, waiting_for: str
 ) -> None:
-    with anyio.fail_after(10):
+    with deadline(10):
         async with raw(faulty_proxy) as stream:
             await stream.send(sent) if sent else None
             began = anyio.current_time()
@@ -121,7 +122,7 @@ async def test_a_client_too_slow_to_send_its_request_gets_408_and_is_closed(
 
 @pytest.mark.parametrize("faulty_proxy", [("--header-timeout", "1")], indirect=True)
 async def test_the_header_deadline_restarts_for_each_request_on_a_kept_alive_connection(faulty_proxy: Proxy) -> None:
-    with anyio.fail_after(15):
+    with deadline(15):
         async with raw(faulty_proxy) as stream:
             for _ in range(3):  # 0.7 s apart: over the deadline in all, within it for each request
                 await anyio.sleep(0.7)
@@ -152,7 +153,7 @@ async def busy(proxy: Proxy, source: str = "127.0.0.1") -> AsyncIterator[anyio.a
 
 @pytest.mark.parametrize("faulty_proxy", [("--max-connections-per-ip", "3")], indirect=True)
 async def test_connections_over_the_per_ip_cap_get_503_naming_the_flag(faulty_proxy: Proxy) -> None:
-    with anyio.fail_after(20):
+    with deadline(20):
         async with busy(faulty_proxy) as one, busy(faulty_proxy), busy(faulty_proxy):
             async with raw(faulty_proxy) as fourth:
                 await fourth.send(post(LISTING, *MODERN_HEADERS))
@@ -166,14 +167,14 @@ async def test_connections_over_the_per_ip_cap_get_503_naming_the_flag(faulty_pr
                 assert (await read_response(other)).startswith(b"HTTP/1.1 200 ")
             await one.aclose()
             await anyio.sleep(0.2)
-            async with httpx2.AsyncClient(timeout=10) as http:
+            async with httpx2.AsyncClient(timeout=paced(10)) as http:
                 reply = await http.post(faulty_proxy.url, content=LISTING, headers=modern_headers("tools/list"))
                 assert reply.status_code == 200
 
 
 @pytest.mark.parametrize("faulty_proxy", [("--max-connections", "2")], indirect=True)
 async def test_connections_over_the_overall_cap_get_503_naming_the_flag(faulty_proxy: Proxy) -> None:
-    with anyio.fail_after(20):
+    with deadline(20):
         async with busy(faulty_proxy), busy(faulty_proxy, "127.0.0.2"), raw(faulty_proxy, "127.0.0.3") as third:
             refused = await read_all(third)  # sending nothing: answered after a short wait
     assert refused.startswith(b"HTTP/1.1 503 ")
@@ -251,7 +252,7 @@ async def test_slow_connections_are_shed_so_that_valid_clients_are_served(
     proxy = start(FAULTY, *options, "--header-timeout", "120")  # no deadline relieves the pressure
     try:
         pressure = Pressure(proxy)
-        with anyio.fail_after(90):
+        with deadline(90):
             async with anyio.create_task_group() as tg:
                 await pressure.hold(tg, 64, sources)
                 # One connection more is answered, and the oldest slow one makes room for it.
@@ -278,7 +279,7 @@ async def test_connections_that_showed_a_valid_token_are_kept_and_tokenless_ones
         FAULTY, "--max-connections-per-ip", "16", "--keep-alive-timeout", "120", env={"FRUGAL_AUTH_TOKEN": TOKEN}
     )
     try:
-        with anyio.fail_after(60):
+        with deadline(60):
             async with AsyncExitStack() as stack:
                 # Four connections of a token holder and twelve without one, each idle after a request.
                 trusted = [await stack.enter_async_context(raw(proxy)) for _ in range(4)]
@@ -290,7 +291,7 @@ async def test_connections_that_showed_a_valid_token_are_kept_and_tokenless_ones
                     await stream.send(post(LISTING, *MODERN_HEADERS))
                     assert (await read_response(stream)).startswith(b"HTTP/1.1 401 ")
                 # Every place is taken: an SDK client with the token is served in the tokenless ones'.
-                async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=20) as http:
+                async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=paced(20)) as http:
                     assert await echo_calls(proxy.url, mode, 3, http) == ["call 0", "call 1", "call 2"]
                 # The token holder's connections were never shed, though they are the oldest idle ones.
                 for stream in trusted:
@@ -306,7 +307,7 @@ async def test_connections_that_showed_a_valid_token_are_kept_and_tokenless_ones
 
 
 async def initialize_until_it_succeeds(url: str, seconds: float) -> httpx2.Response:
-    async with httpx2.AsyncClient(timeout=20) as http:
+    async with httpx2.AsyncClient(timeout=paced(20)) as http:
         with anyio.move_on_after(seconds):
             while True:
                 reply = await http.post(url, json=INITIALIZE, headers=LEGACY_HEADERS)
@@ -320,8 +321,8 @@ async def initialize_until_it_succeeds(url: str, seconds: float) -> httpx2.Respo
 async def test_a_session_whose_client_never_completes_the_handshake_is_dropped() -> None:
     proxy = start(FAULTY, "--max-sessions", "1", "--handshake-timeout", "1")
     try:
-        with anyio.fail_after(30):
-            async with httpx2.AsyncClient(timeout=20) as http:
+        with deadline(30):
+            async with httpx2.AsyncClient(timeout=paced(20)) as http:
                 first = await http.post(proxy.url, json=INITIALIZE, headers=LEGACY_HEADERS)
                 assert first.status_code == 200
                 # No notifications/initialized, nothing more: the slot comes free after the grace.
@@ -343,7 +344,7 @@ async def test_a_session_whose_client_never_completes_the_handshake_is_dropped()
 async def test_an_initialize_the_client_abandoned_frees_its_session_at_once() -> None:
     proxy = start(SLOW_START, "--max-sessions", "1", "--handshake-timeout", "60")
     try:
-        with anyio.fail_after(40):
+        with deadline(40):
             body = json.dumps(INITIALIZE).encode()
             async with raw(proxy) as stream:
                 await stream.send(post(body, "Content-Type: application/json", "Accept: application/json"))
@@ -371,8 +372,8 @@ async def handshake(http: httpx2.AsyncClient, url: str) -> dict[str, str]:
 async def test_at_the_session_cap_a_session_in_use_is_kept_and_the_refusal_says_the_server_is_full() -> None:
     proxy = start(FAULTY, "--max-sessions", "1", "--session-reclaim-after", "1")
     try:
-        with anyio.fail_after(30):
-            async with httpx2.AsyncClient(timeout=20) as http:
+        with deadline(30):
+            async with httpx2.AsyncClient(timeout=paced(20)) as http:
                 headers = await handshake(http, proxy.url)
                 stream_headers = {**headers, "Accept": "text/event-stream"}
                 async with http.stream("GET", proxy.url, headers=stream_headers) as stream:
@@ -393,8 +394,8 @@ async def test_at_the_session_cap_a_session_in_use_is_kept_and_the_refusal_says_
 async def test_at_the_session_cap_the_session_quiet_longest_makes_room() -> None:
     proxy = start(FAULTY, "--max-sessions", "1", "--session-reclaim-after", "1")
     try:
-        with anyio.fail_after(40):
-            async with httpx2.AsyncClient(timeout=20) as http:
+        with deadline(40):
+            async with httpx2.AsyncClient(timeout=paced(20)) as http:
                 # A client that finished its handshake, made a call and went quiet without DELETE.
                 headers = await handshake(http, proxy.url)
                 assert (await http.post(proxy.url, json=LISTING_IN_SESSION, headers=headers)).status_code == 200
@@ -430,7 +431,7 @@ async def test_a_duplicated_identity_or_routing_header_gets_400_naming_it(faulty
         extra.append("Mcp-Session-Id: xyz")
     if name.lower() == "content-type":
         extra.append("Content-Type: application/json")
-    with anyio.fail_after(10):
+    with deadline(10):
         async with raw(faulty_proxy) as stream:
             await stream.send(post(LISTING, *MODERN_HEADERS, *extra, duplicate))
             response = await read_response(stream) if name != "Host" else await read_all(stream)
@@ -462,7 +463,7 @@ async def test_a_post_must_be_json_and_accept_json_or_sse(
     faulty_proxy: Proxy, headers: dict[str, str], status: int, named: str
 ) -> None:
     sent = {**modern_headers("tools/list"), "Content-Type": "application/json", **headers}
-    async with httpx2.AsyncClient(timeout=10) as http:
+    async with httpx2.AsyncClient(timeout=paced(10)) as http:
         reply = await http.post(faulty_proxy.url, content=LISTING, headers=sent)
         assert reply.status_code == status, reply.text
         if status != 200:
@@ -473,7 +474,7 @@ async def test_a_post_must_be_json_and_accept_json_or_sse(
 
 
 async def test_a_session_stream_must_accept_sse(faulty_proxy: Proxy) -> None:
-    async with httpx2.AsyncClient(timeout=10) as http:
+    async with httpx2.AsyncClient(timeout=paced(10)) as http:
         opened = await http.post(faulty_proxy.url, json=INITIALIZE, headers=LEGACY_HEADERS)
         headers = {"Mcp-Session-Id": opened.headers["mcp-session-id"], "Accept": "application/json"}
         refused = await http.get(faulty_proxy.url, headers=headers)
@@ -484,21 +485,23 @@ async def test_a_session_stream_must_accept_sse(faulty_proxy: Proxy) -> None:
 
 
 async def test_the_429_says_what_the_limit_is_and_how_to_raise_it() -> None:
-    proxy = start(FAULTY, "--rate-limit", "0.5/2")
+    # A slow refill (one token in 100 s): however slowly a loaded machine sends the three
+    # requests, the third finds the burst spent.
+    proxy = start(FAULTY, "--rate-limit", "0.01/2")
     try:
-        async with httpx2.AsyncClient(timeout=20) as http:
+        async with httpx2.AsyncClient(timeout=paced(20)) as http:
             replies = [await http.get(f"{proxy.base}/healthz") for _ in range(3)]
         assert [reply.status_code for reply in replies] == [200, 200, 429]
         message = replies[-1].json()["message"]
-        assert "0.5 requests/s per client IP" in message and "burst 2" in message and "--rate-limit" in message
+        assert "0.01 requests/s per client IP" in message and "burst 2" in message and "--rate-limit" in message
     finally:
         proxy.stop()
 
 
 async def test_a_loopback_bind_has_no_per_ip_rate_limit_by_default(faulty_proxy: Proxy) -> None:
     # Every local client is 127.0.0.1: the old default (burst 1,000, then 100/s) throttled them all together.
-    with anyio.fail_after(60):
-        async with httpx2.AsyncClient(timeout=20) as http:
+    with deadline(60):
+        async with httpx2.AsyncClient(timeout=paced(20)) as http:
             statuses = {(await http.get(f"{faulty_proxy.base}/healthz")).status_code for _ in range(1100)}
     assert statuses == {200}
 
@@ -512,7 +515,7 @@ async def test_the_overall_cap_is_lowered_to_fit_a_small_descriptor_limit() -> N
         proxy.wait_listening()
         lowered = [line for line in proxy.lines if "--max-connections lowered" in line]
         assert lowered and "wanted=1000 allowed=44 nofile=512" in lowered[0], proxy.lines  # 512 - 64 - 4 x 1 x 101
-        async with httpx2.AsyncClient(timeout=10) as http:
+        async with httpx2.AsyncClient(timeout=paced(10)) as http:
             assert (await http.get(f"{proxy.base}/healthz")).status_code == 200
     finally:
         proxy.stop()

@@ -36,6 +36,7 @@ from tests.e2e.test_http_downstream import (
 )
 from tests.e2e.test_subscriptions import hear_a_note_change
 from tests.e2e.test_wrap_stdio import sampling
+from tests.pace import deadline, paced
 
 pytestmark = pytest.mark.anyio
 
@@ -66,7 +67,7 @@ async def sse_events(response: httpx2.Response) -> AsyncIterator[dict[str, str]]
 
 
 async def test_a_modern_client_listens_over_http(proxy: Proxy) -> None:
-    with anyio.fail_after(30):
+    with deadline(30):
         async with Client(proxy.url, mode="auto", cache=None) as client:
             assert await hear_a_note_change(client, "h") == {"ResourcesListChanged", "ResourceUpdated"}
 
@@ -74,8 +75,8 @@ async def test_a_modern_client_listens_over_http(proxy: Proxy) -> None:
 async def test_listen_notifications_carry_the_clients_own_request_id(proxy: Proxy) -> None:
     body = modern_body("subscriptions/listen", {"notifications": {"resourcesListChanged": True}}, ident="mine-42")
     call = modern_body("tools/call", {"name": "add_note", "arguments": {"name": "i", "text": "x"}}, ident=2)
-    with anyio.fail_after(30):
-        async with httpx2.AsyncClient(timeout=20) as http:
+    with deadline(30):
+        async with httpx2.AsyncClient(timeout=paced(20)) as http:
             headers = modern_headers("subscriptions/listen")
             async with http.stream("POST", proxy.url, json=body, headers=headers) as stream:
                 assert stream.headers["content-type"].startswith("text/event-stream")
@@ -104,8 +105,8 @@ async def test_a_broken_request_stream_resumes_with_last_event_id(proxy: Proxy) 
         "method": "tools/call",
         "params": {"name": "count", "arguments": {"steps": 3, "pause": 0.4}, "_meta": {"progressToken": "t"}},
     }
-    with anyio.fail_after(30):
-        async with httpx2.AsyncClient(timeout=20) as http:
+    with deadline(30):
+        async with httpx2.AsyncClient(timeout=paced(20)) as http:
             headers = await open_session(http, proxy.url)
             first: list[dict[str, str]] = []
             async with http.stream("POST", proxy.url, json=call, headers=headers) as stream:
@@ -135,8 +136,8 @@ async def test_a_session_era_client_that_prefers_sse_gets_its_reply_as_a_stream(
     concurrent requests is answered as an SSE stream holding its reply, with event ids (and the
     2025-11-25 priming event); the SDKs' order (JSON first) keeps plain JSON."""
     listing = {"jsonrpc": "2.0", "method": "tools/list", "params": {}}
-    with anyio.fail_after(30):
-        async with httpx2.AsyncClient(timeout=20) as http:
+    with deadline(30):
+        async with httpx2.AsyncClient(timeout=paced(20)) as http:
             headers = await open_session(http, proxy.url, version)
             prefers_sse = {**headers, "Accept": "text/event-stream, application/json"}
 
@@ -167,8 +168,8 @@ async def test_a_2025_11_25_priming_event_says_when_to_reconnect(proxy: Proxy) -
     """The priming event of a 2025-11-25 request's stream carries `retry` (SEP-1699), so that a
     client whose stream ends before its reply knows when to resume it with Last-Event-ID."""
     body = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "add", "arguments": {"a": 1, "b": 2}}}
-    with anyio.fail_after(30):
-        async with httpx2.AsyncClient(timeout=20) as http:
+    with deadline(30):
+        async with httpx2.AsyncClient(timeout=paced(20)) as http:
             headers = await open_session(http, proxy.url, "2025-11-25")
             prefers_sse = {**headers, "Accept": "text/event-stream, application/json"}
             async with http.stream("POST", proxy.url, json=body, headers=prefers_sse) as stream:
@@ -193,8 +194,8 @@ async def test_the_standalone_stream_resumes_after_the_last_event_it_delivered(m
                 "arguments": {"name": name, "text": "x"}}}  # fmt: skip
 
     proxy = modern_only_proxy
-    with anyio.fail_after(30):
-        async with httpx2.AsyncClient(timeout=20) as http:
+    with deadline(30):
+        async with httpx2.AsyncClient(timeout=paced(20)) as http:
             headers = await open_session(http, proxy.url)
             async with http.stream("GET", proxy.url, headers=headers) as standalone:
                 await http.post(proxy.url, json=note(2, "s1"), headers=headers)
@@ -225,7 +226,7 @@ async def test_2025_03_26_batches_are_answered_as_one_array(proxy: Proxy) -> Non
     }
     listing = {"jsonrpc": "2.0", "id": "a", "method": "tools/list"}
     note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "zzz"}}
-    async with httpx2.AsyncClient(timeout=20) as http:
+    async with httpx2.AsyncClient(timeout=paced(20)) as http:
         headers = await open_session(http, proxy.url, "2025-03-26")
         answered = await http.post(proxy.url, json=[listing, note, add], headers=headers)
         assert answered.status_code == 200, answered.text
@@ -255,8 +256,8 @@ async def test_the_request_timeout_answers_and_cancels_upstream() -> None:
         count = modern_body("tools/call", {"name": "cancellations", "arguments": {}})
         count_headers = modern_headers("tools/call", "cancellations")
         sleep = modern_body("tools/call", {"name": "sleep", "arguments": {"seconds": 20}}, ident=9)
-        with anyio.fail_after(30):
-            async with httpx2.AsyncClient(timeout=20) as http:
+        with deadline(30):
+            async with httpx2.AsyncClient(timeout=paced(20)) as http:
                 before = (await http.post(url, json=count, headers=count_headers)).json()["result"]
                 answered = await http.post(url, json=sleep, headers=modern_headers("tools/call", "sleep"))
                 assert answered.status_code == 200
@@ -281,8 +282,8 @@ async def test_the_request_timeout_answers_a_session_era_call_and_cancels_it_ups
     slow = start(notes_command(), "--request-timeout", "1")
     try:
         url = slow.url
-        with anyio.fail_after(30):
-            async with httpx2.AsyncClient(timeout=20) as http:
+        with deadline(30):
+            async with httpx2.AsyncClient(timeout=paced(20)) as http:
                 headers, counted, before = await session_counting_cancellations(http, url)
                 sleep = legacy_sleep(9, 20)
                 reply = (await http.post(url, json=sleep, headers=headers)).json()
@@ -302,8 +303,8 @@ async def test_the_request_timeouts_tool_error_carries_result_type_only_to_a_202
     try:
         url = slow.url
         results: dict[str, dict[str, Any]] = {}
-        with anyio.fail_after(60):
-            async with httpx2.AsyncClient(timeout=20) as http:
+        with deadline(60):
+            async with httpx2.AsyncClient(timeout=paced(20)) as http:
                 modern = modern_body("tools/call", {"name": "sleep", "arguments": {"seconds": 20}}, ident=9)
                 reply = await http.post(url, json=modern, headers=modern_headers("tools/call", "sleep"))
                 results["modern"] = reply.json()["result"]
@@ -337,7 +338,7 @@ def test_a_bad_request_timeout_or_poll_interval_is_refused(flag: str, value: str
         proxy_command(notes_command(), "--http", "127.0.0.1:0", flag, value),
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=paced(30),
     )
     assert done.returncode == 2
     assert said in done.stderr
@@ -360,7 +361,7 @@ async def test_listings_take_the_smallest_ttl_and_narrowest_scope_of_their_parts
     server = [sys.executable, str(Path(__file__).parents[1] / "servers" / "cache_hint_server.py")]
     hinted = start([*server, str(upstream_ttl), upstream_scope])
     try:
-        async with httpx2.AsyncClient(timeout=20) as http:
+        async with httpx2.AsyncClient(timeout=paced(20)) as http:
             for method in ("server/discover", "tools/list"):
                 reply = await http.post(hinted.url, json=modern_body(method), headers=modern_headers(method))
                 result = reply.json()["result"]
@@ -381,8 +382,8 @@ async def test_serve_with_no_upstreams_lists_its_tools_with_the_catalog_hint(tmp
     proxy = Proxy(argv, {"FRUGAL_HOME": str(tmp_path / "home")})
     try:
         url = proxy.wait_listening()
-        with anyio.fail_after(40):
-            async with httpx2.AsyncClient(timeout=20) as http:
+        with deadline(40):
+            async with httpx2.AsyncClient(timeout=paced(20)) as http:
                 for method in ("server/discover", "tools/list"):
                     reply = await http.post(url, json=modern_body(method), headers=modern_headers(method))
                     result = reply.json()["result"]
@@ -401,7 +402,7 @@ async def test_an_http_sse_client_is_served_beside_the_endpoint(proxy: Proxy) ->
     async def on_progress(value: float, total: float | None, message: str | None) -> None:
         progress.append(value)
 
-    with anyio.fail_after(40):
+    with deadline(40):
         async with (
             sse_client(proxy.base + "/sse") as (read, write),
             ClientSession(read, write, sampling_callback=sampling) as session,
@@ -420,7 +421,7 @@ async def test_an_http_sse_client_is_served_beside_the_endpoint(proxy: Proxy) ->
 
 
 async def test_http_sse_messages_are_checked(proxy: Proxy) -> None:
-    async with httpx2.AsyncClient(timeout=20) as http:
+    async with httpx2.AsyncClient(timeout=paced(20)) as http:
         missing = await http.post(proxy.base + "/messages", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
         assert missing.status_code == 400 and "GET /sse" in missing.json()["error"]["message"]
         unknown = await http.post(proxy.base + "/messages?session_id=nope", json={"jsonrpc": "2.0", "method": "x"})
@@ -449,7 +450,7 @@ async def test_http_sse_messages_are_checked(proxy: Proxy) -> None:
 async def test_stateless_mode_has_no_http_sse_endpoints() -> None:
     stateless = start(notes_command(), "--stateless")
     try:
-        async with httpx2.AsyncClient(timeout=20) as http:
+        async with httpx2.AsyncClient(timeout=paced(20)) as http:
             assert (await http.get(stateless.base + "/sse")).status_code == 404
     finally:
         stateless.stop()
@@ -459,7 +460,7 @@ async def test_stateless_mode_has_no_http_sse_endpoints() -> None:
 
 
 async def test_mcp_param_headers_are_checked_against_the_arguments(proxy: Proxy) -> None:
-    with anyio.fail_after(30):
+    with deadline(30):
         async with Client(proxy.url, mode="auto", cache=None) as client:
             listed = {tool.name: tool for tool in (await client.list_tools()).tools}
             assert listed["weather"].input_schema["properties"]["region"]["x-mcp-header"] == "Region"
@@ -475,7 +476,7 @@ async def test_mcp_param_headers_are_checked_against_the_arguments(proxy: Proxy)
             "missing": ({"Mcp-Param-Region": "Oslo"}, 400, "Mcp-Param-Days header is missing"),
             "malformed": ({"Mcp-Param-Region": "=?base64?***?=", "Mcp-Param-Days": "2"}, 400, "malformed"),
         }
-        async with httpx2.AsyncClient(timeout=20) as http:
+        async with httpx2.AsyncClient(timeout=paced(20)) as http:
             for case, (extra, status, words) in cases.items():
                 reply = await http.post(proxy.url, json=body, headers=modern_headers("tools/call", "weather", **extra))
                 assert reply.status_code == status, case
@@ -493,7 +494,7 @@ async def test_an_http_upstream_gets_the_mcp_param_headers_it_checks(notes_http:
     wrong: a call through the proxy succeeds only if the proxy set them itself."""
     chained = start([notes_http])
     try:
-        with anyio.fail_after(30):
+        with deadline(30):
             async with Client(chained.url, mode="auto", cache=None) as client:
                 await client.list_tools()
                 called = await client.call_tool("weather", {"region": "Zürich", "days": 2})
@@ -521,7 +522,7 @@ async def test_fifty_concurrent_clients_of_both_eras_get_their_own_answers() -> 
                 answers[index * 10 + round_] = result.structured_content
 
     try:
-        with anyio.fail_after(55):
+        with deadline(55):
             async with anyio.create_task_group() as tg:
                 for index in range(50):
                     tg.start_soon(one, index)
@@ -543,7 +544,7 @@ async def test_a_request_waits_for_an_upstream_still_negotiating_its_era(tmp_pat
     served = Proxy([sys.executable, "-m", "frugal_proxy", "serve", "--config", str(path), "--http", "127.0.0.1:0"])
     try:
         served.wait_listening()
-        with anyio.fail_after(40):
+        with deadline(40):
             async with Client(served.url, mode=mode, cache=None) as client:  # type: ignore[arg-type]
                 assert "add" in [tool.name for tool in (await client.list_tools()).tools]
                 assert (await client.call_tool("add", {"a": 1, "b": 2})).structured_content == {"result": 3}
@@ -557,7 +558,7 @@ def test_an_http_path_taken_by_another_endpoint_is_refused(path: str) -> None:
         proxy_command(notes_command(), "--http", "127.0.0.1:0", "--http-path", path),
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=paced(30),
     )
     assert done.returncode == 2
     assert f"--http-path {path} is taken by another of the proxy's endpoints" in done.stderr
@@ -568,7 +569,7 @@ async def test_stateless_session_era_clients_of_a_session_era_upstream_get_a_cle
     endpoint cannot be asked. The call fails with the reason, and the proxy goes on serving."""
     stateless = start(everything_command(), "--stateless")
     try:
-        with anyio.fail_after(50):
+        with deadline(50):
             async with sdk_client(stateless.url, "legacy") as client:  # it declares sampling
                 try:
                     result = await client.call_tool("trigger-sampling-request", {"prompt": "tides", "maxTokens": 20})

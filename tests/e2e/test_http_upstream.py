@@ -22,6 +22,7 @@ from mcp_types import CreateMessageResult, ElicitResult, TextContent
 
 from frugal_proxy.upstream.http import HttpUpstreamConnection
 from tests.conftest import ROOT, everything_command, everything_js, refusing_port
+from tests.pace import deadline, paced
 
 pytestmark = pytest.mark.anyio
 
@@ -30,7 +31,7 @@ LOOPBACK = ROOT / "tests" / "servers" / "loopback.mjs"
 
 
 def _wait_for_line(read: Any, prefix: str, process: subprocess.Popen[bytes], deadline: float = 20.0) -> str:
-    end = time.monotonic() + deadline
+    end = time.monotonic() + paced(deadline)
     while time.monotonic() < end:
         for line in read():
             if line.startswith(prefix):
@@ -46,10 +47,10 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         process.stdout.close()
     process.terminate()
     try:
-        process.wait(5)
+        process.wait(paced(5))
     except subprocess.TimeoutExpired:
         process.kill()
-        process.wait(5)
+        process.wait(paced(5))
 
 
 def _python_server(kind: str) -> Iterator[str]:
@@ -134,7 +135,7 @@ async def elicitation(context: Any, params: Any) -> ElicitResult:
 )
 async def test_each_transport_is_detected(server: str, mode: str, era: str, request: pytest.FixtureRequest) -> None:
     url = request.getfixturevalue(server)
-    with anyio.fail_after(30):
+    with deadline(30):
         async with HttpUpstreamConnection(url, name="remote") as upstream:
             await upstream.ensure_ready()
             assert (upstream.mode, upstream.era) == (mode, era)
@@ -155,7 +156,7 @@ async def test_each_transport_is_detected(server: str, mode: str, era: str, requ
 
 
 async def test_an_ended_session_is_initialized_again(everything_streamable: str) -> None:
-    with anyio.fail_after(30):
+    with deadline(30):
         async with HttpUpstreamConnection(everything_streamable, name="remote") as upstream:
             await upstream.initialize(
                 {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
@@ -173,7 +174,7 @@ async def test_an_ended_session_is_initialized_again(everything_streamable: str)
 
 
 async def test_a_modern_server_through_the_proxy_equals_direct(notes_http: str, mode: str) -> None:
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(notes_http, mode=mode, cache=None) as direct:  # type: ignore[arg-type]
             expected_tools = [tool.name for tool in (await direct.list_tools()).tools]
             expected = (await direct.call_tool("echo", {"text": "héllo"})).model_dump()
@@ -195,7 +196,7 @@ async def test_a_modern_server_through_the_proxy_equals_direct(notes_http: str, 
 @pytest.mark.parametrize("server", ["everything_streamable", "everything_sse"])
 async def test_a_legacy_server_through_the_proxy(server: str, mode: str, request: pytest.FixtureRequest) -> None:
     url = request.getfixturevalue(server)
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(
             wrap(url),
             mode=mode,  # type: ignore[arg-type]
@@ -240,7 +241,7 @@ async def test_serve_mixes_stdio_and_remote_upstreams(
         serve = StdioServerParameters(
             command=sys.executable, args=["-m", "frugal_proxy", "serve", "--config", str(config)], env=env
         )
-        with anyio.fail_after(60):
+        with deadline(60):
             async with Client(serve, mode=mode, cache=None, sampling_callback=sampling) as client:  # type: ignore[arg-type]
                 names = {tool.name for tool in (await client.list_tools()).tools}
                 assert {"local__get-sum", "remote__add", "everything__get-sum"} <= names
@@ -265,7 +266,7 @@ def run_wrap(url: str, *options: str) -> subprocess.CompletedProcess[str]:
         input="",
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=paced(30),
     )
 
 
@@ -302,7 +303,7 @@ def test_secrets_in_the_url_and_headers_are_never_logged() -> None:
 
 
 async def test_http_errors_become_tool_errors_and_others_keep_working(faulty_http: str, mode: str) -> None:
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(wrap(f"{faulty_http}/mcp"), mode=mode, cache=None) as client:  # type: ignore[arg-type]
             assert {tool.name for tool in (await client.list_tools()).tools} >= {"ok", "boom", "garbage", "busy"}
             boom = await client.call_tool("boom", {})
@@ -315,7 +316,7 @@ async def test_http_errors_become_tool_errors_and_others_keep_working(faulty_htt
 
 
 async def test_an_oversized_reply_is_refused_and_the_connection_goes_on(notes_http: str, mode: str) -> None:
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(
             wrap(notes_http, "--max-message-bytes", "1000000"),
             mode=mode,  # type: ignore[arg-type]
@@ -366,7 +367,7 @@ async def test_a_cancelled_request_is_cancelled_upstream_only_if_it_went_out(
     """A session-era request cancelled before its POST was written is unknown to the server: no
     `notifications/cancelled` follows it. One cancelled after it went out is cancelled upstream."""
     transport = HoldingTransport()
-    with anyio.fail_after(30):
+    with deadline(30):
         async with HttpUpstreamConnection(
             request.getfixturevalue(server), name="remote", transport=transport
         ) as upstream:

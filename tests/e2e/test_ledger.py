@@ -22,6 +22,7 @@ from frugal_proxy.ledger import reader
 from frugal_proxy.state.usage import utc_month
 from tests.conftest import notes_command
 from tests.e2e.test_routed_tools import search_config
+from tests.pace import deadline
 from tests.servers.fake_apis import FakeApis, fake_apis
 
 pytestmark = pytest.mark.anyio
@@ -53,7 +54,7 @@ async def test_a_routed_call_and_a_plain_call_each_append_one_line(tmp_path: Pat
     config = tmp_path / "frugal.toml"
     config.write_text(search_config(apis))
     home = tmp_path / "home"
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(proxy(home, ["serve", "--config", str(config)]), mode="auto", cache=None) as client:
             searched = await client.call_tool("frugal__search", {"query": "proxy secret-query"})
             added = await client.call_tool("add", {"a": 2, "b": 3})
@@ -76,7 +77,7 @@ async def test_a_routed_call_and_a_plain_call_each_append_one_line(tmp_path: Pat
     assert "secret-query" not in written.read_text()
     # The receipt counts them.
     environ = {**os.environ, "FRUGAL_HOME": str(home)}
-    with anyio.fail_after(30):
+    with deadline(30):
         done = await anyio.run_process([sys.executable, "-m", "frugal_proxy", "stats", "--json"], env=environ)
         shown = await anyio.run_process([sys.executable, "-m", "frugal_proxy", "stats"], env=environ)
     figures = json.loads(done.stdout)
@@ -86,7 +87,7 @@ async def test_a_routed_call_and_a_plain_call_each_append_one_line(tmp_path: Pat
 
 async def test_the_wrap_form_records_its_calls_too(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(proxy(home, ["--", *notes_command()]), mode="auto", cache=None) as client:
             await client.call_tool("add", {"a": 1, "b": 1})
     assert [(line["tool"], line["provider"], line["outcome"]) for line in ledger_lines(home)] == [
@@ -99,7 +100,7 @@ async def test_frugal_stats_off_writes_nothing(tmp_path: Path, apis: FakeApis) -
     config.write_text(search_config(apis))
     home = tmp_path / "home"
     params = proxy(home, ["serve", "--config", str(config)], FRUGAL_STATS="off")
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(params, mode="auto", cache=None) as client:
             await client.call_tool("frugal__search", {"query": "proxy"})
             await client.call_tool("add", {"a": 2, "b": 3})

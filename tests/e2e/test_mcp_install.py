@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
 from frugal_proxy.install.clients import CLIENTS, Places, frugal_command
 from tests.conftest import notes_command
 from tests.e2e.test_http_downstream import start
+from tests.pace import deadline, paced
 
 FRUGAL = frugal_command()[0]
 ISOLATED = ("ANYTHINGLLM_STORAGE_DIR", "CODEX_HOME", "FRUGAL_CONFIG", "XDG_CONFIG_HOME", "APPDATA")
@@ -50,7 +50,7 @@ class Machine:
             env=self.env,
             capture_output=True,
             text=True,
-            timeout=30,
+            timeout=paced(30),
             check=False,
         )
 
@@ -408,7 +408,7 @@ async def test_the_claude_desktop_bridge_entry_reaches_a_token_guarded_proxy(mac
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         launched = {"PATH": os.environ["PATH"], "HOME": str(machine.home), **entry["env"]}
         params = StdioServerParameters(command=entry["command"], args=entry["args"], env=launched)
-        with anyio.fail_after(40):
+        with deadline(40):
             async with Client(params, mode="legacy", cache=None) as client:
                 names = {tool.name for tool in (await client.list_tools()).tools}
         assert "add" in names
@@ -430,7 +430,7 @@ async def test_the_default_entry_starts_with_no_config_file_and_lists_the_routed
     assert not (machine.home / ".frugal" / "config" / "frugal.toml").exists()  # the default path
     launched = {"PATH": os.environ["PATH"], "HOME": str(machine.home), **entry.get("env", {})}
     params = StdioServerParameters(command=entry["command"], args=entry["args"], env=launched, cwd=machine.project)
-    with anyio.fail_after(40):
+    with deadline(40):
         async with Client(params, mode="legacy", cache=None) as client:
             names = {tool.name for tool in (await client.list_tools()).tools}
     assert {"frugal__search", "frugal__extract", "frugal__execute"} <= names

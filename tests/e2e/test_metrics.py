@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import notes_command
 from tests.e2e.test_client_roots import Tree, filesystem, read, rooted, tree
 from tests.e2e.test_http_downstream import modern_body, modern_headers, sdk_client, start
+from tests.pace import deadline, paced
 
 pytestmark = pytest.mark.anyio
 __all__ = ["tree"]  # the fixture, used by name
@@ -49,14 +50,14 @@ def calls(tool: str, outcome: str) -> tuple[tuple[str, str], ...]:
 async def test_calls_are_counted_by_tool_provider_and_outcome(mode: str) -> None:
     proxy = start(notes_command())
     try:
-        with anyio.fail_after(50):
+        with deadline(50):
             async with sdk_client(proxy.url, mode) as client:
                 assert not (await client.call_tool("add", {"a": 2, "b": 3})).is_error
                 assert not (await client.call_tool("echo", {"text": SECRET})).is_error
                 assert (await client.call_tool("read_note", {"name": SECRET})).is_error
                 assert (await client.call_tool("no_such_tool", {"key": SECRET})).is_error
                 assert not (await client.call_tool("blob", {"size": 100_000})).is_error
-            async with httpx2.AsyncClient(timeout=20) as http:
+            async with httpx2.AsyncClient(timeout=paced(20)) as http:
                 text, samples = await scrape(http, proxy.base)
     finally:
         proxy.stop()
@@ -88,8 +89,8 @@ async def test_the_upstream_gauge_follows_a_crash_and_the_restart() -> None:
     starts = ("frugal_upstream_starts_total", (("upstream", UPSTREAM),))
     restarts = ("frugal_upstream_restarts_total", (("upstream", UPSTREAM),))
     try:
-        with anyio.fail_after(50):
-            async with sdk_client(proxy.url, "auto") as client, httpx2.AsyncClient(timeout=20) as http:
+        with deadline(50):
+            async with sdk_client(proxy.url, "auto") as client, httpx2.AsyncClient(timeout=paced(20)) as http:
                 _, before = await scrape(http, proxy.base)
                 assert (before[up], before[starts], before[restarts]) == (1.0, 1.0, 0.0)
                 # Listed first, as clients do: a tool that fails is a label of its own only
@@ -115,8 +116,8 @@ async def test_metrics_needs_the_token_and_counts_every_http_answer() -> None:
     auth = {"Authorization": f"Bearer {TOKEN}"}
     base = proxy.base
     try:
-        with anyio.fail_after(50):
-            async with httpx2.AsyncClient(timeout=20) as http:
+        with deadline(50):
+            async with httpx2.AsyncClient(timeout=paced(20)) as http:
                 missing = await http.get(f"{base}/metrics")
                 assert missing.status_code == 401
                 assert missing.headers["www-authenticate"].startswith("Bearer")
@@ -160,8 +161,8 @@ async def test_connections_per_root_set_are_a_gauge(tree: Tree) -> None:
     served = filesystem(tree)
     gauge = "frugal_upstream_root_set_connections"
     try:
-        with anyio.fail_after(90):
-            async with httpx2.AsyncClient(timeout=20) as http:
+        with deadline(90):
+            async with httpx2.AsyncClient(timeout=paced(20)) as http:
                 _, before = await scrape(http, served.base)
                 ((upstream_labels, _),) = family(before, "frugal_upstream_up").items()
                 assert family(before, gauge) == {upstream_labels: 0.0}

@@ -22,7 +22,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import anyio
 import httpx2
 import promql_parser
 import pytest
@@ -34,6 +33,7 @@ from frugal_proxy.server.metrics import exported_names
 from tests.conftest import ROOT, notes_command
 from tests.e2e.test_http_downstream import Proxy, sdk_client
 from tests.e2e.test_metrics import Samples, family
+from tests.pace import deadline, paced
 from tests.servers.fake_apis import FakeApis, fake_apis
 from tests.servers.search_apis import SearchApis, search_apis
 
@@ -93,7 +93,7 @@ async def scrape(base: str) -> tuple[str, Samples, set[str]]:
     with `_total`, a histogram's with its three series)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    async with httpx2.AsyncClient(timeout=20) as http:
+    async with httpx2.AsyncClient(timeout=paced(20)) as http:
         reply = await http.get(f"{base}/metrics")
     assert reply.status_code == 200, reply.text
     samples: Samples = {}
@@ -116,7 +116,7 @@ def labels(**pairs: str) -> tuple[tuple[str, str], ...]:
 
 async def test_routed_calls_move_each_counter_by_exactly_what_they_did(routed: Routed, mode: str) -> None:
     proxy = routed.proxy
-    with anyio.fail_after(90):
+    with deadline(90):
         async with sdk_client(proxy.url, mode) as client:
             await client.list_tools()
             # wikipedia 429 (Retry-After 7 s: over 5 s, so no retry) -> failover -> tavily answers.
@@ -221,7 +221,7 @@ def metric_names(expr: str) -> set[str]:
 
 async def test_every_query_of_the_dashboard_and_alerts_names_an_exported_metric(routed: Routed) -> None:
     proxy = routed.proxy
-    with anyio.fail_after(60):
+    with deadline(60):
         async with sdk_client(proxy.url, "auto") as client:
             assert not (await client.call_tool("frugal__search", {"query": "protocol"})).is_error
         _, samples, scraped = await scrape(proxy.base)

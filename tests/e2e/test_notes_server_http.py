@@ -11,6 +11,7 @@ import pytest
 from mcp import Client
 
 from tests.conftest import notes_command, reserved_port
+from tests.pace import deadline, paced
 
 pytestmark = pytest.mark.anyio
 
@@ -32,7 +33,7 @@ async def test_notes_server_answers_both_eras_over_http(mode: str) -> None:
         command = [*notes_command(), "--http", f"127.0.0.1:{port}"]
         async with await anyio.open_process(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL) as process:
             try:
-                with anyio.fail_after(40):
+                with deadline(40):
                     await _wait_listening(process, port)
                     async with Client(f"http://127.0.0.1:{port}/mcp", mode=mode) as client:
                         result = await client.call_tool("add", {"a": 2, "b": 3})
@@ -42,13 +43,13 @@ async def test_notes_server_answers_both_eras_over_http(mode: str) -> None:
                 assert {"add", "echo", "blob"} <= names
             finally:
                 process.terminate()
-                with anyio.fail_after(15):
+                with deadline(15):
                     await process.wait()
 
 
 @pytest.mark.parametrize("argv", [["--http"], ["--http", "8000"], ["--http", "127.0.0.1:port"], ["--stdio"]])
 def test_notes_server_refuses_a_malformed_http_address(argv: list[str]) -> None:
-    done = subprocess.run([*notes_command(), *argv], stdin=subprocess.DEVNULL, capture_output=True, timeout=40)
+    done = subprocess.run([*notes_command(), *argv], stdin=subprocess.DEVNULL, capture_output=True, timeout=paced(40))
     assert done.returncode != 0
     assert b"notes_server.py" in done.stderr
     assert b"HOST:PORT" in done.stderr

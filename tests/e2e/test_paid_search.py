@@ -13,12 +13,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp_types import TextContent
 
 from frugal_proxy.providers import registry
+from tests.pace import deadline
 from tests.servers.search_apis import PUBLISHED, search_apis
 
 pytestmark = pytest.mark.anyio
@@ -58,7 +58,7 @@ async def test_a_paid_search_provider_through_serve(tmp_path: Path, name: str, k
         params = StdioServerParameters(
             command=sys.executable, args=["-m", "frugal_proxy", "serve", "--config", str(config)], env=environ
         )
-        with anyio.fail_after(90):
+        with deadline(90):
             async with Client(params, mode="auto", cache=None) as client:
                 found = await client.call_tool("frugal__search", {"query": "protocol", "max_results": 3})
                 nothing = await client.call_tool("frugal__search", {"query": "nothing at all"})

@@ -29,6 +29,7 @@ from tests.e2e.test_http_downstream import (
     sdk_client,
 )
 from tests.e2e.test_http_downstream import start as start_http
+from tests.pace import deadline, paced
 from tests.rawclient import MODERN_META, RawClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -75,24 +76,26 @@ async def test_an_invalid_log_level_in_a_modern_request_over_stdio_is_refused() 
 
 def test_an_invalid_set_level_over_http_is_refused_and_changes_nothing(notes_http: Proxy) -> None:
     url = notes_http.url
-    opened = httpx2.post(url, json=INITIALIZE, headers=LEGACY_HEADERS, timeout=10)
+    opened = httpx2.post(url, json=INITIALIZE, headers=LEGACY_HEADERS, timeout=paced(10))
     session = opened.headers["mcp-session-id"]
     headers = {**LEGACY_HEADERS, "Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"}
     set_level = {"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel", "params": {"level": "nonsense"}}
-    refused = httpx2.post(url, json=set_level, headers=headers, timeout=10)
+    refused = httpx2.post(url, json=set_level, headers=headers, timeout=paced(10))
     assert names_every_level(refused.json())
     add = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "add", "arguments": {"a": 2, "b": 3}}}
-    added = httpx2.post(url, json=add, headers=headers, timeout=10).json()
+    added = httpx2.post(url, json=add, headers=headers, timeout=paced(10)).json()
     assert added["result"]["content"][0]["text"] == "5"
 
 
 def test_an_invalid_log_level_in_a_modern_request_over_http_is_refused(notes_http: Proxy) -> None:
     meta = {**META, "io.modelcontextprotocol/logLevel": "nonsense"}
     body = modern_body("tools/call", {"name": "add", "arguments": {"a": 2, "b": 3}}, meta=meta)
-    refused = httpx2.post(notes_http.url, json=body, headers=modern_headers("tools/call", "add"), timeout=10)
+    refused = httpx2.post(notes_http.url, json=body, headers=modern_headers("tools/call", "add"), timeout=paced(10))
     assert names_every_level(refused.json())
     body = modern_body("tools/call", {"name": "add", "arguments": {"a": 2, "b": 3}})
-    added = httpx2.post(notes_http.url, json=body, headers=modern_headers("tools/call", "add"), timeout=10).json()
+    added = httpx2.post(
+        notes_http.url, json=body, headers=modern_headers("tools/call", "add"), timeout=paced(10)
+    ).json()
     assert added["result"]["content"][0]["text"] == "5"
 
 
@@ -123,7 +126,7 @@ async def test_every_request_over_stdio_to_a_stopped_upstream_ends_at_its_deadli
         await client.initialize()
         pid = int(text(await call(client, 1, "pid")))
         async with stopped(pid):
-            with anyio.fail_after(10):  # 1 s each; without a deadline these wait forever
+            with deadline(10):  # 1 s each; without a deadline these wait forever
                 listed = await client.request(2, "tools/list", {}, wait=10)
                 prompts = await client.request(3, "prompts/list", {}, wait=10)
                 called = await call(client, 4, "echo", {"text": "anyone?"})
@@ -142,7 +145,7 @@ async def test_the_wrap_form_over_stdio_applies_the_config_files_call_timeout(tm
         await client.initialize()
         pid = int(text(await call(client, 1, "pid")))
         async with stopped(pid):
-            with anyio.fail_after(10):
+            with deadline(10):
                 called = await call(client, 2, "echo", {"text": "anyone?"})
                 listed = await client.request(3, "tools/list", {}, wait=10)
             assert called["result"]["isError"] is True and names_the_deadline(text(called))
@@ -157,12 +160,12 @@ async def test_healthz_reports_a_stopped_upstream_unresponsive(tmp_path: Path) -
     try:
         url = proxy.wait_listening()
         body = modern_body("tools/call", {"name": "pid", "arguments": {}})
-        async with httpx2.AsyncClient(timeout=20) as http:
+        async with httpx2.AsyncClient(timeout=paced(20)) as http:
             started = await http.post(url, json=body, headers=modern_headers("tools/call", "pid"))
             pid = int(started.json()["result"]["content"][0]["text"])
             assert (await http.get(f"{proxy.base}/healthz")).json()["upstreams"] == {"faulty": "up"}
             async with stopped(pid):
-                with anyio.fail_after(10):
+                with deadline(10):
                     health = await http.get(f"{proxy.base}/healthz")
                 assert health.status_code == 200 and health.json()["upstreams"] == {"faulty": "unresponsive"}
             assert (await http.get(f"{proxy.base}/healthz")).json()["upstreams"] == {"faulty": "up"}
@@ -204,7 +207,7 @@ async def test_a_bad_progress_token_over_stdio_gets_invalid_params_naming_it(tok
 def test_a_bad_progress_token_over_http_gets_invalid_params_naming_it(notes_http: Proxy, token: bytes) -> None:
     meta = json.dumps(META)[:-1].encode() + b',"progressToken":' + token + b"}"
     body = b'{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{"_meta":' + meta + b"}}"
-    reply = httpx2.post(notes_http.url, content=body, headers=modern_headers("tools/list"), timeout=10)
+    reply = httpx2.post(notes_http.url, content=body, headers=modern_headers("tools/list"), timeout=paced(10))
     error = json.loads(reply.text.split("data: ", 1)[1]) if reply.text.startswith(("event", "id")) else reply.json()
     assert error["error"]["code"] == -32602 and "params._meta.progressToken" in error["error"]["message"]
 
@@ -263,18 +266,18 @@ async def test_a_later_revisions_bad_batch_over_stdio_is_still_refused_whole() -
 
 
 def test_a_2025_03_26_batch_over_http_is_answered_element_by_element(notes_http: Proxy) -> None:
-    opened = httpx2.post(notes_http.url, json=initialize_as("2025-03-26"), headers=LEGACY_HEADERS, timeout=10)
+    opened = httpx2.post(notes_http.url, json=initialize_as("2025-03-26"), headers=LEGACY_HEADERS, timeout=paced(10))
     session = {**LEGACY_HEADERS, "Mcp-Session-Id": opened.headers["mcp-session-id"]}  # 2025-03-26 sent no version
-    reply = httpx2.post(notes_http.url, content=BAD_BATCH, headers=session, timeout=10)
+    reply = httpx2.post(notes_http.url, content=BAD_BATCH, headers=session, timeout=paced(10))
     assert reply.status_code == 200
     answered_per_element(reply.json())
-    later = httpx2.post(notes_http.url, json=INITIALIZE, headers=LEGACY_HEADERS, timeout=10)
+    later = httpx2.post(notes_http.url, json=INITIALIZE, headers=LEGACY_HEADERS, timeout=paced(10))
     headers = {
         **LEGACY_HEADERS,
         "Mcp-Session-Id": later.headers["mcp-session-id"],
         "MCP-Protocol-Version": "2025-11-25",
     }
-    refused = httpx2.post(notes_http.url, content=BAD_BATCH, headers=headers, timeout=10)
+    refused = httpx2.post(notes_http.url, content=BAD_BATCH, headers=headers, timeout=paced(10))
     assert refused.status_code == 400 and refused.json()["error"]["code"] == -32600
 
 
@@ -314,23 +317,23 @@ async def test_a_modern_client_that_disconnects_from_a_plain_json_call_has_it_ca
 ) -> None:
     url = notes_http.url
     body = modern_body("tools/call", {"name": "sleep", "arguments": {"seconds": 30}}, ident=7)  # no progressToken
-    async with httpx2.AsyncClient(timeout=20) as http:
+    async with httpx2.AsyncClient(timeout=paced(20)) as http:
         before = await cancellations_over_http(http, url)
-        with pytest.raises(httpx2.ReadTimeout):  # the client gives up after 1 s and drops the connection
-            await http.post(url, json=body, headers=modern_headers("tools/call", "sleep"), timeout=1)
-        with anyio.fail_after(5):  # the upstream hears of it within a second or so; 5 s: hang detection
+        with pytest.raises(httpx2.ReadTimeout):  # the client gives up after 1 s (paced) and drops the connection
+            await http.post(url, json=body, headers=modern_headers("tools/call", "sleep"), timeout=paced(1))
+        with deadline(5):  # the upstream hears of it within a second or so; 5 s: hang detection
             while await cancellations_over_http(http, url) == before:  # noqa: ASYNC110 - another process's count
                 await anyio.sleep(0.1)
 
 
 async def test_an_sdk_client_that_cancels_a_call_over_http_has_it_cancelled_upstream(notes_http: Proxy) -> None:
     url = notes_http.url
-    async with httpx2.AsyncClient(timeout=20) as http:
+    async with httpx2.AsyncClient(timeout=paced(20)) as http:
         before = await cancellations_over_http(http, url)
         async with sdk_client(url, "auto") as client:
-            with anyio.move_on_after(1):  # the SDK aborts the call's POST: 2026-07-28's cancellation
+            with anyio.move_on_after(paced(1)):  # the SDK aborts the call's POST: 2026-07-28's cancellation
                 await client.call_tool("sleep", {"seconds": 30})
-            with anyio.fail_after(5):
+            with deadline(5):
                 while await cancellations_over_http(http, url) == before:  # noqa: ASYNC110 - another process's count
                     await anyio.sleep(0.1)
 

@@ -12,12 +12,12 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import pytest
 from mcp import Client
 
 from frugal_proxy.providers import registry
 from tests.e2e.test_routed_tools import serve, structured, write
+from tests.pace import deadline, paced
 from tests.servers.fake_apis import FakeApis, fake_apis
 from tests.servers.page_server import PageServer, page_server
 
@@ -53,7 +53,7 @@ def run_cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         env=env,
-        timeout=60,
+        timeout=paced(60),
         stdin=subprocess.DEVNULL,
     )
 
@@ -95,7 +95,7 @@ async def test_goreadability_is_readability_in_order_and_pins_and_a_typo_pin_say
 ) -> None:
     extra = '[extract_providers.goreadability]\ntimeout = "10s"\n[routing.extract]\norder = ["goreadability"]\n'
     config = write(tmp_path, providers(apis, extra))
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(serve(tmp_path / "home", config), mode=mode, cache=None) as client:  # type: ignore[arg-type]
             pinned = await client.call_tool(
                 "frugal__extract", {"url": f"{pages.base}/article", "provider": "goreadability"}
@@ -116,7 +116,7 @@ async def test_goreadability_is_readability_in_order_and_pins_and_a_typo_pin_say
 
 async def test_a_deny_by_the_alias_denies_readability(tmp_path: Path, apis: FakeApis, pages: PageServer) -> None:
     config = write(tmp_path, providers(apis, '[routing.extract]\ndeny = ["goreadability"]\n'))
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(serve(tmp_path / "home", config), mode="auto", cache=None) as client:
             refused = await client.call_tool("frugal__extract", {"url": f"{pages.base}/article"})
     assert refused.is_error

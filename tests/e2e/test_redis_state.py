@@ -18,6 +18,7 @@ from mcp import Client
 from frugal_proxy.providers import registry
 from tests.conftest import notes_command
 from tests.e2e.test_http_downstream import Proxy
+from tests.pace import deadline, duration, paced
 from tests.redis_server import RedisServer, redis_server
 from tests.servers.fake_apis import FakeApis, fake_apis
 
@@ -49,7 +50,8 @@ def config(tmp_path: Path, apis: FakeApis, server: RedisServer, paid: str = "/wi
         'cost_per_call = "0.003"\ndaily_budget_usd = "0.01"\n'
         f"{OFF}"
         '[routing]\ncooldown = "90s"\n'
-        f'[state]\nbackend = "redis"\nurl = "{server.url}"\ntimeout = "200ms"\nconnect_timeout = "200ms"\n'
+        f'[state]\nbackend = "redis"\nurl = "{server.url}"\n'
+        f'timeout = "{duration(0.2)}"\nconnect_timeout = "{duration(0.2)}"\n'
     )
     return path
 
@@ -86,7 +88,7 @@ async def test_two_replicas_share_one_daily_cap(tmp_path: Path, apis: FakeApis, 
     path = config(tmp_path, apis, redis_server)
     a, b = replica(path, tmp_path / "a"), replica(path, tmp_path / "b")
     try:
-        with anyio.fail_after(90):
+        with deadline(90):
             results = [await search((a, b)[number % 2].url, f"proxy {number}") for number in range(5)]
     finally:
         a.stop(), b.stop()
@@ -103,7 +105,7 @@ async def test_a_429_through_one_replica_fences_the_provider_on_the_other(
     path = config(tmp_path, apis, redis_server, paid="/busy")
     a, b = replica(path, tmp_path / "a"), replica(path, tmp_path / "b")
     try:
-        with anyio.fail_after(90):
+        with deadline(90):
             first = await search(a.url, "proxy")
             # The fence reached Redis before A answered; B's mirror gets it by pub/sub.
             second = await search(b.url, "frugal")
@@ -123,7 +125,7 @@ async def test_no_round_trip_on_a_plain_call_and_while_redis_is_stopped_paid_is_
     path = config(tmp_path, apis, redis_server)
     a = replica(path, tmp_path / "a")
     try:
-        with anyio.fail_after(90):
+        with deadline(90):
             async with Client(a.url, mode="auto", cache=None) as client:
                 await client.call_tool("add", {"a": 1, "b": 2})
                 before = redis_server.calls(*SCRIPTED)
@@ -134,11 +136,11 @@ async def test_no_round_trip_on_a_plain_call_and_while_redis_is_stopped_paid_is_
                 routed = redis_server.calls(*SCRIPTED)
             with redis_server.stopped():
                 skipped = await search(a.url, "frugal")
-                async with httpx2.AsyncClient(timeout=10) as http:
+                async with httpx2.AsyncClient(timeout=paced(10)) as http:
                     degraded = (await http.get(f"{a.base}/healthz")).json()
                 async with Client(a.url, mode="auto", cache=None) as client:
                     plain = await client.call_tool("add", {"a": 1, "b": 2})
-            async with httpx2.AsyncClient(timeout=10) as http:
+            async with httpx2.AsyncClient(timeout=paced(10)) as http:
                 # Another process's state, seen over HTTP: asked again until its watcher's next
                 # ping (every second) has found Redis back, under the test's deadline.
                 while (await http.get(f"{a.base}/healthz")).json()["state"] != "ok":  # noqa: ASYNC110

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
@@ -20,6 +19,7 @@ from mcp_types import TextContent
 
 from frugal_proxy.providers import registry
 from tests.conftest import notes_command
+from tests.pace import deadline, paced
 from tests.servers.fake_apis import FakeApis, fake_apis
 
 pytestmark = pytest.mark.anyio
@@ -68,7 +68,7 @@ def structured(result: Any) -> dict[str, Any]:
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_a_routed_search_answers_with_its_receipt(tmp_path: Path, apis: FakeApis, mode: str) -> None:
     config = write(tmp_path, search_config(apis))
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(serve(tmp_path / "home", config), mode=mode, cache=None) as client:  # type: ignore[arg-type]
             tools = {tool.name: tool for tool in (await client.list_tools()).tools}
             assert "frugal__search" in tools and "add" in tools  # one upstream: its names as they are
@@ -105,7 +105,7 @@ async def test_a_deny_of_the_config_is_in_skipped_and_not_in_each_reason(tmp_pat
         f'[search_providers.marginalia]\nbase_url = "{apis.base}/marginalia"\n'
         f'{off}[routing.search]\ndeny = ["marginalia"]\n',
     )
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(serve(tmp_path / "home", config), mode="legacy", cache=None) as client:
             result = await client.call_tool("frugal__search", {"query": "proxy"})
     body = structured(result)
@@ -119,7 +119,7 @@ async def test_a_deny_of_the_config_is_in_skipped_and_not_in_each_reason(tmp_pat
 
 async def test_bad_arguments_and_a_failing_provider_get_clear_errors(tmp_path: Path, apis: FakeApis) -> None:
     config = write(tmp_path, search_config(apis, wikipedia="/down"))
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(serve(tmp_path / "home", config), mode="auto", cache=None) as client:
             refused = await client.call_tool("frugal__search", {"query": "x", "max_results": 500})
             failed = await client.call_tool("frugal__search", {"query": "proxy"})
@@ -138,7 +138,7 @@ async def test_bad_arguments_and_a_failing_provider_get_clear_errors(tmp_path: P
 async def test_serve_with_no_config_file_lists_the_built_in_providers(tmp_path: Path) -> None:
     """Nothing configured: no upstreams, the zero-key providers' routed tools (not called here:
     they would reach the network)."""
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(serve(tmp_path / "home"), mode="auto", cache=None) as client:
             names = [tool.name for tool in (await client.list_tools()).tools]
     assert "frugal__search" in names
@@ -147,7 +147,7 @@ async def test_serve_with_no_config_file_lists_the_built_in_providers(tmp_path: 
 
 async def test_a_config_without_upstreams_is_valid(tmp_path: Path, apis: FakeApis) -> None:
     config = write(tmp_path, search_config(apis, upstream=False))
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(serve(tmp_path / "home", config), mode="legacy", cache=None) as client:
             result = await client.call_tool("frugal__search", {"query": "frugal"})
     assert [hit["title"] for hit in structured(result)["results"]] == ["Frugality"]
@@ -155,7 +155,7 @@ async def test_a_config_without_upstreams_is_valid(tmp_path: Path, apis: FakeApi
 
 async def test_execute_routes_an_intent_and_says_where(tmp_path: Path, apis: FakeApis) -> None:
     config = write(tmp_path, search_config(apis))
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(serve(tmp_path / "home", config), mode="auto", cache=None) as client:
             names = [tool.name for tool in (await client.list_tools()).tools]
             result = await client.call_tool("frugal__execute", {"intent": "look up model context protocol"})
@@ -176,7 +176,7 @@ async def test_a_priced_upstream_tool_carries_its_receipt_in_meta(tmp_path: Path
         + OFF
         + "[search_providers.wikipedia]\nenabled = false\n",
     )
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(serve(tmp_path / "home", config), mode="legacy", cache=None) as client:
             result = await client.call_tool("add", {"a": 2, "b": 3})
     assert result.structured_content == {"result": 5}  # the upstream's own answer, untouched
@@ -192,7 +192,7 @@ async def test_guards_through_serve_cooldown_then_loop_guard(tmp_path: Path, api
     text = search_config(apis, wikipedia="/busy") + "[routing]\nloop_limit = 2\ncooldown = '90s'\n"
     params = serve(tmp_path / "home", write(tmp_path, text))
     params.args = [*params.args, "--call-timeout", "20s"]
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(params, mode="auto", cache=None) as client:
             results = [await client.call_tool("frugal__search", {"query": "proxy"}) for _ in range(3)]
     messages = [result.content[0].text for result in results]  # type: ignore[union-attr]
@@ -223,8 +223,8 @@ async def test_over_http_the_call_deadline_wins_when_it_is_the_shorter(tmp_path:
     proxy = start(notes_command(), "--config", str(config), "--request-timeout", "20")
     try:
         sleep = modern_body("tools/call", {"name": "sleep", "arguments": {"seconds": 15}}, ident=9)
-        with anyio.fail_after(12):
-            async with httpx2.AsyncClient(timeout=12) as http:
+        with deadline(12):
+            async with httpx2.AsyncClient(timeout=paced(12)) as http:
                 answered = await http.post(proxy.url, json=sleep, headers=modern_headers("tools/call", "sleep"))
         reply = answered.json()
         assert reply["id"] == 9 and reply["result"]["isError"] is True, reply
@@ -265,7 +265,7 @@ async def test_a_near_empty_read_that_no_browser_may_render_comes_back_with_a_wa
     the empty extract comes back with a warning that says why")."""
     config = write(tmp_path, page_config(apis, extra, browserless))
     intent = {"intent": f"read {apis.base}/pages/spa", **arguments}
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(serve(tmp_path / "home", config, **BROWSERLESS), mode="auto", cache=None) as client:
             result = await client.call_tool("frugal__execute", intent)
     body = structured(result)
@@ -282,7 +282,7 @@ async def test_execute_takes_browse_cues_only_from_the_words_around_the_url(tmp_
     """`read …/pages/js` is a free read (the "js" is the page's address, not a cue); `render
     …/pages/spa` goes to the paid browser, and a near-empty read falls forward to it."""
     config = write(tmp_path, page_config(apis))
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(serve(tmp_path / "home", config, **BROWSERLESS), mode="auto", cache=None) as client:
             read = await client.call_tool("frugal__execute", {"intent": f"read {apis.base}/pages/js"})
             assert apis.requests["browserless"] == 0
@@ -304,7 +304,7 @@ async def test_execute_priority_balanced_defers_to_the_configured_strategy(tmp_p
     """README: "balanced defers to your configured strategy"; cheap and premium name their own."""
     config = write(tmp_path, search_config(apis) + '[routing.search]\nstrategy = "premium"\n')
     reasons = {}
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(serve(tmp_path / "home", config), mode="auto", cache=None) as client:
             for priority in ("balanced", "cheap"):
                 arguments = {"intent": "look up proxy", "priority": priority}
@@ -318,7 +318,7 @@ async def test_a_daily_budget_of_zero_is_no_cap(tmp_path: Path, apis: FakeApis) 
     text = search_config(apis).replace(
         "[search_providers.wikipedia]\n", "[search_providers.wikipedia]\ncost_per_call = 0.001\ndaily_budget_usd = 0\n"
     )
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(serve(tmp_path / "home", write(tmp_path, text)), mode="auto", cache=None) as client:
             result = await client.call_tool("frugal__search", {"query": "proxy"})
     body = structured(result)
@@ -329,7 +329,7 @@ async def test_a_daily_budget_of_zero_is_no_cap(tmp_path: Path, apis: FakeApis) 
 async def test_a_cache_ttl_of_zero_turns_that_caching_off(tmp_path: Path, apis: FakeApis) -> None:
     """README: `search_ttl: 5m  # default 5m; "0" turns search caching off`."""
     text = search_config(apis) + '[cache]\nenabled = true\nsearch_ttl = "0"\n'
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(serve(tmp_path / "home", write(tmp_path, text)), mode="auto", cache=None) as client:
             bodies = [structured(await client.call_tool("frugal__search", {"query": "proxy"})) for _ in range(2)]
     assert [body.get("cached") for body in bodies] == [None, None]
@@ -347,7 +347,7 @@ async def test_max_chars_is_the_page_budget_and_the_call_overrides_the_default(t
     when they differ, truncated: true."""
     config = write(tmp_path, page_config(apis, "[limits]\nmax_chars = 300\n"))
     url = f"{apis.base}/pages/long"
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(serve(tmp_path / "home", config, **BROWSERLESS), mode="auto", cache=None) as client:
             default = structured(await client.call_tool("frugal__extract", {"url": url}))
             larger = structured(await client.call_tool("frugal__extract", {"url": url, "max_chars": 50_000}))
@@ -386,7 +386,7 @@ async def test_search_results_are_measured_never_cut_unless_a_budget_names_the_r
     tight = "[governor]\nmax_bytes = 2048\nmax_records = 5\n"
     wide = search_config(apis, "/wide", upstream=False)
     named = tight + '[governor.routes."frugal__search"]\nmax_bytes = 2048\n'
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(serve(tmp_path / "a", write(tmp_path, tight + wide)), mode="auto", cache=None) as client:
             measured = await client.call_tool("frugal__search", {"query": "anything", "max_results": 40})
         (tmp_path / "named").mkdir()

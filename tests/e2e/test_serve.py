@@ -16,6 +16,7 @@ from mcp import Client, StdioServerParameters
 from mcp_types import PaginatedRequestParams, TextContent
 
 from tests.conftest import ROOT, everything_command, modern_only_command, notes_command
+from tests.pace import deadline, paced
 from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.anyio
@@ -69,7 +70,7 @@ async def direct_tool_names(command: list[str]) -> list[str]:
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_three_upstreams_merge_and_route(tmp_path: Path, mode: str) -> None:
     config = write_config(tmp_path)
-    with anyio.fail_after(60):
+    with deadline(60):
         expected = {f"notes__{name}" for name in await direct_tool_names(notes_command())}
         expected |= {f"files__{name}" for name in await direct_tool_names(["node", str(FILESYSTEM_JS), str(tmp_path)])}
         async with Client(serve(config, tmp_path / "home"), mode=mode, cache=None) as client:  # type: ignore[arg-type]
@@ -92,7 +93,7 @@ async def test_three_upstreams_merge_and_route(tmp_path: Path, mode: str) -> Non
 
 async def test_pages_cross_upstreams(tmp_path: Path) -> None:
     config = write_config(tmp_path, page_size=7)
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(serve(config, tmp_path / "home"), mode="auto", cache=None) as client:
             seen: list[str] = []
             cursor = None
@@ -109,7 +110,7 @@ async def test_pages_cross_upstreams(tmp_path: Path) -> None:
 
 async def test_a_dead_upstream_fails_only_its_own_tools_and_comes_back(tmp_path: Path) -> None:
     config = write_config(tmp_path)
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(serve(config, tmp_path / "home"), mode="legacy", cache=None) as client:
             await client.list_tools()
             crashed = await client.call_tool("notes__crash", {})
@@ -125,7 +126,7 @@ async def test_list_changed_reaches_a_modern_client(tmp_path: Path) -> None:
     config = write_config(tmp_path)
     # Pinned to 2026-07-28: `auto` gives up on server/discover after the SDK's 10 s, which serve
     # starting three upstreams on a busy machine can take, and then listens in the session era.
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(serve(config, tmp_path / "home"), mode="2026-07-28", cache=None) as client:
             async with client.listen(resources_list_changed=True) as sub:
                 assert sub.honored.resources_list_changed is True
@@ -145,7 +146,7 @@ async def test_list_changed_reaches_a_legacy_client(tmp_path: Path) -> None:
         if type(getattr(message, "root", message)).__name__ == "ResourceListChangedNotification":
             seen.set()
 
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(
             serve(config, tmp_path / "home"), mode="legacy", cache=None, message_handler=on_message
         ) as client:
@@ -164,7 +165,7 @@ def serve_env(tmp_path: Path) -> dict[str, str]:
 def run_cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "FRUGAL_HOME": str(home)}
     return subprocess.run(
-        [sys.executable, "-m", "frugal_proxy", *args], capture_output=True, text=True, env=env, timeout=60
+        [sys.executable, "-m", "frugal_proxy", *args], capture_output=True, text=True, env=env, timeout=paced(60)
     )
 
 
@@ -231,7 +232,7 @@ async def test_status_shows_each_upstream(tmp_path: Path) -> None:
         f"[upstreams.notes]\ncommand = {json.dumps(notes_command())}\n"
         '[upstreams.ghost]\ncommand = ["/nonexistent/server"]\n'
     )
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(serve(config, tmp_path / "home"), mode="legacy", cache=None) as client:
             await client.call_tool("notes__add", {"a": 1, "b": 2})
             for _ in range(100):
@@ -249,7 +250,7 @@ async def test_status_shows_each_upstream(tmp_path: Path) -> None:
 
 async def test_the_governor_table_shapes_results_of_serve(tmp_path: Path) -> None:
     config = write_config(tmp_path, extra="[governor]\nmax_bytes = 2048\n")
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(serve(config, tmp_path / "home"), mode="auto", cache=None) as client:
             shaped = await client.call_tool("notes__blob", {"size": 50_000})
             assert len(text(shaped).encode()) < 2048
@@ -276,7 +277,7 @@ async def test_sigterm_stops_the_upstreams_without_calling_it_a_crash(tmp_path: 
         names = {tool["name"] for tool in listed["result"]["tools"]}
         assert {"everything__echo", "lingering__echo"} <= names
         client.process.send_signal(signal.SIGTERM)
-        with anyio.fail_after(30):
+        with deadline(30):
             code = await client.process.wait()
         tg.cancel_scope.cancel()
     stderr = client.stderr_text()
@@ -298,7 +299,7 @@ async def test_status_of_an_upstream_no_request_has_reached_shows_no_era_yet(tmp
     config.write_text(f"[upstreams.notes]\ncommand = {json.dumps(notes_command())}\n")
     async with anyio.create_task_group() as tg:
         client = await RawClient.start(tg, serve_command(config), env=serve_env(tmp_path))
-        with anyio.fail_after(60):
+        with deadline(60):
             while True:  # the status file is rewritten every 2 s: wait for the one that shows it up
                 listed = await anyio.to_thread.run_sync(lambda: run_cli("status", "--json", home=tmp_path / "home"))
                 records = json.loads(listed.stdout)

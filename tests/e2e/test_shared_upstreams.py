@@ -20,6 +20,7 @@ from mcp_types import CreateMessageResult, ElicitResult, TextContent
 from tests.conftest import everything_command, everything_js, notes_command
 from tests.e2e.test_http_downstream import Proxy, sdk_client, start
 from tests.e2e.test_http_upstream import LOOPBACK, _stop, _wait_for_line
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -80,7 +81,7 @@ async def settle(proxy: Proxy, expected: set[int], seconds: float = 15.0) -> set
 
 
 async def test_two_sessions_share_one_upstream_process(proxy: Proxy) -> None:
-    with anyio.fail_after(60):
+    with deadline(60):
         before = await settle(proxy, BASELINE[proxy.process.pid])  # an earlier test's shared one closed
         async with plain_client(proxy.url) as first, plain_client(proxy.url) as second:
             assert len(proxy.children() - before) == 1
@@ -101,7 +102,7 @@ async def test_each_session_gets_its_own_progress(proxy: Proxy) -> None:
 
         return on_progress
 
-    with anyio.fail_after(60):
+    with deadline(60):
         async with plain_client(proxy.url) as first, plain_client(proxy.url) as second:
 
             async def run(client: Client, who: str, steps: int) -> None:
@@ -123,7 +124,7 @@ async def test_list_changes_reach_every_session() -> None:
     served = start(everything_command())
     heard_a, heard_b = Heard(), Heard()
     try:
-        with anyio.fail_after(60):
+        with deadline(60):
             async with plain_client(served.url, heard_a) as first, plain_client(served.url, heard_b):
                 data = "data:text/plain;base64,aGVsbG8gc2hhcmVk"
                 await first.call_tool("gzip-file-as-resource", {"name": "shared.gz", "data": data})
@@ -140,7 +141,7 @@ async def test_updates_reach_only_the_sessions_subscribed() -> None:
     served = start(everything_command())
     heard_a, heard_b = Heard(), Heard()
     try:
-        with anyio.fail_after(60):
+        with deadline(60):
             async with plain_client(served.url, heard_a) as first, plain_client(served.url, heard_b) as second:
                 with pytest.warns(MCPDeprecationWarning):
                     await first.subscribe_resource("demo://for-a")
@@ -171,7 +172,7 @@ async def test_each_session_hears_logging_at_its_own_level() -> None:
     served = start(everything_command())
     heard_quiet, heard_verbose = Heard(), Heard()
     try:
-        with anyio.fail_after(60):
+        with deadline(60):
             async with (
                 plain_client(served.url, heard_quiet) as quiet,
                 plain_client(served.url, heard_verbose) as verbose,
@@ -190,7 +191,7 @@ async def test_each_session_hears_logging_at_its_own_level() -> None:
 
 
 async def test_one_session_leaving_does_not_break_the_other(proxy: Proxy) -> None:
-    with anyio.fail_after(60):
+    with deadline(60):
         async with plain_client(proxy.url) as staying:
             async with plain_client(proxy.url) as leaving:
                 assert (await leaving.call_tool("echo", {"text": "bye"})).content
@@ -202,7 +203,7 @@ async def test_one_session_leaving_does_not_break_the_other(proxy: Proxy) -> Non
 async def test_clients_that_can_be_asked_keep_their_own_connections(proxy: Proxy) -> None:
     """Sampling, elicitation and roots declared: the upstream may ask the client things at any
     time, which a shared stdio connection could not route; each such session has its own."""
-    with anyio.fail_after(60):
+    with deadline(60):
         async with plain_client(proxy.url) as plain:
             before = proxy.children()
             async with sdk_client(proxy.url, "legacy") as asked:
@@ -216,7 +217,7 @@ async def test_sessions_that_can_be_asked_keep_their_own_stdio_upstream(proxy: P
     """Sampling and elicitation declared, roots not: a stdio server's request names no call, so
     two such sessions cannot share its process; each has its own, and its own requests."""
     asked: dict[str, list[str]] = {"a": [], "b": []}
-    with anyio.fail_after(60):
+    with deadline(60):
         before = await settle(proxy, BASELINE[proxy.process.pid])
         async with asked_client(proxy.url, "a", asked["a"]) as first, asked_client(proxy.url, "b", asked["b"]):
             assert len(proxy.children() - before) == 2
@@ -235,7 +236,7 @@ async def test_share_false_gives_each_session_its_own_process(tmp_path: Path) ->
     served = Proxy([sys.executable, "-m", "frugal_proxy", "serve", "--config", str(config), "--http", "127.0.0.1:0"])
     try:
         url = served.wait_listening()
-        with anyio.fail_after(60):
+        with deadline(60):
             before = served.children()
             async with plain_client(url) as first, plain_client(url) as second:
                 # notes: one each; other: one shared
@@ -252,7 +253,7 @@ async def test_a_server_request_on_a_shared_connection_is_refused_as_the_client_
     """The notes server's `summarise` asks its client for sampling; sessions that declared none
     share the connection, and the proxy answers the request as such a client does (an error),
     so the tool fails its own way and the connection keeps serving."""
-    with anyio.fail_after(60):
+    with deadline(60):
         async with plain_client(proxy.url) as first, plain_client(proxy.url) as second:
             try:
                 result = await first.call_tool("summarise", {"topic": "tides"})
@@ -315,7 +316,7 @@ async def test_sessions_that_can_be_asked_share_an_http_upstream_and_each_gets_i
     asked: dict[str, list[str]] = {"a": [], "b": []}
     texts: dict[tuple[str, str], str] = {}
     try:
-        with anyio.fail_after(60):
+        with deadline(60):
             before = everything.sessions()  # the proxy's own connection
             async with asked_client(served.url, "a", asked["a"]) as first:
                 async with asked_client(served.url, "b", asked["b"]) as second:

@@ -19,6 +19,7 @@ from mcp import Client
 from tests.conftest import FAULTY_SERVER, ROOT, notes_command, params, proxy_command, reserved_port
 from tests.e2e.test_http_downstream import Proxy, start
 from tests.e2e.test_notes_server_http import _wait_listening
+from tests.pace import deadline
 from tests.rawclient import MODERN_META, RawClient
 
 pytestmark = pytest.mark.anyio
@@ -63,7 +64,7 @@ async def test_a_dual_era_upstream_that_starts_after_the_probe_timeout_is_descri
     proxy = start(upstream, *options) if downstream == "http" else None
     try:
         target: Any = params(proxy_command(upstream, *options)) if proxy is None else proxy.url
-        with anyio.fail_after(90):
+        with deadline(90):
             # 2026-07-28 from the start: nothing is sent before the discover below.
             async with Client(target, mode="2026-07-28", cache=None) as client:
                 await anyio.to_thread.run_sync(imported, ready)
@@ -81,7 +82,7 @@ async def test_a_remote_dual_era_upstream_stopped_past_the_probe_timeout_is_not_
     with reserved_port() as port:
         command = [*notes_command(), "--http", f"127.0.0.1:{port}"]
         server = await anyio.open_process(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-        with anyio.fail_after(40):
+        with deadline(40):
             await _wait_listening(server, port)
     try:
         os.kill(server.pid, signal.SIGSTOP)
@@ -91,7 +92,7 @@ async def test_a_remote_dual_era_upstream_stopped_past_the_probe_timeout_is_not_
             await anyio.to_thread.run_sync(proxy.wait_for_line, "server/discover", "timed out")
             os.kill(server.pid, signal.SIGCONT)
             served = await anyio.to_thread.run_sync(proxy.wait_listening, 60.0)
-            with anyio.fail_after(60):
+            with deadline(60):
                 async with Client(served, mode="2026-07-28", cache=None) as client:
                     assert await described(client) == NOTES_DISCOVERED
                     assert not (await client.call_tool("add", {"a": 2, "b": 3})).is_error
@@ -100,7 +101,7 @@ async def test_a_remote_dual_era_upstream_stopped_past_the_probe_timeout_is_not_
     finally:
         os.kill(server.pid, signal.SIGCONT)
         server.terminate()
-        with anyio.fail_after(15):
+        with deadline(15):
             await server.wait()
 
 
@@ -108,7 +109,7 @@ async def test_a_session_era_fallback_after_an_unanswered_probe_is_logged_at_war
     """A session-era server that never answers server/discover (nor refuses it) is served in the
     session era once it accepts initialize, and the proxy says why, at warn (the default level)."""
     upstream = ["env", "FAULTY_IGNORE_DISCOVER=1", sys.executable, str(FAULTY_SERVER)]
-    with anyio.fail_after(60):
+    with deadline(60):
         async with anyio.create_task_group() as tg:
             client = await RawClient.start(tg, proxy_command(upstream, "--probe-timeout", "0.3"))
             reply = await client.request(1, "tools/list", {"_meta": MODERN_META}, wait=45)

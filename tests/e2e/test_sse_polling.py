@@ -28,6 +28,7 @@ from tests.conftest import notes_command, params, proxy_command
 from tests.e2e.test_conformance import fixture_server
 from tests.e2e.test_http_downstream import Proxy, open_session, start
 from tests.e2e.test_http_streams import sse_events
+from tests.pace import deadline, paced
 
 pytestmark = pytest.mark.anyio
 
@@ -78,8 +79,8 @@ def replies(events: list[dict[str, str]]) -> list[dict[str, Any]]:
 
 
 async def test_a_stream_the_upstream_closes_mid_call_closes_and_resumes_with_last_event_id(proxy: Proxy) -> None:
-    with anyio.fail_after(60):
-        async with httpx2.AsyncClient(timeout=30) as http:
+    with deadline(60):
+        async with httpx2.AsyncClient(timeout=paced(30)) as http:
             headers, first = await call_reconnection(http, proxy.url, "2025-11-25")
             last_id = first[-1]["id"]
             rest = await read_stream(http, "GET", proxy.url, headers={**headers, "Last-Event-ID": last_id})
@@ -109,9 +110,9 @@ async def test_an_sdk_client_resumes_the_stream_the_proxy_closed_with_last_event
     async def progress(value: float, total: float | None, message: str | None) -> None:
         pass
 
-    with anyio.fail_after(60):
+    with deadline(60):
         async with (
-            httpx2.AsyncClient(timeout=30, event_hooks={"request": [note]}) as http,
+            httpx2.AsyncClient(timeout=paced(30), event_hooks={"request": [note]}) as http,
             Client(streamable_http_client(proxy.url, http_client=http), mode="legacy", cache=None) as client,  # type: ignore[arg-type]
         ):
             result = await client.call_tool("test_reconnection", {}, progress_callback=progress)
@@ -123,15 +124,15 @@ async def test_an_sdk_client_resumes_the_stream_the_proxy_closed_with_last_event
 async def test_a_stream_without_a_priming_event_carries_the_whole_answer(proxy: Proxy, version: str) -> None:
     """Before 2025-11-25 a client need not resume a stream the server ends: the proxy resumes the
     upstream's and keeps the client's open until the reply."""
-    with anyio.fail_after(60):
-        async with httpx2.AsyncClient(timeout=30) as http:
+    with deadline(60):
+        async with httpx2.AsyncClient(timeout=paced(30)) as http:
             _, events = await call_reconnection(http, proxy.url, version)
     (reply,) = replies(events)
     assert reply["result"]["content"][0]["text"] == DONE
 
 
 async def test_a_json_client_gets_the_whole_answer_of_an_upstream_that_closed_its_stream(proxy: Proxy) -> None:
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(proxy.url, mode="legacy", cache=None) as client:
             result = await client.call_tool("test_reconnection", {})
     assert text_of(result) == DONE and not result.is_error
@@ -140,15 +141,15 @@ async def test_a_json_client_gets_the_whole_answer_of_an_upstream_that_closed_it
 async def test_wrapping_the_url_over_stdio_answers_the_whole_call(upstream_url: str, tmp_path: Path) -> None:
     """Over stdio nothing can be closed mid-call: the proxy's upstream side resumes the
     upstream's stream with Last-Event-ID and the client gets one complete reply."""
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(params(proxy_command([upstream_url])), mode="legacy", cache=None) as client:
             result = await client.call_tool("test_reconnection", {})
     assert text_of(result) == DONE and not result.is_error
 
 
 async def test_a_last_event_id_the_session_cannot_resume_gets_400_saying_why(proxy: Proxy) -> None:
-    with anyio.fail_after(60):
-        async with httpx2.AsyncClient(timeout=30) as http:
+    with deadline(60):
+        async with httpx2.AsyncClient(timeout=paced(30)) as http:
             headers, events = await call_reconnection(http, proxy.url, "2025-11-25")
             stream_id = events[0]["id"].rpartition("-")[0]
             said: dict[str, str] = {}
@@ -185,8 +186,8 @@ def polling_proxy() -> Iterator[Proxy]:
 
 
 async def test_sse_poll_after_ends_a_stream_before_its_reply_and_a_get_gets_the_rest(polling_proxy: Proxy) -> None:
-    with anyio.fail_after(60):
-        async with httpx2.AsyncClient(timeout=30) as http:
+    with deadline(60):
+        async with httpx2.AsyncClient(timeout=paced(30)) as http:
             headers = await open_session(http, polling_proxy.url, "2025-11-25")
             first = await read_stream(http, "POST", polling_proxy.url, json=COUNT, headers=headers)
             resume = {**headers, "Last-Event-ID": first[-1]["id"]}
@@ -211,9 +212,9 @@ async def test_an_sdk_client_polls_a_proxy_that_ends_its_streams(polling_proxy: 
     async def progress(value: float, total: float | None, message: str | None) -> None:
         progressed.append(value)
 
-    with anyio.fail_after(60):
+    with deadline(60):
         async with (
-            httpx2.AsyncClient(timeout=30, event_hooks={"request": [note]}) as http,
+            httpx2.AsyncClient(timeout=paced(30), event_hooks={"request": [note]}) as http,
             Client(streamable_http_client(polling_proxy.url, http_client=http), mode="legacy", cache=None) as client,  # type: ignore[arg-type]
         ):
             result = await client.call_tool("count", {"steps": 3, "pause": 0.2}, progress_callback=progress)

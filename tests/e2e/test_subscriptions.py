@@ -11,6 +11,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPDeprecationWarning
 
 from tests.conftest import everything_command, modern_only_command, notes_command, params, proxy_command
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -32,13 +33,13 @@ async def hear_a_note_change(client: Client, name: str) -> set[str]:
 
 
 async def test_modern_client_listens_through_to_a_modern_upstream() -> None:
-    with anyio.fail_after(30):
+    with deadline(30):
         async with Client(params(proxy_command(notes_command())), mode="auto", cache=None) as client:
             assert await hear_a_note_change(client, "x") == {"ResourcesListChanged", "ResourceUpdated"}
 
 
 async def test_modern_client_listens_to_a_session_era_upstream() -> None:
-    with anyio.fail_after(40):
+    with deadline(40):
         async with Client(params(proxy_command(everything_command())), mode="auto", cache=None) as client:
             assert client.protocol_version == "2026-07-28"
             uri = str((await client.list_resources()).resources[0].uri)
@@ -62,7 +63,7 @@ async def test_legacy_client_hears_changes_of_a_modern_upstream() -> None:
         if {"ResourceListChangedNotification", "ResourceUpdatedNotification"} <= set(received):
             seen.set()
 
-    with anyio.fail_after(30):
+    with deadline(30):
         # A modern-only server: the dual-era notes server would serve a session-era client in its
         # own era (with the capabilities it declares there), as it does directly.
         async with Client(

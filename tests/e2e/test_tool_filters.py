@@ -22,6 +22,7 @@ from mcp_types import PaginatedRequestParams, TextContent
 
 from tests.conftest import ROOT, everything_command, notes_command
 from tests.e2e.test_http_downstream import Proxy
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -85,7 +86,7 @@ async def test_a_hidden_tool_is_neither_listed_nor_callable(
 ) -> None:
     config = write_config(tmp_path, several)
     prefix = "everything__" if several else ""
-    with anyio.fail_after(90):
+    with deadline(90):
         async with served(config, tmp_path / "home", transport, mode) as client:
             names = await every_tool(client)
             assert f"{prefix}echo" in names and f"{prefix}get-sum" in names
@@ -124,7 +125,7 @@ async def test_the_tools_a_list_change_brings_are_filtered_too(tmp_path: Path, s
 
     # (a message handler makes the SDK's auto mode settle on the session era: modern gets none)
     options = {"message_handler": on_message} if mode == "legacy" else {}
-    with anyio.fail_after(90):
+    with deadline(90):
         async with served(config, tmp_path / "home", "stdio", mode, **options) as client:
             before = await every_tool(client)  # what the proxy caches of several upstreams
             assert f"{prefix}reveal" in before and f"{prefix}visible-added" not in before

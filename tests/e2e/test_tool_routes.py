@@ -11,13 +11,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp_types import TextContent
 
 from tests.conftest import FAULTY_SERVER
 from tests.e2e.test_bad_input import call, running, text
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -56,7 +56,7 @@ def receipt(reply: dict[str, Any]) -> dict[str, Any]:
 
 async def test_one_tool_served_by_several_upstreams_fails_over_and_says_who_served_it(tmp_path: Path) -> None:
     path = config(tmp_path, 'candidates = ["gone.echo", "a.echo", "b.echo"]')
-    with anyio.fail_after(60):
+    with deadline(60):
         async with running(served(path)) as client:
             await client.initialize()
             listed = (await client.request(1, "tools/list"))["result"]["tools"]
@@ -95,7 +95,7 @@ async def test_one_tool_served_by_several_upstreams_fails_over_and_says_who_serv
 
 async def test_order_goes_first_and_a_route_whose_candidates_all_fail_names_each(tmp_path: Path) -> None:
     path = config(tmp_path, 'candidates = ["gone.echo", "a.nope"]\norder = ["a.nope"]')
-    with anyio.fail_after(60):
+    with deadline(60):
         async with running(served(path)) as client:
             await client.initialize()
             failed = await call(client, 1, "echo", {"text": "x"})
@@ -110,7 +110,7 @@ async def test_order_goes_first_and_a_route_whose_candidates_all_fail_names_each
 async def test_an_sdk_client_of_either_era_lists_and_calls_the_route(tmp_path: Path, mode: str) -> None:
     path = config(tmp_path, 'candidates = ["gone.echo", "b.echo"]')
     params = StdioServerParameters(command=sys.executable, args=["-m", "frugal_proxy", "serve", "--config", str(path)])
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(params, mode=mode, cache=None) as client:
             names = {tool.name for tool in (await client.list_tools()).tools}
             result = await client.call_tool("echo", {"text": "both eras"})

@@ -23,6 +23,7 @@ from mcp import Client, StdioServerParameters
 from frugal_proxy.providers import registry
 from tests.conftest import ROOT
 from tests.e2e.test_http_downstream import Proxy
+from tests.pace import deadline
 from tests.servers.fake_apis import FakeApis, fake_apis
 from tests.servers.otlp_receiver import ReceivedSpan, Receiver, otlp_receiver
 
@@ -140,7 +141,7 @@ async def test_serve_over_stdio_exports_each_calls_tree_and_hands_the_context_on
     server = StdioServerParameters(
         command=sys.executable, args=argv, env=environ(tmp_path / "home", **otel_env(receiver))
     )
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(server, mode=mode, cache=None) as client:  # type: ignore[arg-type]
             await two_calls(client)
         spans = await anyio.to_thread.run_sync(receiver.wait_for, complete, 30)
@@ -158,7 +159,7 @@ async def test_serve_over_http_names_the_session_of_a_session_era_client(
     proxy = Proxy(argv, {**environ(tmp_path / "home"), **otel_env(receiver)})
     try:
         url = await anyio.to_thread.run_sync(proxy.wait_listening)
-        with anyio.fail_after(60):
+        with deadline(60):
             async with Client(url, mode=mode, cache=None) as client:  # type: ignore[arg-type]
                 await two_calls(client)
             spans = await anyio.to_thread.run_sync(receiver.wait_for, complete, 30)
@@ -180,7 +181,7 @@ async def test_off_by_default_the_clients_context_goes_upstream_untouched(tmp_pa
     config, record = traced_config(tmp_path, apis)
     argv = ["-m", "frugal_proxy", "serve", "--config", str(config)]
     server = StdioServerParameters(command=sys.executable, args=argv, env=environ(tmp_path / "home"))
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(server, mode="legacy", cache=None) as client:
             await two_calls(client)
     [line] = [json.loads(text) for text in record.read_text().splitlines()]

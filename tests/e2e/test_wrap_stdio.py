@@ -21,6 +21,7 @@ from mcp_types import (
 )
 
 from tests.conftest import ROOT, notes_command, params, proxy_command
+from tests.pace import deadline, paced
 
 pytestmark = pytest.mark.anyio
 
@@ -75,7 +76,7 @@ CALLS = {
 
 async def test_tools_list_and_calls_match_direct(upstream: tuple[str, list[str]], mode: str) -> None:
     name, command = upstream
-    with anyio.fail_after(40):
+    with deadline(40):
         async with client(command, mode) as direct, client(proxy_command(command), mode) as proxied:
             # A modern client gets 2026-07-28 from the proxy even where the upstream is session-era.
             expected = "2026-07-28" if mode == "auto" else direct.protocol_version
@@ -106,7 +107,7 @@ async def check_progress_in_order(client: Any, name: str) -> None:
 
 async def test_progress_arrives_in_order(upstream: tuple[str, list[str]], mode: str) -> None:
     name, command = upstream
-    with anyio.fail_after(40):
+    with deadline(40):
         async with client(proxy_command(command), mode) as proxied:
             await check_progress_in_order(proxied, name)
 
@@ -129,7 +130,7 @@ SERVER_REQUESTS = {
 async def test_server_requests_round_trip(upstream: tuple[str, list[str]], mode: str, kind: str) -> None:
     name, command = upstream
     tool, arguments, expected = SERVER_REQUESTS[name][kind]
-    with anyio.fail_after(40):
+    with deadline(40):
         async with client(proxy_command(command), mode) as proxied:
             result = await proxied.call_tool(tool, arguments)
     text = " ".join(block.text for block in result.content if isinstance(block, TextContent))
@@ -140,21 +141,18 @@ async def test_server_requests_round_trip(upstream: tuple[str, list[str]], mode:
 async def test_cancelled_call_is_cancelled_upstream(mode: str) -> None:
     from tests.conftest import notes_command
 
-    with anyio.fail_after(40):
+    with deadline(40):
         async with client(proxy_command(notes_command()), mode) as proxied:
-            with anyio.move_on_after(0.5):
+            with anyio.move_on_after(paced(0.5)):  # long enough for the call to reach the upstream
                 await proxied.call_tool("sleep", {"seconds": 30})
-            for _ in range(100):
-                count = await proxied.call_tool("cancellations", {})
-                if count.structured_content == {"result": 1}:
-                    break
-                await anyio.sleep(0.05)
-            assert count.structured_content == {"result": 1}
+            with deadline(5):  # the upstream counts the cancellation it was sent
+                while (await proxied.call_tool("cancellations", {})).structured_content != {"result": 1}:  # noqa: ASYNC110 - another process's count
+                    await anyio.sleep(0.05)
 
 
 async def test_resources_and_prompts_pass_through(upstream: tuple[str, list[str]], mode: str) -> None:
     name, command = upstream
-    with anyio.fail_after(40):
+    with deadline(40):
         async with client(command, mode) as direct, client(proxy_command(command), mode) as proxied:
             for method in ("list_resources", "list_resource_templates", "list_prompts"):
                 want = dump(await getattr(direct, method)())
@@ -194,7 +192,7 @@ async def test_a_modern_clients_roots_bound_a_session_era_server(tmp_path: Path)
         return Client(params(argv), mode="auto", list_roots_callback=sub_roots, cache=None)
 
     outcomes: dict[str, tuple[bool, bool]] = {}
-    with anyio.fail_after(60):
+    with deadline(60):
         for via, argv in (("direct", command), ("proxy", proxy_command(command))):
             async with fs_client(argv) as client:
                 assert client.protocol_version == ("2026-07-28" if via == "proxy" else "2025-11-25")
@@ -216,7 +214,7 @@ async def test_a_modern_upstream_that_answers_discover_late_is_still_served(mode
 
     # A 10 ms probe timeout: the SDK server is still importing when it expires, so the proxy
     # moves on to initialize, which a dual-era server refuses once it has answered discover.
-    with anyio.fail_after(40):
+    with deadline(40):
         async with client(proxy_command(notes_command(), "--probe-timeout", "0.01"), mode) as proxied:
             assert (await proxied.call_tool("add", {"a": 20, "b": 22})).structured_content == {"result": 42}
             result = await proxied.call_tool("summarise", {"topic": "tides"})
@@ -226,7 +224,7 @@ async def test_a_modern_upstream_that_answers_discover_late_is_still_served(mode
 async def test_the_upstream_command_may_come_without_a_double_dash() -> None:
     """The MCP Inspector consumes the first `--`: `frugal-proxy node server.js` works too."""
     upstream = notes_command()
-    with anyio.fail_after(30):
+    with deadline(30):
         async with Client(
             params([sys.executable, "-m", "frugal_proxy", "--name", "notes", *upstream]), mode="legacy"
         ) as client:
@@ -260,7 +258,7 @@ def test_the_wrap_form_serves_with_its_start_up_heap_frozen(tmp_path: Path) -> N
                 reply = json.loads(proxy.stdout.readline())
                 replies[reply.get("id")] = reply
             proxy.stdin.close()
-            assert proxy.wait(timeout=20) == 0
+            assert proxy.wait(timeout=paced(20)) == 0
         finally:
             proxy.kill()
             proxy.wait()
@@ -295,7 +293,7 @@ def test_requests_piped_in_with_stdin_closed_at_once_are_all_answered(upstream: 
         input="".join(json.dumps(line) + "\n" for line in lines),
         capture_output=True,
         text=True,
-        timeout=50,
+        timeout=paced(50),
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
@@ -316,7 +314,7 @@ def test_a_word_that_is_no_subcommand_nor_program_is_refused_clearly() -> None:
         [sys.executable, "-m", "frugal_proxy", "statz", "--month", "2026-07"],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=paced(30),
         check=False,
     )
     assert done.returncode == 2
@@ -329,7 +327,7 @@ async def test_the_wrap_form_reads_the_governor_of_a_config_file(tmp_path: Path)
     config = tmp_path / "frugal.toml"
     config.write_text('[upstreams.ignored]\ncommand = ["/nonexistent"]\n[governor]\nmax_bytes = 2048\n')
     upstream = notes_command()
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(params(proxy_command(upstream, "--config", str(config))), mode="legacy") as client:
             shaped = await client.call_tool("blob", {"size": 10_000})
         flagged = params(proxy_command(upstream, "--config", str(config), "--max-bytes", "65536"))
@@ -350,7 +348,7 @@ async def test_the_wrap_form_reads_frugal_config_and_the_default_path(tmp_path: 
     (home / "config" / "frugal.toml").write_text(text)
     upstream = notes_command()
     shaped = []
-    with anyio.fail_after(60):
+    with deadline(60):
         for env in (
             {"FRUGAL_CONFIG": str(named), "FRUGAL_HOME": str(tmp_path / "empty")},
             {"FRUGAL_CONFIG": "", "FRUGAL_HOME": str(home)},  # empty: unset
@@ -365,7 +363,7 @@ def test_a_bad_config_file_stops_the_wrap_form_with_its_message(tmp_path: Path) 
     broken = tmp_path / "broken.toml"
     broken.write_text("[governor]\nmax_bytes = 10\n")
     done = subprocess.run(
-        proxy_command(upstream, "--config", str(broken)), capture_output=True, text=True, timeout=30, check=False
+        proxy_command(upstream, "--config", str(broken)), capture_output=True, text=True, timeout=paced(30), check=False
     )
     assert done.returncode == 2 and "at governor: max_bytes must be at least 1024" in done.stderr
 
@@ -384,7 +382,7 @@ async def test_calls_written_together_are_each_answered_and_a_cancel_among_them_
     def line(message: dict[str, Any]) -> bytes:
         return json.dumps(message).encode() + b"\n"
 
-    with anyio.fail_after(40):
+    with deadline(40):
         async with await anyio.open_process(proxy_command(command), stderr=subprocess.DEVNULL) as proxy:
             assert proxy.stdin is not None and proxy.stdout is not None
             replies: dict[Any, Any] = {}

@@ -20,6 +20,7 @@ from frugal_proxy.records import Decision, Exchange, Outcome
 from frugal_proxy.state.redis_spend import RedisSpend
 from frugal_proxy.state.spend import MemorySpend, spend_key, utc_day
 from tests.fake_clock import Clock
+from tests.pace import deadline
 from tests.redis_server import RedisServer, redis_server, replica
 from tests.routed_calls import error_text
 from tests.routed_calls import search as routed
@@ -59,7 +60,7 @@ async def test_a_provider_that_reached_its_cap_is_skipped_and_a_pinned_one_refus
     policy = budget(clock, youcom=10_000)
     youcom, wiki = provider("youcom", 5_000), provider("wiki", 0)
     pipeline = build_pipeline({"youcom": youcom, "wiki": wiki}, [policy])
-    with anyio.fail_after(5):
+    with deadline(5):
         for _ in range(2):
             await pipeline.run(routed("youcom", "wiki"))
         assert policy.book.spent(YOUCOM) == 10_000
@@ -85,7 +86,7 @@ async def test_the_counters_reset_at_utc_midnight() -> None:
     policy = budget(clock, youcom=5_000)
     youcom = provider("youcom", 5_000)
     pipeline = build_pipeline({"youcom": youcom}, [policy])
-    with anyio.fail_after(5):
+    with deadline(5):
         await pipeline.run(routed("youcom"))
         late = routed("youcom")
         await pipeline.run(late)
@@ -107,7 +108,7 @@ async def test_a_cap_reached_mid_chain_by_another_call_is_skipped_at_dispatch() 
     youcom, wiki = provider("youcom", 5_000), provider("wiki", 0)
     marginalia = FakeProvider("marginalia", fails_while_another_call_spends, capability="search")
     ex = routed("marginalia", "youcom", "wiki")
-    with anyio.fail_after(5):
+    with deadline(5):
         await build_pipeline({"marginalia": marginalia, "youcom": youcom, "wiki": wiki}, [policy]).run(ex)
     assert youcom.calls == [] and [a.provider for a in ex.attempts] == ["marginalia", "wiki"]
     assert (
@@ -126,7 +127,7 @@ async def test_a_call_that_did_not_bill_gives_its_reservation_back() -> None:
     clock = clock_at(EVENING)
     policy = budget(clock, youcom=5_000)
     pipeline = build_pipeline({"youcom": provider("youcom", 5_000, kind="error")}, [policy])
-    with anyio.fail_after(5):
+    with deadline(5):
         await pipeline.run(routed("youcom"))
     assert policy.book.spent(YOUCOM) == 0
 
@@ -139,7 +140,7 @@ async def test_a_call_that_would_pass_the_cap_is_skipped_and_one_that_lands_on_i
     policy = budget(clock, youcom=10_000, brave=10_000)
     youcom, brave, wiki = provider("youcom", 3_000), provider("brave", 5_000), provider("wiki", 0)
     pipeline = build_pipeline({"youcom": youcom, "brave": brave, "wiki": wiki}, [policy])
-    with anyio.fail_after(5):
+    with deadline(5):
         for _ in range(4):
             await pipeline.run(routed("youcom", "wiki"))
             await pipeline.run(routed("brave", "wiki"))
@@ -159,7 +160,7 @@ async def hammer(
     receipts billed together and what the budget's book says youcom spent."""
     pipeline = build_pipeline({"youcom": youcom, "wiki": provider("wiki", 0)}, [policy], settings)
     exchanges = [routed("youcom", "wiki") for _ in range(100)]
-    with anyio.fail_after(10):
+    with deadline(10):
         async with anyio.create_task_group() as tg:
             for ex in exchanges:
                 tg.start_soon(pipeline.run, ex)
@@ -246,7 +247,7 @@ async def test_while_the_shared_store_is_unreachable_paid_is_skipped_with_the_re
         youcom, wiki = provider("youcom", 5_000), provider("wiki", 0)
         pipeline = build_pipeline({"youcom": youcom, "wiki": wiki}, [policy])
         with redis_server.stopped():
-            with anyio.fail_after(15):  # bounded by the command timeout, never a hang
+            with deadline(15):  # bounded by the command timeout, never a hang
                 ex = routed("youcom", "wiki")
                 await pipeline.run(ex)
     assert youcom.calls == [] and len(wiki.calls) == 1

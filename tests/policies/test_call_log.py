@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 
-import anyio
 import pytest
 
 from frugal_proxy.pipeline.pipeline import build_pipeline
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers import FakeProvider
 from frugal_proxy.records import Call, Exchange, Outcome, Route
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -28,7 +28,7 @@ async def fails(exchange: Exchange) -> Outcome:
 async def run(*providers: FakeProvider) -> None:
     pipeline = build_pipeline({provider.name: provider for provider in providers})
     params = {"name": jsonrpc.raw("search"), "arguments": jsonrpc.raw({"key": SECRET})}
-    with anyio.fail_after(5):
+    with deadline(5):
         await pipeline.run(Exchange(Call(1, "search", params), Route("search", tuple(p.name for p in providers))))
 
 
@@ -67,7 +67,7 @@ async def test_a_deny_the_config_asks_for_is_not_warned_on_each_call(caplog: pyt
             exchange.candidates = exchange.candidates[1:]
 
     pipeline = build_pipeline({"slow": FakeProvider("slow", fails), "fast": FakeProvider("fast", answers)}, [Denies()])
-    with caplog.at_level(logging.WARNING, logger="frugal_proxy.calls"), anyio.fail_after(5):
+    with caplog.at_level(logging.WARNING, logger="frugal_proxy.calls"), deadline(5):
         await pipeline.run(Exchange(Call(1, "search", {}), Route("search", ("slow", "fast"))))
     assert [r for r in caplog.records if r.name == "frugal_proxy.calls"] == []
 
@@ -82,7 +82,7 @@ async def test_each_skip_and_refusal_is_logged_at_warn(caplog: pytest.LogCapture
             exchange.candidates = exchange.candidates[1:]
 
     pipeline = build_pipeline({"slow": FakeProvider("slow", fails), "fast": FakeProvider("fast", answers)}, [Skips()])
-    with caplog.at_level(logging.WARNING, logger="frugal_proxy.calls"), anyio.fail_after(5):
+    with caplog.at_level(logging.WARNING, logger="frugal_proxy.calls"), deadline(5):
         await pipeline.run(Exchange(Call(1, "search", {}), Route("search", ("slow", "fast"))))
     (line,) = [r for r in caplog.records if r.name == "frugal_proxy.calls"]
     assert line.levelno == logging.WARNING and line.getMessage() == "ceiling: skipped"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-import anyio
 import pytest
 
 from frugal_proxy.capabilities import SearchHit, SearchRequest
@@ -16,6 +15,7 @@ from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers import FakeProvider
 from frugal_proxy.records import Attempt, Call, Decision, Exchange, Outcome, ProviderSpec, Route
 from frugal_proxy.state.usage import MemoryUsage, utc_month
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -134,7 +134,7 @@ async def test_refused_before_any_spend_through_the_pipeline() -> None:
     params = {"name": jsonrpc.raw("frugal__search"), "arguments": jsonrpc.raw({"query": "q"})}
     ex = Exchange(Call(1, "frugal__search", params), Route("frugal__search", ("youcom",), capability="search"))
     ex.request = SearchRequest("q", provider="youcom", max_cost_usd=Decimal("0.001"))
-    with anyio.fail_after(5):
+    with deadline(5):
         answer = await pipeline.run(ex)
     body = jsonrpc.decode_any(answer["result"])
     assert body["isError"] is True and youcom.calls == []

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import anyio
 import pytest
 
 from frugal_proxy.capabilities import SearchHit
@@ -19,6 +18,7 @@ from frugal_proxy.providers.page_fetch import allow_every_hop
 from frugal_proxy.records import Call, Decision, Exchange, Outcome, Route
 from frugal_proxy.state.cooldowns import MemoryCooldowns
 from tests.fake_clock import Clock
+from tests.pace import deadline
 from tests.providers.api_fakes import exchange, loopback_setup
 from tests.routed_calls import error_text
 from tests.routed_calls import search as routed
@@ -60,7 +60,7 @@ async def test_a_rate_limited_provider_is_skipped_until_its_window_ends() -> Non
         FakeProvider("wiki", answers, capability="search"),
     )
     pipeline = build_pipeline({"busy": busy, "wiki": wiki}, [policy])
-    with anyio.fail_after(5):
+    with deadline(5):
         first = routed("busy", "wiki")
         await pipeline.run(first)
         assert [a.provider for a in first.attempts] == ["busy", "wiki"]
@@ -72,7 +72,7 @@ async def test_a_rate_limited_provider_is_skipped_until_its_window_ends() -> Non
         "route", "cooldown", "skipped", "skipped busy (rate-limited; cooling down for another 42s)", provider="busy"
     )
     clock.now += 42
-    with anyio.fail_after(5):
+    with deadline(5):
         await pipeline.run(routed("busy", "wiki"))
     assert len(busy.calls) == 2  # the window is over: tried again
 
@@ -85,7 +85,7 @@ async def test_a_pinned_or_plain_call_to_a_fenced_provider_is_refused_with_the_w
     notes = FakeProvider("notes", answers)
     await policy.book.fence("notes", clock.now + 5)
     pipeline = build_pipeline({"busy": busy, "notes": notes}, [policy])
-    with anyio.fail_after(5):
+    with deadline(5):
         pinned = await pipeline.run(routed("busy", provider="busy"))
         plain = await pipeline.run(Exchange(Call(2, "add", {}), Route("add", ("notes",))))
     assert busy.calls == [] and notes.calls == []
@@ -110,7 +110,7 @@ async def test_a_fence_set_by_another_call_meanwhile_is_seen_at_dispatch() -> No
     second = FakeProvider("second", answers, capability="search")
     providers = {"first": FakeProvider("first", fails_and_fences, capability="search"), "second": second}
     ex = routed("first", "second")
-    with anyio.fail_after(5):
+    with deadline(5):
         await build_pipeline(providers, [policy]).run(ex)
     assert second.calls == []
     assert ex.trace[-1] == Decision(
@@ -130,7 +130,7 @@ async def test_an_answer_lifts_the_fence_and_retry_after_is_kept() -> None:
         return Outcome("rate_limited", message="busy is rate-limiting (429)", retry_after=7200.0)
 
     pipeline = build_pipeline({"busy": FakeProvider("busy", busy_for_long, capability="search")}, [policy])
-    with anyio.fail_after(5):
+    with deadline(5):
         await pipeline.run(routed("busy"))
     assert policy.book.until("busy") == clock.now + 600
     spec = FakeProvider("busy", answers, capability="search").spec
@@ -151,7 +151,7 @@ async def test_a_web_apis_503_with_retry_after_fences_it_and_a_fetched_pages_doe
         pipeline = build_pipeline({"wikipedia": wikipedia.Wikipedia(api), "readability": reader}, [policy])
         page = exchange("extract", {"url": f"{pages.base}/status/503?retry_after=120"})
         page.route = Route("frugal__extract", ("readability",), capability="extract")
-        with anyio.fail_after(10):
+        with deadline(10):
             searched = await pipeline.run(routed("wikipedia"))
             read = await pipeline.run(page)
         await http.close()

@@ -14,6 +14,7 @@ from frugal_proxy.policies.domains import DomainPolicy
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers import FakeProvider
 from frugal_proxy.records import Call, Exchange, Outcome, Route
+from tests.pace import deadline, paced
 
 pytestmark = pytest.mark.anyio
 
@@ -38,7 +39,7 @@ async def test_a_refused_url_reaches_no_provider() -> None:
     reader = FakeProvider("readability", read, capability="extract")
     pipeline = build_pipeline({"readability": reader}, [DomainPolicy(RULES)])
     ex = exchange("frugal__extract", "extract", ExtractRequest("http://169.254.169.254/latest/"), "readability")
-    with anyio.fail_after(5):
+    with deadline(5):
         answer = body(await pipeline.run(ex))
     assert reader.calls == [] and answer["isError"] is True
     assert answer["content"][0]["text"] == (  # type: ignore[index]
@@ -47,7 +48,7 @@ async def test_a_refused_url_reaches_no_provider() -> None:
     )
     assert ex.trace[0].verdict == "refused" and ex.trace[0].policy == "domains"
     allowed = exchange("frugal__extract", "extract", ExtractRequest("https://example.org/"), "readability")
-    with anyio.fail_after(5):
+    with deadline(5):
         await pipeline.run(allowed)
     assert len(reader.calls) == 1
 
@@ -60,7 +61,7 @@ async def test_search_results_on_refused_hosts_are_dropped_and_counted() -> None
 
     pipeline = build_pipeline({"wiki": FakeProvider("wiki", search, capability="search")}, [DomainPolicy(RULES)])
     ex = exchange("frugal__search", "search", SearchRequest("q"), "wiki")
-    with anyio.fail_after(5):
+    with deadline(5):
         found = body(await pipeline.run(ex))["structuredContent"]
     assert [hit["url"] for hit in found["results"]] == ["https://news.example/a", "https://b.example/"]  # type: ignore[index]
     assert found["warnings"] == ["2 result(s) from wiki dropped: routing.domains refuses their hosts"]  # type: ignore[index]
@@ -78,7 +79,7 @@ async def test_a_provider_whose_every_result_was_dropped_found_nothing() -> None
         "wiki": FakeProvider("wiki", public, capability="search"),
     }
     ex = exchange("frugal__search", "search", SearchRequest("q"), "searxng", "wiki")
-    with anyio.fail_after(5):
+    with deadline(5):
         found = body(await build_pipeline(providers, [DomainPolicy(RULES)]).run(ex))["structuredContent"]
     assert found["provider_used"] == "wiki"  # type: ignore[index]
     assert [(a["provider"], a["outcome"]) for a in found["attempts"]] == [("searxng", "empty"), ("wiki", "won")]  # type: ignore[union-attr, index]
@@ -102,14 +103,14 @@ async def test_a_plain_tools_url_argument_is_checked_where_its_upstream_lists_it
         params = {"name": jsonrpc.raw("fetch"), "arguments": jsonrpc.raw(arguments)}
         return Exchange(Call(1, "fetch", params), Route("fetch", (upstream,)))
 
-    with anyio.fail_after(5):
+    with deadline(5):
         answer = body(await pipeline.run(plain("fetcher", {"url": "http://10.0.0.5/admin", "note": "x"})))
     assert fetcher.calls == [] and answer["isError"] is True
     assert answer["content"][0]["text"] == (  # type: ignore[index]
         "fetch: domains: not fetched: 10.0.0.5 is a private (RFC 1918) address (routing.domains.deny_private) "
         "(argument url); ask for a page the domain policy allows"
     )
-    with anyio.fail_after(5):
+    with deadline(5):
         await pipeline.run(plain("fetcher", {"url": "https://example.org/", "note": "http://10.0.0.5/"}))
         await pipeline.run(plain("other", {"url": "http://10.0.0.5/admin"}))
     assert len(fetcher.calls) == 1 and len(other.calls) == 1
@@ -126,7 +127,7 @@ async def test_every_url_of_a_url_argument_that_is_a_list_is_checked() -> None:
     pipeline = build_pipeline({"fetcher": fetcher}, [DomainPolicy(RULES, {"fetcher": ["urls"]})])
     urls = ["https://example.org/", "http://169.254.169.254/latest/meta-data/"]
     params = {"name": jsonrpc.raw("batch"), "arguments": jsonrpc.raw({"urls": urls})}
-    with anyio.fail_after(5):
+    with deadline(5):
         answer = body(await pipeline.run(Exchange(Call(1, "batch", params), Route("batch", ("fetcher",)))))
     assert fetcher.calls == [] and answer["isError"] is True
     assert "169.254.169.254 is a link-local address" in answer["content"][0]["text"]  # type: ignore[index]
@@ -161,7 +162,7 @@ async def test_a_plain_tools_url_whose_name_resolves_to_a_private_address_is_ref
 
     async def call(url: str) -> str | None:
         params = {"name": jsonrpc.raw("fetch"), "arguments": jsonrpc.raw({"url": url})}
-        with anyio.fail_after(5):
+        with deadline(5):
             answer = body(await pipeline.run(Exchange(Call(1, "fetch", params), Route("fetch", ("fetcher",)))))
         return answer["content"][0]["text"] if answer.get("isError") else None  # type: ignore[index, no-any-return]
 
@@ -200,8 +201,9 @@ async def test_the_look_ups_of_a_list_of_urls_are_bounded_together(monkeypatch: 
     urls = [f"https://host{number}.example/" for number in range(10)]
     params = {"name": jsonrpc.raw("batch"), "arguments": jsonrpc.raw({"urls": urls})}
     began = anyio.current_time()
-    with anyio.fail_after(10):
+    with deadline(10):
         answer = body(await pipeline.run(Exchange(Call(1, "batch", params), Route("batch", ("fetcher",)))))
-    assert anyio.current_time() - began < 1.5
+    # The 0.5 s bound, not the 4 s of ten look-ups one after another (paced, and short of those 4 s).
+    assert anyio.current_time() - began < min(paced(1.5), 3.5)
     assert fetcher.calls == [] and answer["isError"] is True
     assert "could not be resolved" in answer["content"][0]["text"]  # type: ignore[index]

@@ -8,7 +8,6 @@ import hashlib
 import json
 import tracemalloc
 
-import anyio
 import msgspec
 import pytest
 
@@ -20,6 +19,7 @@ from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.records import Exchange, Route
 from tests.fake_clock import Clock
 from tests.governed import call_tool, exchange, fetch_all, governed, make_governor, sdk_string
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -56,7 +56,7 @@ async def test_disabled_governor_does_nothing() -> None:
 
 
 async def test_a_shaped_result_carries_a_valid_receipt_and_reassembles() -> None:
-    with anyio.fail_after(10):
+    with deadline(10):
         governor = make_governor()
         text = "Ωmega café 東京 🌊 " * 20_000
         result = await governed(governor, exchange("read_prose", {"paragraphs": 9}, sdk_string(text)))

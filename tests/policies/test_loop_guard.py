@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
-import anyio
 import pytest
 
 from frugal_proxy.capabilities import SearchHit, SearchRequest
@@ -19,6 +18,7 @@ from frugal_proxy.providers import FakeProvider
 from frugal_proxy.records import Call, Decision, Exchange, Outcome, Route
 from frugal_proxy.state.call_windows import MemoryCallWindows
 from tests.fake_clock import Clock
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -133,7 +133,7 @@ async def test_a_refused_call_reaches_no_provider() -> None:
     wiki = FakeProvider("wiki", answer, capability="search")
     pipeline = build_pipeline({"wiki": wiki}, [guard(Clock(), limit=1)])
     params = {"name": jsonrpc.raw("frugal__search"), "arguments": jsonrpc.raw({"query": "q"})}
-    with anyio.fail_after(5):
+    with deadline(5):
         for _ in range(2):
             ex = Exchange(Call(1, "frugal__search", params), Route("frugal__search", ("wiki",), capability="search"))
             ex.request = SearchRequest("q")

@@ -7,7 +7,6 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-import anyio
 import pytest
 
 from frugal_proxy.capabilities import BrowseRequest, ExtractRequest, Page, SearchHit, SearchRequest
@@ -19,6 +18,7 @@ from frugal_proxy.providers import FakeProvider
 from frugal_proxy.records import Call, Exchange, Outcome, Route
 from frugal_proxy.state.result_cache import MemoryResultCache
 from tests.fake_clock import Clock
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -52,7 +52,7 @@ async def test_a_repeat_is_answered_from_memory_at_no_cost() -> None:
     clock = Clock()
     provider = serving("search", HITS, price=5_000)
     pipeline = build_pipeline({"p": provider}, [cache(clock)])
-    with anyio.fail_after(5):
+    with deadline(5):
         first = structured(await pipeline.run(call("frugal__search", "search", SearchRequest("mcp"))))
         clock.now += 2.5
         again = structured(await pipeline.run(call("frugal__search", "search", SearchRequest("  mcp "))))
@@ -67,7 +67,7 @@ async def test_execute_shares_entries_and_a_priority_bypasses_them() -> None:
     clock = Clock()
     provider = serving("search", HITS)
     pipeline = build_pipeline({"p": provider}, [cache(clock)])
-    with anyio.fail_after(5):
+    with deadline(5):
         await pipeline.run(call("frugal__search", "search", SearchRequest("mcp")))
         shared = structured(
             await pipeline.run(call("frugal__execute", "search", SearchRequest("mcp", max_cost_usd=Decimal(0))))
@@ -83,7 +83,7 @@ async def test_entries_expire_after_their_ttl() -> None:
     page = Page("https://a.example/", markdown="An article. " * 40)
     provider = serving("extract", page)
     pipeline = build_pipeline({"p": provider}, [cache(clock)])
-    with anyio.fail_after(5):
+    with deadline(5):
         await pipeline.run(call("frugal__extract", "extract", ExtractRequest("https://a.example/")))
         clock.now += 15 * 60 - 1
         await pipeline.run(call("frugal__extract", "extract", ExtractRequest("https://a.example/")))
@@ -105,7 +105,7 @@ async def test_what_is_never_kept(capability: str, request_: object, data: Any) 
     clock = Clock()
     provider = serving(capability, data)
     pipeline = build_pipeline({"p": provider}, [cache(clock)])
-    with anyio.fail_after(5):
+    with deadline(5):
         for _ in range(2):
             await pipeline.run(call(f"frugal__{capability}", capability, request_))
     assert len(provider.calls) == 2

@@ -23,6 +23,7 @@ from frugal_proxy.records import Attempt, Call, Decision, Exchange, Outcome, Pro
 from frugal_proxy.state.latency import MemoryLatency
 from frugal_proxy.state.spend import MemorySpend, spend_key
 from frugal_proxy.state.usage import MemoryUsage, utc_month
+from tests.pace import deadline
 from tests.routed_calls import search
 
 pytestmark = pytest.mark.anyio
@@ -143,7 +144,7 @@ async def test_a_quota_unit_is_reserved_before_the_call_and_given_back_when_it_d
 
     serper = FakeProvider("serper", answer, 1_000, capability="search", free_quota_monthly=2)
     pipeline = build_pipeline({"serper": serper}, [routing])
-    with anyio.fail_after(5):
+    with deadline(5):
         failed = search("serper")
         await pipeline.run(failed)
         assert routing.usage.calls_this_month("serper") == 0 and failed.free_quota == set()
@@ -173,7 +174,7 @@ async def test_concurrent_calls_bill_exactly_the_quota_at_zero_and_the_rest_at_l
     serper = FakeProvider("serper", answer, price, capability="search", free_quota_monthly=quota)
     pipeline = build_pipeline({"serper": serper}, [routing, Ceiling(routing.usage), budget, Ledger(lines)])
     exchanges = [search("serper") for _ in range(calls)]
-    with anyio.fail_after(10):
+    with deadline(10):
         async with anyio.create_task_group() as tg:
             for ex in exchanges:
                 tg.start_soon(pipeline.run, ex)
@@ -205,7 +206,7 @@ async def test_the_ceiling_skips_a_provider_whose_last_free_unit_another_call_to
     exchanges = [search("down", "serper", "wiki") for _ in range(6)]
     for ex in exchanges:
         ex.request = SearchRequest("q", max_cost_usd=Decimal(0))
-    with anyio.fail_after(10):
+    with deadline(10):
         async with anyio.create_task_group() as tg:
             for ex in exchanges:
                 tg.start_soon(pipeline.run, ex)
@@ -248,7 +249,7 @@ async def test_a_cancelled_call_gives_its_quota_unit_back_unless_its_request_wen
 
     serper = FakeProvider("serper", hangs, 1_000, capability="search", free_quota_monthly=2)
     pipeline = build_pipeline({"serper": serper}, [routing])
-    with anyio.fail_after(5):
+    with deadline(5):
         async with anyio.create_task_group() as tg:
             tg.start_soon(pipeline.run, search("serper"))
             await started.wait()

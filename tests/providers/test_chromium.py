@@ -28,6 +28,7 @@ from frugal_proxy.providers.http_client import HttpClient
 from frugal_proxy.providers.page_fetch import HopCheck
 from frugal_proxy.records import Outcome
 from tests.conftest import refusing_port
+from tests.pace import deadline, paced
 from tests.providers.api_fakes import exchange, loopback_setup
 from tests.servers.page_server import JS_TEXT, PageServer, page_server
 
@@ -56,7 +57,7 @@ async def browser(check: HopCheck | None = None, seconds: float = 20.0) -> Async
 
 
 async def browse(provider: chromium.Chromium, url: str, **arguments: object) -> Outcome:
-    with anyio.fail_after(45):
+    with deadline(45):
         return await provider.call(exchange("browse", {"url": url, **arguments}))
 
 
@@ -189,7 +190,7 @@ async def test_a_name_that_resolves_to_loopback_is_refused_before_navigation(pag
         return ["127.0.0.1"] if host == "news.example" else [host]
 
     setup = dataclasses.replace(
-        loopback_setup(chromium.BUILTINS[0], HttpClient(resolver=resolve), environ=os.environ, timeout=20.0),
+        loopback_setup(chromium.BUILTINS[0], HttpClient(resolver=resolve), environ=os.environ, timeout=paced(20.0)),
         domains=DomainRules.of(deny_private=True),
     )
     provider = chromium.Chromium(setup)
@@ -218,7 +219,7 @@ async def browse_through(names: dict[str, list[str]], rules: DomainRules, url: s
 
     http = HttpClient(resolver=resolve)
     setup = dataclasses.replace(
-        loopback_setup(chromium.BUILTINS[0], http, environ=os.environ, timeout=20.0), domains=rules
+        loopback_setup(chromium.BUILTINS[0], http, environ=os.environ, timeout=paced(20.0)), domains=rules
     )
     provider = chromium.Chromium(setup)
     try:
@@ -344,7 +345,7 @@ async def test_a_websocket_is_checked_against_the_allow_list(pages: PageServer) 
     to a host it covers is."""
     rules = DomainRules.of(allow=["127.0.0.1"])
     setup = dataclasses.replace(
-        loopback_setup(chromium.BUILTINS[0], HttpClient(), environ=os.environ, timeout=20.0), domains=rules
+        loopback_setup(chromium.BUILTINS[0], HttpClient(), environ=os.environ, timeout=paced(20.0)), domains=rules
     )
     provider = chromium.Chromium(setup)
     try:

@@ -19,6 +19,7 @@ from frugal_proxy.providers.governor_tools import governor_tools
 from frugal_proxy.providers.own_tools import OwnToolProvider, ToolArgumentError
 from tests.fake_clock import Clock
 from tests.governed import call_tool, exchange, fetch_all, governed, make_governor, sdk_string
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -151,7 +152,7 @@ async def test_bad_arguments_name_what_to_send() -> None:
 async def test_a_refusal_reaches_the_agent_as_a_tool_error_with_its_code() -> None:
     provider = OwnToolProvider(governor_tools(make_governor()))
     ex = exchange("frugal__fetch_slice", {"artifact_id": "art_gone"})
-    with anyio.fail_after(5):
+    with deadline(5):
         outcome = await provider.call(ex)
     assert outcome.kind == "ok" and outcome.reply is not None
     result: dict[str, Any] = jsonrpc.decode_any(outcome.reply["result"])

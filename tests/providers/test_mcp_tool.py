@@ -35,6 +35,7 @@ from frugal_proxy.upstream.stdio import UpstreamConnection
 from tests.conftest import FAULTY_SERVER
 from tests.e2e.test_http_upstream import faulty_http, notes_http  # noqa: F401 - fixtures: the HTTP servers
 from tests.fake_peers import FakeClient
+from tests.pace import deadline, paced
 from tests.routed_calls import error_text
 from tests.routed_calls import search as routed
 
@@ -78,7 +79,7 @@ async def call(
     params = {"name": jsonrpc.raw("search"), "arguments": jsonrpc.raw({"q": "x"})}
     ident = Call(request_id=1, tool="search", params=params, forwarded_headers=headers)
     exchange = Exchange(call=ident, route=Route("search", ("remote",)))
-    with anyio.fail_after(5):
+    with deadline(5):
         outcome = await provider.call(exchange)
     assert forward.calls == [("tools/call", params, headers)]  # the call's headers go on with it
     return outcome
@@ -130,7 +131,7 @@ async def test_a_route_candidate_calls_its_own_tool_and_fails_over_on_a_json_rpc
     for handler, kind in ((refused, "permanent"), (answered, "ok")):
         forward = FakeForwarder(handler)
         provider = McpToolProvider("eu", forward, tool="web_search")
-        with anyio.fail_after(5):
+        with deadline(5):
             outcome = await provider.call(exchange)
         assert provider.spec.name == "eu.web_search" and outcome.kind == kind
         [(_, sent, _)] = forward.calls
@@ -164,7 +165,7 @@ async def linked(server: list[str] | str, deadline: float | None = None) -> Asyn
     if isinstance(server, str):
         upstream = HttpUpstreamConnection(server, name="faulty")
     else:
-        upstream = UpstreamConnection(server, name="faulty", probe_timeout=30)
+        upstream = UpstreamConnection(server, name="faulty", probe_timeout=paced(30))
     async with upstream, anyio.create_task_group() as tg:
         yield UpstreamLink(upstream, CLIENT, FakeClient().peer, tg, deadline=deadline)
         tg.cancel_scope.cancel()
@@ -210,16 +211,16 @@ def searched() -> Exchange:
 
 
 async def priced_plain_call(
-    server: list[str] | str, deadline: float | None, tool: str, **args: Any
+    server: list[str] | str, call_deadline: float | None, tool: str, **args: Any
 ) -> tuple[Attempt, Rig]:
     """One plain call of `tool` of a priced upstream under a daily cap of its price: its attempt."""
     async with linked(server) as link:
-        with anyio.fail_after(30):  # the upstream started and initialized outside the deadline tested
+        with deadline(30):  # the upstream started and initialized outside the deadline tested
             await link.forward("tools/list", {}, CLIENT, None)
-        link.deadline = deadline
+        link.deadline = call_deadline
         rig = Rig(PLAIN, McpToolProvider("faulty", link.forward, PRICE), cap=PRICE)
         ex = plain(tool, **args)
-        with anyio.fail_after(20):
+        with deadline(20):
             await rig.pipeline.run(ex)
     (attempt,) = ex.attempts
     return attempt, rig
@@ -230,7 +231,7 @@ async def test_a_call_the_upstream_received_and_held_past_the_deadline_counts_ag
         rig = Rig(SEARCH, searching(link, "slow", seconds=30), cap=2 * PRICE, deadline=0.5)
         await link.forward("tools/call", plain("echo").call.params, CLIENT, None)  # started, initialized
         calls = [searched() for _ in range(3)]
-        with anyio.fail_after(10):
+        with deadline(10):
             answers = [await rig.pipeline.run(ex) for ex in calls]
     assert rig.spent == 2 * PRICE  # the third call found the cap reached by the two cut ones
     (attempt,) = calls[0].attempts
@@ -248,7 +249,7 @@ async def test_a_call_cut_while_its_upstream_was_still_starting_costs_nothing(ca
     async with linked(NEVER_STARTS) as link:
         rig = Rig(SEARCH, searching(link, "slow", seconds=30), cap=PRICE, deadline=None if cancelled else 0.5)
         ex = searched()
-        with anyio.fail_after(10):
+        with deadline(10):
             if cancelled:
                 with anyio.move_on_after(0.5):  # what the router does when the client cancels it
                     await rig.pipeline.run(ex)
@@ -274,12 +275,12 @@ async def test_an_upstream_that_died_with_the_call_may_have_billed_and_its_refus
     async with linked([sys.executable, str(FAULTY_SERVER)]) as link:
         rig = Rig(SEARCH, searching(link, "die"), cap=2 * PRICE, deadline=10)
         died = searched()
-        with anyio.fail_after(10):
+        with deadline(10):
             await rig.pipeline.run(died)
         assert rig.spent == PRICE and died.attempts[0].maybe_billed
         refusing = Rig(SEARCH, searching(link, "no_such_tool"), cap=PRICE, deadline=10)
         refused = searched()
-        with anyio.fail_after(10):
+        with deadline(10):
             await refusing.pipeline.run(refused)  # the upstream restarts and answers a JSON-RPC error
     (attempt,) = refused.attempts
     assert (attempt.outcome, attempt.cost_micros, attempt.maybe_billed) == ("permanent", 0, False)

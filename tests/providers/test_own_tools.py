@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio
 import msgspec
 import pytest
 
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.providers.own_tools import PROVIDER_NAME, OwnTool, OwnToolProvider, ToolArgumentError
 from frugal_proxy.records import Call, Exchange, Route
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -31,7 +31,7 @@ async def called(arguments: msgspec.Raw | None) -> dict[str, Any]:
     if arguments is not None:
         params["arguments"] = arguments
     exchange = Exchange(Call(1, "frugal__add", params), Route("frugal__add", (PROVIDER_NAME,)), operator="ada")
-    with anyio.fail_after(5):
+    with deadline(5):
         outcome = await OwnToolProvider([ADD]).call(exchange)
     assert outcome.kind == "ok" and outcome.reply is not None
     return jsonrpc.decode_any(outcome.reply["result"])  # type: ignore[no-any-return]

@@ -9,6 +9,7 @@ from blockbuster import blockbuster_ctx
 
 from frugal_proxy.capabilities import Page
 from frugal_proxy.providers.page_text import answer, page_of, read_page
+from tests.pace import deadline
 from tests.servers.page_server import ARTICLE, EMPTY, JS_ONLY
 
 pytestmark = pytest.mark.anyio
@@ -69,7 +70,7 @@ async def test_the_extraction_never_blocks_the_loop() -> None:
             await anyio.sleep(0.005)
             ticks += 1
 
-    with blockbuster_ctx(["frugal_proxy"]), anyio.fail_after(30):
+    with blockbuster_ctx(["frugal_proxy"]), deadline(30):
         async with anyio.create_task_group() as tg:
             tg.start_soon(tick)
             outcome = await read_page(big, URL, ("markdown", "text"), provider="readability")

@@ -17,6 +17,7 @@ from frugal_proxy.providers import registry
 from frugal_proxy.providers.registry import Builtin
 from frugal_proxy.providers.web_search import Query, WebSearch, answer, hit
 from frugal_proxy.records import Outcome
+from tests.pace import deadline
 from tests.providers.api_fakes import FAULTS, Answer, assert_fault, exchange, search, setup_for
 
 pytestmark = pytest.mark.anyio
@@ -89,7 +90,7 @@ async def test_max_concurrent_bounds_the_requests_in_flight() -> None:
         return httpx2.Response(200, json={"items": []})
 
     provider = TOY.make(setup_for(TOY, reply))
-    with anyio.fail_after(5):
+    with deadline(5):
         async with anyio.create_task_group() as tg:
             for _ in range(6):
                 tg.start_soon(provider.call, exchange("search", {"query": "q"}))

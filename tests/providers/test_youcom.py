@@ -28,6 +28,7 @@ from frugal_proxy.providers import youcom
 from frugal_proxy.providers.http_client import unreachable_advice
 from frugal_proxy.records import Outcome
 from tests.conftest import refusing_port
+from tests.pace import deadline
 from tests.providers.api_fakes import SECRET, enabled_names, exchange, search, setup_for
 from tests.servers import youcom_like_server
 
@@ -131,7 +132,7 @@ async def serving(*, legacy: bool = False) -> AsyncIterator[str]:
     youcom_like_server.CALLS.clear()
     async with anyio.create_task_group() as tg:
         tg.start_soon(server.serve, [sock])
-        with anyio.fail_after(10):
+        with deadline(10):
             while not server.started:  # noqa: ASYNC110 - uvicorn says it has started by this flag only
                 await anyio.sleep(0.01)
         try:
@@ -166,7 +167,7 @@ async def free_search(provider: youcom.YoucomFree, query: str, **arguments: Any)
 
 @pytest.mark.parametrize("legacy", [False, True], ids=["2026-07-28", "session-era"])
 async def test_free_structured_content_becomes_hits(legacy: bool) -> None:
-    with anyio.fail_after(30):
+    with deadline(30):
         async with serving(legacy=legacy) as base, served(base) as provider:
             outcome = await free_search(provider, "mcp proxy", max_results=3, freshness="month")
             again = await free_search(provider, "mcp proxy", max_results=1)
@@ -188,7 +189,7 @@ async def test_free_structured_content_becomes_hits(legacy: bool) -> None:
 
 
 async def test_free_without_serve_each_call_has_its_own_connection() -> None:
-    with anyio.fail_after(30):
+    with deadline(30):
         async with serving(legacy=True) as base:
             provider = free_provider(base)
             found = await free_search(provider, "mcp proxy")
@@ -201,7 +202,7 @@ async def test_free_without_serve_each_call_has_its_own_connection() -> None:
 
 
 async def test_free_errors_are_classified() -> None:
-    with anyio.fail_after(30):
+    with deadline(30):
         async with serving() as base, served(base) as provider:
             limited = await free_search(provider, "daily-limit")
             failed = await free_search(provider, "upstream-fails")
@@ -210,7 +211,7 @@ async def test_free_errors_are_classified() -> None:
 
 
 async def test_free_a_call_that_outlasts_its_timeout_is_transient() -> None:
-    with anyio.fail_after(30):
+    with deadline(30):
         async with serving(legacy=True) as base, served(base, call_timeout=0.5) as provider:
             slow = await free_search(provider, "slow")
             after = await free_search(provider, "mcp proxy")
@@ -219,7 +220,7 @@ async def test_free_a_call_that_outlasts_its_timeout_is_transient() -> None:
 
 
 async def test_free_an_unreachable_server_is_transient() -> None:
-    with refusing_port() as port, anyio.fail_after(30):
+    with refusing_port() as port, deadline(30):
         outcome = await free_search(free_provider(f"http://127.0.0.1:{port}"), "mcp proxy")
     assert outcome.kind == "transient" and "youcom-free" in outcome.message
     # the user wrote no url for the built-in provider: the advice is the network, not the url
@@ -230,7 +231,7 @@ async def test_free_an_unreachable_server_is_transient() -> None:
 async def test_free_offline_says_what_was_tried_and_what_to_do() -> None:
     """A name that cannot resolve (RFC 6761 keeps `.invalid` unresolvable), as on a machine
     without a network."""
-    with anyio.fail_after(30):
+    with deadline(30):
         outcome = await free_search(free_provider("http://youcom-free.invalid"), "mcp proxy")
     assert outcome.kind == "transient"
     assert "cannot resolve the host of http://youcom-free.invalid/mcp" in outcome.message

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from frugal_proxy.domains import DomainRules, address_allowed, rule_error, url_allowed
+from tests.pace import deadline
 
 PRIVATE = DomainRules.of(deny_private=True)
 DENY_PRIVATE = "(routing.domains.deny_private)"
@@ -235,7 +236,6 @@ def test_good_rules_pass(rule: str) -> None:
 async def test_the_local_fetchers_hop_check_refuses_a_redirect_to_a_private_address() -> None:
     """How readability (and chromium) take the rules: `url_allowed` as their per-hop check, so a
     public page that redirects to the cloud metadata address is refused before it is asked."""
-    import anyio
     import httpx2
 
     from frugal_proxy.providers.http_client import HttpClient
@@ -252,7 +252,7 @@ async def test_the_local_fetchers_hop_check_refuses_a_redirect_to_a_private_addr
         return url_allowed(url, PRIVATE)
 
     http = HttpClient(transport=httpx2.MockTransport(site))
-    with anyio.fail_after(5):
+    with deadline(5):
         fetched = await fetch_html(http, "https://example.org/", provider="readability", request_timeout=5, check=check)
         await http.close()
     assert asked == ["https://example.org/"]

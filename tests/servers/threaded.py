@@ -12,6 +12,8 @@ from contextlib import contextmanager
 import uvicorn
 from starlette.types import ASGIApp
 
+from tests.pace import paced
+
 
 @contextmanager
 def serve_in_thread(app: ASGIApp) -> Iterator[str]:
@@ -22,12 +24,19 @@ def serve_in_thread(app: ASGIApp) -> Iterator[str]:
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + paced(10)
     while not server.started and time.monotonic() < deadline:  # uvicorn has no start-up event
+        if not thread.is_alive():
+            break
         time.sleep(0.01)
+    if not server.started:
+        server.should_exit = True
+        thread.join(paced(10))
+        sock.close()
+        raise RuntimeError(f"uvicorn did not start serving {app!r} within {paced(10):g} s")
     try:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
-        thread.join(10)
+        thread.join(paced(10))
         sock.close()

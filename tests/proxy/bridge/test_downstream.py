@@ -12,6 +12,7 @@ from frugal_proxy.bridge.downstream import ClientGone, DownstreamPeer
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.protocol.subscriptions import tag
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -30,7 +31,7 @@ class Writer:
 async def test_a_request_is_answered_by_the_reply_with_its_id() -> None:
     writer = Writer()
     peer = DownstreamPeer(writer)
-    with anyio.fail_after(5):
+    with deadline(5):
         async with anyio.create_task_group() as tg:
             answers: list[Frame] = []
 
@@ -49,7 +50,7 @@ async def test_a_request_is_answered_by_the_reply_with_its_id() -> None:
 async def test_a_cancelled_request_is_withdrawn_from_the_client() -> None:
     writer = Writer()
     peer = DownstreamPeer(writer)
-    with anyio.fail_after(5), anyio.move_on_after(0.05):
+    with deadline(5), anyio.move_on_after(0.05):
         await peer.request("sampling/createMessage", {})
     asked, withdrawn = writer.sent
     assert jsonrpc.method_of(withdrawn) == "notifications/cancelled"
@@ -58,7 +59,7 @@ async def test_a_cancelled_request_is_withdrawn_from_the_client() -> None:
 
 
 async def test_a_client_that_goes_away_fails_its_requests_and_drops_its_messages() -> None:
-    with anyio.fail_after(5):
+    with deadline(5):
         gone = DownstreamPeer(Writer(broken=True))
         with pytest.raises(ClientGone):
             await gone.request("roots/list", {})
@@ -90,7 +91,7 @@ async def test_a_listen_streams_notifications_go_to_its_own_stream() -> None:
 
     peer.listeners["s1"] = stream
     changed = jsonrpc.notification("notifications/tools/list_changed", {})
-    with anyio.fail_after(5):
+    with deadline(5):
         await peer.send(tag(changed, "s1"))
         await peer.send(tag(changed, "s2"))
         await peer.send(changed)

@@ -17,6 +17,7 @@ from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.upstream.base import PROXY_CLIENT_INFO
 from tests.fake_peers import FakeCall, FakeClient, FakeUpstream, decoded, linked
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -196,7 +197,7 @@ async def shared_link(upstream: FakeUpstream, client: Client, made: list[FakeUps
         made.append(FakeUpstream(era="legacy"))
         return made[-1]
 
-    with anyio.fail_after(10):
+    with deadline(10):
         async with anyio.create_task_group() as tg:
             yield UpstreamLink(upstream, client, DownstreamPeer(Unreachable()), tg, connect=connect)
             tg.cancel_scope.cancel()
@@ -297,7 +298,7 @@ async def test_legacy_to_modern_gets_list_changes_through_one_listen_stream() ->
 
     client = Client("legacy")
     downstream = FakeClient()
-    with anyio.fail_after(5):
+    with deadline(5):
         async with anyio.create_task_group() as tg:
             link = UpstreamLink(upstream, client, downstream.peer, tg, on_change=on_change)
             await link.initialize_for_client({}, passthrough=True)
@@ -326,7 +327,7 @@ async def test_legacy_to_modern_declares_the_list_changes_the_listen_stream_deli
 
     upstream.handlers["subscriptions/listen"] = listen
     downstream = FakeClient()
-    with anyio.fail_after(5):
+    with deadline(5):
         async with anyio.create_task_group() as tg:
             link = UpstreamLink(upstream, Client("legacy"), downstream.peer, tg)
             handshake = body(await link.initialize_for_client({"protocolVersion": "2025-06-18"}, passthrough=True))
@@ -414,7 +415,7 @@ async def test_unasked_notifications_reach_the_client_its_era_s_way(client: Clie
         changed.append(jsonrpc.method_of(frame))
 
     downstream = FakeClient()
-    with anyio.fail_after(5):
+    with deadline(5):
         async with anyio.create_task_group() as tg:
             UpstreamLink(upstream, client, downstream.peer, tg, on_change=on_change)
             await upstream.tell("notifications/tools/list_changed", {})

@@ -12,6 +12,7 @@ import pytest
 from frugal_proxy.bridge.listen_hub import ListenHub
 from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -41,7 +42,7 @@ def subscription_of(frame: Frame) -> Any:
 async def test_streams_get_what_they_asked_for_and_uris_are_shared() -> None:
     up = Upstream()
     hub = ListenHub(up.send, up.subscribe, up.unsubscribe)
-    with anyio.fail_after(5):
+    with deadline(5):
         async with anyio.create_task_group() as tg:
             first = await tg.start(
                 hub.listen, "a", {"toolsListChanged": True, "resourceSubscriptions": ["r://1"]}, CAPABILITIES
@@ -67,7 +68,7 @@ async def test_streams_get_what_they_asked_for_and_uris_are_shared() -> None:
 async def test_a_filter_the_upstream_cannot_honour_is_narrowed() -> None:
     up = Upstream()
     hub = ListenHub(up.send, up.subscribe, up.unsubscribe)
-    with anyio.fail_after(5):
+    with deadline(5):
         async with anyio.create_task_group() as tg:
             accepted = await tg.start(
                 hub.listen, "a", {"promptsListChanged": True, "resourceSubscriptions": ["r://1"]}, {"tools": {}}

@@ -14,6 +14,7 @@ from frugal_proxy.bridge.downstream import ClientGone
 from frugal_proxy.bridge.mrtr import HeldCalls, Question, fulfil_input_required
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -145,7 +146,7 @@ async def test_a_call_goes_up_after_the_proxys_own_question_even_when_handling_i
         answers.append(reply)
         raise RuntimeError("the upstream went away")
 
-    with anyio.fail_after(5):
+    with deadline(5):
         async with anyio.create_task_group() as tg:
             held = HeldCalls(upstream, tg)  # type: ignore[arg-type]
             question = Question("roots/list", {}, answered)

@@ -16,6 +16,7 @@ from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
 from frugal_proxy.upstream.base import UpstreamBase
 from tests.fake_peers import FakeUpstream
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -60,7 +61,7 @@ class Pool:
 @asynccontextmanager
 async def pool(**options: Any) -> AsyncIterator[tuple[RootSets, Pool]]:
     fakes = Pool()
-    with anyio.fail_after(10):
+    with deadline(10):
         async with anyio.create_task_group() as tg:
             yield RootSets("fs", fakes.connect, tg, attach=fakes.attach, notify=fakes.notify, **options), fakes
             tg.cancel_scope.cancel()
@@ -145,7 +146,7 @@ async def test_a_refused_initialize_fails_the_call_and_keeps_no_connection() -> 
         upstream.handlers["initialize"] = refuse
         return upstream
 
-    with anyio.fail_after(10):
+    with deadline(10):
         async with anyio.create_task_group() as tg:
             sets = RootSets("fs", refusing, tg, attach=fakes.attach, notify=fakes.notify)
             with pytest.raises(BridgeError, match="refused the initialize"):
@@ -172,7 +173,7 @@ async def test_a_connection_still_opening_is_busy_not_idle_at_the_limit() -> Non
         fakes.made.append(SlowStart())
         return fakes.made[-1]
 
-    with anyio.fail_after(10):
+    with deadline(10):
         async with anyio.create_task_group() as tg:
             sets = RootSets("fs", connect, tg, attach=fakes.attach, notify=fakes.notify, limit=1)
             got: list[Any] = []

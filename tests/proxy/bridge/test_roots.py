@@ -13,6 +13,7 @@ from frugal_proxy.errors import UpstreamTimeout
 from frugal_proxy.protocol import eras, jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
 from tests.fake_peers import FakeCall, FakeUpstream, linked
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -38,7 +39,7 @@ async def test_a_refused_question_grants_nothing_and_asks_no_more() -> None:
     await roots.answer(jsonrpc.request(1, "roots/list", {}))
     question = roots.question()
     assert question is not None
-    with anyio.fail_after(5):
+    with deadline(5):
         await question.answered(jsonrpc.error("q", jsonrpc.INTERNAL_ERROR, "no"))
     assert roots.known == [] and roots.question() is None
     assert upstream.notifications == []  # the upstream already holds nothing

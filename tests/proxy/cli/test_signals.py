@@ -11,6 +11,8 @@ import sys
 import anyio
 import pytest
 
+from tests.pace import deadline
+
 pytestmark = pytest.mark.anyio
 
 CHILD = """
@@ -31,7 +33,7 @@ anyio.run(main)
 
 @pytest.mark.parametrize("sent", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 async def test_a_stop_signal_cancels_the_scope_and_shutdown_runs(sent: signal.Signals) -> None:
-    with anyio.fail_after(20):
+    with deadline(20):
         async with await anyio.open_process([sys.executable, "-c", CHILD], stderr=subprocess.STDOUT) as child:
             assert child.stdout is not None
             output = b""

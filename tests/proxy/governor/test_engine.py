@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import anyio
 import msgspec
 import pytest
 from hypothesis import given, settings
@@ -16,6 +15,7 @@ from frugal_proxy.governor import keys, receipts, shaping
 from frugal_proxy.governor.engine import call_key, iso_time, raw_call_key
 from frugal_proxy.protocol import jsonrpc
 from tests.governed import make_governor, sdk_string
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -73,7 +73,7 @@ def test_budgets_are_the_settings_lowered_per_operator() -> None:
 
 async def test_shaping_spills_and_signs_and_a_fitting_result_is_none() -> None:
     governor = make_governor()
-    with anyio.fail_after(10):
+    with deadline(10):
         assert await governor.shape("read", "local", jsonrpc.encode(sdk_string("hi")), Budget()) is None
         shaped = await governor.shape("read", "local", LARGE, Budget())
     assert shaped is not None
@@ -87,7 +87,7 @@ async def test_shaping_spills_and_signs_and_a_fitting_result_is_none() -> None:
 
 async def test_a_payload_over_the_spill_quota_is_shaped_but_not_kept() -> None:
     governor = make_governor(spill_quota_bytes=1024)
-    with anyio.fail_after(10):
+    with deadline(10):
         shaped = await governor.shape("read", "local", LARGE, Budget())
     assert shaped is not None
     result, ids = shaped
@@ -97,7 +97,7 @@ async def test_a_payload_over_the_spill_quota_is_shaped_but_not_kept() -> None:
 
 async def test_a_remembered_call_is_denied_to_its_operator_only() -> None:
     governor = make_governor()
-    with anyio.fail_after(10):
+    with deadline(10):
         shaped = await governor.shape("read", "alice", LARGE, Budget())
         assert shaped is not None
         await governor.remember("alice", "read", call_key("read", {"path": "/a"}), shaped[1])

@@ -7,7 +7,6 @@ import base64
 import stat
 from pathlib import Path
 
-import anyio
 import msgspec
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -16,6 +15,7 @@ from frugal_proxy.governor import keys, receipts
 from frugal_proxy.governor.receipts import Signer
 from frugal_proxy.protocol import canonical
 from frugal_proxy.records import OmissionReceipt
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -42,7 +42,7 @@ async def signed(directory: Path) -> dict[str, object]:
 
 
 async def test_a_signed_receipt_verifies_and_any_edit_breaks_it(frugal_home: Path) -> None:
-    with anyio.fail_after(5):
+    with deadline(5):
         value = await signed(keys.keys_dir())
     public = keys.public_keys()
     assert receipts.verify(value, public) == (True, value["key_id"], "valid")

@@ -21,6 +21,7 @@ from frugal_proxy.ledger import reader, writer
 from frugal_proxy.ledger.line import UsageLine, encode
 from frugal_proxy.ledger.writer import LedgerWriter
 from tests.ledger_lines import usage_line
+from tests.pace import paced
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -196,7 +197,7 @@ def test_a_line_another_process_is_still_appending_is_not_taken_for_torn(tmp_pat
     other.start()
     ledger = LedgerWriter(tmp_path, torn_settle=30.0)  # a tail unchanged for 30 s would be torn
     ledger.append(usage_line(attempts=3))
-    assert ledger.flush(timeout=20)
+    assert ledger.flush(timeout=paced(20))
     other.join(5)
     found, torn = read_all(tmp_path)
     assert [line.attempts for line in found] == [1, 2, 3] and torn == []
@@ -210,7 +211,7 @@ def test_a_writer_killed_mid_run_leaves_a_readable_ledger(tmp_path: Path) -> Non
     for _ in range(20):  # 2,000 lines on disk, and it is still writing
         assert process.stdout.readline()
     os.kill(process.pid, signal.SIGKILL)
-    process.wait(timeout=10)
+    process.wait(timeout=paced(10))
     process.stdout.close()
     found, torn = read_all(tmp_path)
     assert len(found) >= 2000 and len(torn) <= 1  # at most the line it was writing
@@ -230,7 +231,7 @@ def test_two_processes_appending_at_once_never_interleave_a_line(tmp_path: Path)
         assert process.stdout is not None
         process.stdout.read()
         process.stdout.close()
-        process.wait(timeout=50)
+        process.wait(timeout=paced(50))
         assert process.returncode == 0
     found, torn = read_all(tmp_path)
     assert torn == [] and len(found) == 20_000

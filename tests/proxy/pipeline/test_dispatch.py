@@ -36,6 +36,7 @@ from frugal_proxy.providers.youcom import Youcom
 from frugal_proxy.records import Call, Decision, Exchange, Outcome, ProviderSpec, Route
 from frugal_proxy.state.spend import MemorySpend, spend_key
 from tests.fake_clock import Clock
+from tests.pace import deadline, paced
 from tests.routed_calls import error_text
 from tests.routed_calls import search as routed
 from tests.servers.slow_serper import SlowSerper, slow_serper, unopened_port
@@ -76,7 +77,7 @@ async def test_a_provider_kept_back_is_a_skip_and_earlier_policies_are_settled()
         [first, second],
     )
     ex = routed("a", "b")
-    with anyio.fail_after(5):
+    with deadline(5):
         await pipeline.run(ex)
     assert [a.provider for a in ex.attempts] == ["b"]
     assert Decision("dispatch", "recorder", "skipped", "skipped a (not now)", provider="a") in ex.trace
@@ -91,7 +92,7 @@ async def test_after_call_may_replace_the_outcome() -> None:
 
     a, b = FakeProvider("a", answers, capability="search"), FakeProvider("b", answers, capability="search")
     ex = routed("a", "b")
-    with anyio.fail_after(5):
+    with deadline(5):
         await build_pipeline({"a": a, "b": b}, [Empties()]).run(ex)
     assert [(at.provider, at.outcome) for at in ex.attempts] == [("a", "empty"), ("b", "ok")]
 
@@ -115,7 +116,7 @@ async def test_a_client_cancelling_mid_chain_stops_it_and_settles_the_call_in_fl
         [recorder],
     )
     ex = routed("a", "b", "c")
-    with anyio.fail_after(5):
+    with deadline(5):
         async with anyio.create_task_group() as tg:
             tg.start_soon(pipeline.run, ex)
             await started.wait()
@@ -143,7 +144,7 @@ async def test_a_call_cancelled_while_a_later_policy_reserves_settles_the_earlie
     provider = FakeProvider("a", answers, capability="search")
     pipeline = build_pipeline({"a": provider}, [first, Slow()])
     ex = routed("a")
-    with anyio.fail_after(5):
+    with deadline(5):
         async with anyio.create_task_group() as tg:
             tg.start_soon(pipeline.run, ex)
             await waiting.wait()
@@ -175,7 +176,7 @@ async def test_no_provider_is_called_once_the_deadline_ran_out() -> None:
     }
     pipeline = build_pipeline(providers, settings=DispatchSettings(deadline=60.0, clock=clock))
     ex = routed("marginalia", "wikipedia", "serper")
-    with anyio.fail_after(5):
+    with deadline(5):
         answer = await pipeline.run(ex)
     assert providers["serper"].calls == []
     body = jsonrpc.decode_any(answer["result"])
@@ -205,7 +206,7 @@ async def test_an_attempt_gets_only_what_remains_and_is_cut_there() -> None:
     }
     pipeline = build_pipeline(providers, [recorder], DispatchSettings(deadline=60.0, clock=clock))
     ex = routed("slow", "hangs", "never")
-    with anyio.fail_after(5):  # "hangs" is cut after the 50 ms that were left (real time)
+    with deadline(5):  # "hangs" is cut after the 50 ms that were left (real time)
         answer = await pipeline.run(ex)
     assert providers["never"].calls == []
     assert jsonrpc.decode_any(answer["result"])["content"][0]["text"] == (
@@ -220,7 +221,7 @@ async def test_a_plain_tool_keeps_its_own_deadline() -> None:
     plain = taking("notes", clock, 3600, Outcome("ok", reply=jsonrpc.result(None, {"content": []})))
     pipeline = build_pipeline({"notes": plain}, settings=DispatchSettings(deadline=60.0, clock=clock))
     ex = Exchange(Call(1, "add", {}), Route("add", ("notes",)))
-    with anyio.fail_after(5):
+    with deadline(5):
         await pipeline.run(ex)
     assert ex.deadline is None and ex.attempts[0].outcome == "ok"
 
@@ -270,7 +271,7 @@ async def test_a_free_provider_retries_a_transient_error_with_backoff_as_one_att
     clock = Clock()
     pipeline, sleeps = retrying({"wiki": scripted("wiki", FAILED, FAILED, OK)}, clock)
     ex = routed("wiki")
-    with anyio.fail_after(5):
+    with deadline(5):
         answer = await pipeline.run(ex)
     assert sleeps.waits == [0.2, 0.8]
     (attempt,) = ex.attempts
@@ -284,7 +285,7 @@ async def test_the_backoff_is_jittered_and_retries_run_out() -> None:
     sleeps = Sleeps(clock)
     settings = DispatchSettings(retries=2, clock=clock, sleep=sleeps, jitter=lambda: 1.0)
     ex = routed("wiki")
-    with anyio.fail_after(5):
+    with deadline(5):
         await build_pipeline({"wiki": scripted("wiki", FAILED)}, settings=settings).run(ex)
     assert sleeps.waits == [0.25, 1.0]  # +25% each
     assert ex.attempts[0].retries == 2 and ex.attempts[0].outcome == "transient"
@@ -300,7 +301,7 @@ async def test_paid_providers_permanent_errors_and_plain_tools_never_retry() -> 
     }
     pipeline, sleeps = retrying(providers, clock)
     ex = routed("paid", "refuses", "last")
-    with anyio.fail_after(5):
+    with deadline(5):
         await pipeline.run(ex)
     assert sleeps.waits == [] and [(a.provider, a.retries) for a in ex.attempts] == [
         ("paid", 0),
@@ -309,7 +310,7 @@ async def test_paid_providers_permanent_errors_and_plain_tools_never_retry() -> 
     ]
     plain = Exchange(Call(1, "add", {}), Route("add", ("notes",)))
     plain_pipeline, plain_sleeps = retrying({"notes": scripted("notes", FAILED, OK)}, clock)
-    with anyio.fail_after(5):
+    with deadline(5):
         await plain_pipeline.run(plain)
     assert plain_sleeps.waits == [] and plain.attempts[0].outcome == "transient"
 
@@ -318,7 +319,7 @@ async def test_retries_zero_turns_them_off() -> None:
     clock = Clock()
     pipeline, sleeps = retrying({"wiki": scripted("wiki", FAILED, OK)}, clock, retries=0)
     ex = routed("wiki")
-    with anyio.fail_after(5):
+    with deadline(5):
         await pipeline.run(ex)
     assert sleeps.waits == [] and ex.attempts[0].outcome == "transient"
 
@@ -331,7 +332,7 @@ async def test_a_retry_after_of_5s_is_waited_for_and_6s_fails_over(
     busy = Outcome("rate_limited", message="wiki is rate-limiting (429)", retry_after=retry_after)
     pipeline, sleeps = retrying({"wiki": scripted("wiki", busy, OK), "next": scripted("next", OK)}, clock)
     ex = routed("wiki", "next")
-    with anyio.fail_after(5):
+    with deadline(5):
         await pipeline.run(ex)
     assert sleeps.waits == waits
     assert ex.attempts[-1].provider == served_by and ex.attempts[-1].outcome == "ok"
@@ -344,7 +345,7 @@ async def test_a_retry_never_sleeps_past_the_deadline() -> None:
     providers = {"wiki": scripted("wiki", FAILED, clock=clock, takes=0.25), "next": scripted("next", OK)}
     pipeline, sleeps = retrying(providers, clock, deadline=1.2)
     ex = routed("wiki", "next")
-    with anyio.fail_after(5):
+    with deadline(5):
         await pipeline.run(ex)
     assert sleeps.waits == [0.2]  # 0.25 + 0.2 + 0.25 = 0.7 s gone: 0.8 s more would pass 1.2 s
     assert [(a.provider, a.retries) for a in ex.attempts] == [("wiki", 1), ("next", 0)]
@@ -391,8 +392,8 @@ class Rig:
     async def warm(self, base_url: str) -> None:
         """Open the client's pooled connection to `base_url` (a quick 404): the calls under test
         then find it open, so a slow connect under a loaded machine cannot read as "unsent"."""
-        with anyio.fail_after(30):
-            await self.http.send("GET", base_url + "/warm", request_timeout=30)
+        with deadline(30):
+            await self.http.send("GET", base_url + "/warm", request_timeout=paced(30))
 
 
 async def test_a_call_cut_by_the_deadline_after_its_request_went_out_counts_against_the_cap(
@@ -401,7 +402,7 @@ async def test_a_call_cut_by_the_deadline_after_its_request_went_out_counts_agai
     rig = Rig(serper_api.base, cap=2 * PRICE)
     await rig.warm(serper_api.base)
     calls = [routed("serper") for _ in range(3)]
-    with anyio.fail_after(10):
+    with deadline(10):
         answers = [await rig.pipeline.run(ex) for ex in calls]
     await rig.http.close()
     assert serper_api.requests == 2  # the third call found the cap reached by the two cut ones
@@ -431,7 +432,7 @@ async def test_a_call_cancelled_after_its_request_went_out_counts_and_has_its_le
 ) -> None:
     rig = Rig(serper_api.base, cap=PRICE)
     ex = routed("serper")
-    with anyio.fail_after(10):
+    with deadline(10):
         async with anyio.create_task_group() as tg:
             tg.start_soon(rig.pipeline.run, ex)
             await anyio.to_thread.run_sync(serper_api.received.wait, 5)
@@ -460,7 +461,7 @@ async def test_a_paid_request_that_timed_out_fails_over_and_its_receipt_says_it_
     rig = Rig(serper_api.base, cap=PRICE, timeout=0.1)
     await rig.warm(serper_api.base)
     ex = routed("serper", "wikipedia")
-    with anyio.fail_after(10):
+    with deadline(10):
         answer = await rig.pipeline.run(ex)
     await rig.http.close()
     body = jsonrpc.decode_any(answer["result"])["structuredContent"]
@@ -480,7 +481,7 @@ async def test_a_call_cut_while_it_was_still_connecting_costs_nothing(cancelled:
     with unopened_port() as base:
         rig = Rig(base, cap=PRICE)
         ex = routed("serper")
-        with anyio.fail_after(10):
+        with deadline(10):
             if cancelled:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(rig.pipeline.run, ex)
@@ -501,7 +502,7 @@ async def test_a_failure_status_costs_nothing() -> None:
     with fake_apis() as apis:
         rig = Rig(apis.base + "/down", cap=PRICE)  # 503 for every request
         ex = routed("serper")
-        with anyio.fail_after(10):
+        with deadline(10):
             await rig.pipeline.run(ex)
         await rig.http.close()
     (attempt,) = ex.attempts
@@ -531,7 +532,7 @@ async def test_a_rate_limit_said_in_a_success_status_costs_nothing(provider: str
     if provider == "jina":
         ex.route = Route("frugal__extract", (provider,), capability="extract")
         ex.request = ExtractRequest("https://example.org/")
-    with anyio.fail_after(10):
+    with deadline(10):
         await pipeline.run(ex)
     await http.close()
     (attempt,) = ex.attempts
@@ -563,7 +564,7 @@ async def test_a_call_cancelled_while_it_waited_for_a_slot_of_its_driver_costs_n
     budget = Budget({key: 3 * PRICE}, MemorySpend(time.time))
     pipeline = build_pipeline({"marginalia": Marginalia(setup)}, [budget], DispatchSettings(deadline=60.0))
     calls = [routed("marginalia") for _ in range(3)]
-    with anyio.fail_after(10):
+    with deadline(10):
         async with anyio.create_task_group() as tg:
             for ex in calls:
                 tg.start_soon(pipeline.run, ex)

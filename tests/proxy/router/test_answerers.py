@@ -9,6 +9,7 @@ import pytest
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.records import Exchange
 from frugal_proxy.router.answerers import Answerers, Deadlines
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -27,7 +28,7 @@ async def test_deadlines_run_out_in_order_and_an_unwatched_call_never_expires() 
     expired: list[str] = []
     deadlines = Deadlines()
     first, second, third = Call("first", expired), Call("second", expired), Call("third", expired)
-    with anyio.fail_after(5):
+    with deadline(5):
         deadlines.watch(first, 0.05)
         deadlines.watch(second, 0.10)
         deadlines.watch(third, 0.15)
@@ -47,7 +48,7 @@ async def test_a_call_whose_expiry_fails_does_not_keep_the_later_ones_from_runni
 ) -> None:
     expired: list[str] = []
     deadlines = Deadlines()
-    with anyio.fail_after(5):
+    with deadline(5):
         deadlines.watch(Failing("failing", expired), 0.05)
         deadlines.watch(Call("same moment", expired), 0.05)
         deadlines.watch(Call("later", expired), 0.10)
@@ -67,7 +68,7 @@ async def test_every_request_is_answered_and_idle_tasks_are_reused_up_to_the_lim
             await release.wait()  # three requests in flight at once: three tasks
         answered.append(ident)
 
-    with anyio.fail_after(5):
+    with deadline(5):
         async with anyio.create_task_group() as tg:
             answerers = Answerers(tg, answer)
             for ident in range(3):

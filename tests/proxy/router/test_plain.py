@@ -17,6 +17,7 @@ from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.records import Exchange
 from frugal_proxy.upstream.stdio import UpstreamConnection
 from tests.conftest import FAULTY_SERVER, notes_command
+from tests.pace import deadline
 from tests.proxy.router.test_router import Recorder, result, served
 
 pytestmark = pytest.mark.anyio
@@ -36,7 +37,7 @@ async def test_a_failing_answer_on_the_upstreams_reader_is_that_calls_alone(capl
         second_answered.set()
 
     params = {"name": jsonrpc.raw("add"), "arguments": jsonrpc.raw({"a": 2, "b": 3})}
-    with anyio.fail_after(30), caplog.at_level(logging.WARNING, "frugal_proxy.upstream"):
+    with deadline(30), caplog.at_level(logging.WARNING, "frugal_proxy.upstream"):
         async with UpstreamConnection(notes_command(), name="notes") as upstream:
             await upstream.ensure_ready()
             first = upstream.start_request("tools/call", params, failing)
@@ -132,7 +133,7 @@ async def test_a_plain_call_is_answered_before_it_is_sealed(caplog: pytest.LogCa
                 assert reply["structuredContent"] == {"result": 2 + b}
                 assert gate.sealed == list(range(1, ident))  # not sealed before the client had it
                 gate.client_has.setdefault(ident, anyio.Event()).set()
-                with anyio.fail_after(5):
+                with deadline(5):
                     await router.drain()  # waits for the seal
                 assert gate.sealed == list(range(1, ident + 1))
             await upstream.shutdown()
@@ -159,7 +160,7 @@ async def test_a_plain_calls_objects_are_freed_as_it_ends_without_the_garbage_co
                 params = {"name": "add", "arguments": {"a": ident, "b": 3}}
                 reply = result(await wire.request(ident, "tools/call", params, modern=False))
                 assert reply["structuredContent"] == {"result": ident + 3}
-            with anyio.fail_after(5):
+            with deadline(5):
                 await router.drain()
             await anyio.sleep(0.05)  # the upstream's reader is back at its read
             alive = [o for o in gc.get_objects() if isinstance(o, Exchange) and id(o) not in earlier]
@@ -191,7 +192,7 @@ async def test_a_priced_plain_call_cancelled_after_it_was_sent_is_sealed_as_mayb
             await wire.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": sleep})
             await anyio.sleep(0.3)
             await wire.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}})
-            with anyio.fail_after(10):
+            with deadline(10):
                 await router.drain()  # the cancelled call leaves the table once withdrawn (and sealed)
             await upstream.shutdown()
         assert 2 not in [message.get("id") for message in wire.seen]
@@ -221,7 +222,7 @@ async def test_a_priced_plain_call_past_its_upstreams_timeout_is_answered_as_may
         await wire.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         slow = {"name": "slow", "arguments": {"seconds": 30}}
         reply = await wire.request(2, "tools/call", slow, modern=False)
-        with anyio.fail_after(10):
+        with deadline(10):
             await router.drain()
         await upstream.shutdown()
     assert result(reply)["isError"] is True

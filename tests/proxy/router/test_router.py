@@ -28,6 +28,7 @@ from frugal_proxy.upstream.base import UpstreamBase
 from frugal_proxy.upstream.stdio import UpstreamConnection
 from tests.conftest import notes_command
 from tests.fake_peers import FakeCall, FakeUpstream, tool
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -105,7 +106,7 @@ async def served(
     wire = Wire()
     reader = FrameReader(wire.to_proxy) if reader_bytes is None else FrameReader(wire.to_proxy, reader_bytes)
     try:
-        with anyio.fail_after(seconds):
+        with deadline(seconds):
             async with anyio.create_task_group() as tg:
                 router = Router(upstreams, DownstreamPeer(FrameWriter(wire.from_proxy)), tg, **options)
                 tg.start_soon(router.serve, reader)
@@ -364,7 +365,7 @@ async def test_requests_are_answered_side_by_side_and_end_with_the_client() -> N
 
     upstream.handlers["tools/call"] = waits
     wire = Wire()
-    with anyio.fail_after(5):
+    with deadline(5):
         async with anyio.create_task_group() as tg:
             router = Router(upstream, DownstreamPeer(FrameWriter(wire.from_proxy)), tg)
 

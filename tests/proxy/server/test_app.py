@@ -13,6 +13,7 @@ import socket
 import pytest
 
 from frugal_proxy.server.app import listen_socket, parse_address
+from tests.pace import paced
 
 
 @pytest.mark.parametrize(
@@ -49,7 +50,7 @@ def test_accepted_connections_have_tcp_nodelay() -> None:
         async with server:
             host, port = sock.getsockname()[:2]
             _, writer = await asyncio.open_connection(host, port)
-            nodelay = await asyncio.wait_for(accepted, 10)
+            nodelay = await asyncio.wait_for(accepted, paced(10))
             writer.close()
         return nodelay
 

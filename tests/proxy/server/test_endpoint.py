@@ -27,6 +27,7 @@ from frugal_proxy.upstream.base import UpstreamBase
 from frugal_proxy.upstream.stdio import UpstreamConnection
 from tests.conftest import notes_command
 from tests.fake_peers import FakeCall, FakeClient, FakeUpstream, tool
+from tests.pace import deadline
 from tests.proxy.server.test_connections import serving
 
 pytestmark = pytest.mark.anyio
@@ -42,7 +43,7 @@ async def endpoint(
 ) -> AsyncIterator[httpx2.AsyncClient]:
     """The app over a shared Router (and, given `make`, session-era sessions), and a client for it."""
     http = HttpSettings(stateless=make is None, **settings)
-    with anyio.fail_after(10):
+    with deadline(10):
         async with anyio.create_task_group() as tg:
             shared = Router(upstreams, FakeClient().peer, tg)
             sessions = None
@@ -116,7 +117,7 @@ async def test_a_plain_calls_objects_are_freed_as_it_ends_without_the_garbage_co
     earlier = {id(o) for o in gc.get_objects() if isinstance(o, PlainReply | RequestResponseCycle)}
     gc.disable()
     try:
-        with anyio.fail_after(20):
+        with deadline(20):
             async with upstream, anyio.create_task_group() as tg:
                 http = HttpSettings(stateless=True)
                 app = build_app(Endpoint(Router([upstream], FakeClient().peer, tg), None, http), http, Metrics())
@@ -270,7 +271,7 @@ async def test_healthz_reports_an_upstream_that_does_not_answer_its_probe_unresp
 
     modern.handlers["server/discover"] = never
     async with endpoint([modern, legacy]) as client:
-        with anyio.fail_after(10):
+        with deadline(10):
             health = await client.get("/healthz")
     assert health.json()["upstreams"] == {"modern": "unresponsive", "legacy": "up"}
     assert legacy.methods()[-1] == "ping" and modern.cancelled == ["server/discover"]

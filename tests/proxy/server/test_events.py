@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 from frugal_proxy.server.events import Cut, EventLog, EventLogs, Unresumable
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -146,7 +147,7 @@ async def test_a_cut_ends_a_reader_at_the_event_it_names_and_the_next_reader_get
         async for number, _ in stream.follow(0, cut):
             got.append(number)
 
-    with anyio.fail_after(5):
+    with deadline(5):
         async with anyio.create_task_group() as tg:
             tg.start_soon(read)
             await anyio.wait_all_tasks_blocked()

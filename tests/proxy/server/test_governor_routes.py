@@ -9,7 +9,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx2
 import pytest
 from starlette.applications import Starlette
@@ -20,6 +19,7 @@ from frugal_proxy.server.governor_routes import governor_routes, http_error
 from frugal_proxy.server.guard import GuardSettings
 from frugal_proxy.server.operators import Operators
 from tests.governed import make_governor
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -30,7 +30,7 @@ TEXT = "word " * 20_000
 async def routes(governor: Governor | None, operators: Operators | None = None) -> AsyncIterator[httpx2.AsyncClient]:
     guard = GuardSettings(operators=operators, body_cap=1 << 20)
     app = Starlette(routes=governor_routes(governor, guard), exception_handlers={HTTPException: http_error})
-    with anyio.fail_after(10):
+    with deadline(10):
         async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1") as client:
             yield client
 

@@ -15,6 +15,7 @@ from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.server.sessions import HttpSessions, UpstreamSet
 from frugal_proxy.upstream.base import UpstreamBase
 from tests.fake_peers import FakeUpstream
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -32,7 +33,7 @@ class Made:
 
 @asynccontextmanager
 async def sessions(made: Made, idle_timeout: float = 60) -> AsyncIterator[HttpSessions]:
-    with anyio.fail_after(5):
+    with deadline(5):
         async with anyio.create_task_group() as tg:
             yield HttpSessions(tg, UpstreamSet(made), idle_timeout=idle_timeout, max_sessions=10)
             tg.cancel_scope.cancel()

@@ -23,6 +23,7 @@ from frugal_proxy.server.streams import (
     reply_response,
     rpc_error,
 )
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -45,7 +46,7 @@ class Connection:
         self.sent.append(dict(message))
 
     async def run(self, response: Response) -> None:
-        with anyio.fail_after(5):
+        with deadline(5):
             await response({"type": "http"}, self.receive, self.send)
 
     def headers(self) -> dict[bytes, bytes]:
@@ -104,7 +105,7 @@ async def test_a_resumable_stream_numbers_its_events_and_its_call_outlives_the_c
 
     log = EventLog("4")
     connection = Connection()
-    with anyio.fail_after(5):
+    with deadline(5):
         async with anyio.create_task_group() as tg:
             tg.start_soon(connection.run, ReplyStream(answer, log, resumable=True, prime=True))
             while log.last < 1:
@@ -148,7 +149,7 @@ async def test_an_upstreams_mid_call_cut_ends_a_primed_stream_and_its_reply_wait
 
     log = EventLog("5")
     connection = Served()
-    with anyio.fail_after(5):
+    with deadline(5):
         async with anyio.create_task_group() as tg:
             tg.start_soon(connection.run, ReplyStream(answer, log, resumable=True, prime=prime))
             if prime:
@@ -174,7 +175,7 @@ async def test_poll_after_ends_a_primed_stream_still_without_its_reply() -> None
 
     log = EventLog("6")
     connection = Served()
-    with anyio.fail_after(5):
+    with deadline(5):
         async with anyio.create_task_group() as tg:
             tg.start_soon(connection.run, ReplyStream(answer, log, resumable=True, prime=True, poll_after=0))
             await connection.ended.wait()

@@ -13,6 +13,7 @@ from frugal_proxy.config import GovernorSettings, RouteBudget
 from frugal_proxy.governor.operator_budgets import BudgetError, OperatorBudgets
 from frugal_proxy.state.redis_budgets import RedisBudgets
 from frugal_proxy.state.redis_link import RedisLink
+from tests.pace import deadline
 from tests.redis_server import RedisServer, redis_server, replica, until
 
 __all__ = ["redis_server"]
@@ -22,7 +23,7 @@ SETTINGS = GovernorSettings(routes={"files__read": RouteBudget(max_bytes=4096)})
 
 
 async def test_budgets_set_through_one_replica_hold_on_every_replica(redis_server: RedisServer) -> None:
-    with anyio.fail_after(60):
+    with deadline(60):
         async with replica(redis_server.url) as one, replica(redis_server.url) as two:
             first, second = OperatorBudgets(SETTINGS, RedisBudgets(one)), OperatorBudgets(SETTINGS, RedisBudgets(two))
             await first.change(
@@ -52,13 +53,13 @@ async def test_while_redis_is_stopped_a_change_is_refused_and_nothing_changes(re
     async with replica(redis_server.url) as link:
         budgets = OperatorBudgets(SETTINGS, RedisBudgets(link))
         await budgets.change("alice", {"default": {"max_records": 5}})
-        with redis_server.stopped(), anyio.fail_after(30):
+        with redis_server.stopped(), deadline(30):
             with pytest.raises(BudgetError) as refused:
                 await budgets.change("alice", {"default": {"max_records": 7}})
         assert refused.value.code == "state_unavailable" and "not changed on any replica" in str(refused.value)
         assert budgets.budget("alice", "other").max_records == 5  # the last value seen keeps serving
         await until(link, lambda: link.state == "ok", within=30)
-        with anyio.fail_after(30):
+        with deadline(30):
             await budgets.change("alice", {"default": {"max_records": 7}})
     assert budgets.budget("alice", "other").max_records == 7
 

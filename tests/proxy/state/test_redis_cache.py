@@ -3,13 +3,13 @@ replica is a hit on another, with its TTL and the bound on entries."""
 
 from __future__ import annotations
 
-import anyio
 import pytest
 
 from frugal_proxy.capabilities import Page, SearchHit
 from frugal_proxy.state.redis_cache import RedisResultCache
 from frugal_proxy.state.result_cache import MemoryResultCache
 from tests.fake_clock import Clock
+from tests.pace import deadline
 from tests.redis_server import RedisServer, backend, redis_server, replica, server
 
 __all__ = ["backend", "redis_server", "server"]
@@ -61,6 +61,6 @@ async def test_while_redis_is_stopped_the_cache_misses(redis_server: RedisServer
         store = RedisResultCache(link)
         await store.put("q", "serper", HITS, ttl=300)
         with redis_server.stopped():
-            with anyio.fail_after(15):
+            with deadline(15):
                 assert await store.get("q") is None
                 await store.put("r", "serper", HITS, ttl=300)

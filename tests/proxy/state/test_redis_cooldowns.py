@@ -6,11 +6,11 @@ from __future__ import annotations
 import logging
 import time
 
-import anyio
 import pytest
 
 from frugal_proxy.state.cooldowns import MemoryCooldowns
 from frugal_proxy.state.redis_cooldowns import RedisCooldowns
+from tests.pace import deadline
 from tests.redis_server import RedisServer, backend, redis_server, replica, server, until
 
 __all__ = ["backend", "redis_server", "server"]
@@ -49,7 +49,7 @@ async def test_a_fence_set_on_one_replica_fences_the_provider_on_the_others(redi
         await first.fence("serper", ends)
     async with replica(redis_server.url) as three:  # a replica started later loads the fence
         third = RedisCooldowns(three)
-        with anyio.fail_after(5):
+        with deadline(5):
             await third._reload()
         assert third.until("serper") == ends
     assert 0 < int(redis_server.command("TTL", "frugal:cooldowns")) <= 61
@@ -73,6 +73,6 @@ async def test_a_fence_while_redis_is_stopped_still_fences_this_replica(redis_se
     async with replica(redis_server.url) as link:
         book = RedisCooldowns(link)
         with redis_server.stopped():
-            with anyio.fail_after(15):
+            with deadline(15):
                 await book.fence("serper", time.time() + 60)
         assert book.until("serper") is not None and link.state == "degraded"

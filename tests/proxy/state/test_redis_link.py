@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import logging
 
-import anyio
 import pytest
 
 from frugal_proxy.state.redis_link import UNREACHABLE, RedisLink, shown_url
+from tests.pace import deadline
 from tests.redis_server import RedisServer, redis_server, replica, until
 
 __all__ = ["redis_server"]
@@ -26,7 +26,7 @@ async def test_a_stopped_server_is_degraded_once_and_recovers_by_itself(
     async with replica(redis_server.url) as link:
         assert await link.run(link.client.ping) is True and link.state == "ok"
         with redis_server.stopped():
-            with anyio.fail_after(15):  # one command timeout, then at once: never a hang
+            with deadline(15):  # one command timeout, then at once: never a hang
                 for _ in range(20):
                     assert await link.run(link.client.ping) is UNREACHABLE
             assert link.state == "degraded"
@@ -40,7 +40,7 @@ async def test_a_stopped_server_is_degraded_once_and_recovers_by_itself(
 async def test_a_server_stopped_and_started_again_is_found_again(redis_server: RedisServer) -> None:
     async with replica(redis_server.url) as link:
         redis_server.stop()
-        with anyio.fail_after(15):
+        with deadline(15):
             assert await link.run(link.client.ping) is UNREACHABLE
         redis_server.start()
         await until(link, lambda: link.state == "ok")
@@ -49,7 +49,7 @@ async def test_a_server_stopped_and_started_again_is_found_again(redis_server: R
 
 async def test_a_refused_connection_is_unreachable_at_once() -> None:
     link = RedisLink("redis://127.0.0.1:1/0", timeout=0.2, connect_timeout=0.2)
-    with anyio.fail_after(5):
+    with deadline(5):
         assert await link.run(link.client.ping) is UNREACHABLE
     assert link.state == "degraded"
     await link.aclose()
@@ -77,7 +77,7 @@ async def test_a_queued_read_rides_with_the_next_command_or_is_sent_when_taken(r
         assert await link.call(echo, [], ["hello"]) == b"hello"
         assert ride.done.is_set() and await link.take(ride) == b"v"  # carried: no command of its own
         alone = link.ride("GET", "missing")
-        with anyio.fail_after(10):
+        with deadline(10):
             assert await link.take(alone) is None  # nothing carried it: sent when taken
         assert redis_server.calls("get", "evalsha") == before + 3
 
@@ -91,7 +91,7 @@ async def test_scripts_a_restarted_server_lost_are_loaded_again(redis_server: Re
         await until(link, lambda: link.state == "degraded")  # the watcher's subscription broke
         await until(link, lambda: link.state == "ok")
         ride = link.ride("GET", "k")
-        with anyio.fail_after(10):
+        with deadline(10):
             assert await link.call(echo, [], ["after"]) == b"after"
             assert await link.take(ride) is None
         assert link.state == "ok"
@@ -101,7 +101,7 @@ async def test_a_queued_read_while_redis_is_stopped_is_unreachable_not_a_hang(re
     async with replica(redis_server.url, command_timeout=0.5) as link:
         with redis_server.stopped():
             ride = link.ride("GET", "k")
-            with anyio.fail_after(15):
+            with deadline(15):
                 assert await link.call(link.script(ECHO), [], ["x"]) is UNREACHABLE
                 assert await link.take(ride) is UNREACHABLE
                 assert await link.take(link.ride("GET", "k")) is UNREACHABLE  # inside the back-off: at once
@@ -111,7 +111,7 @@ async def test_a_script_error_is_a_failed_command_not_a_crash(redis_server: Redi
     async with replica(redis_server.url) as link:
         broken = link.script("return redis.call('NOSUCHCOMMAND')")
         ride = link.ride("GET", "k")
-        with anyio.fail_after(10):
+        with deadline(10):
             assert await link.call(broken, [], []) is UNREACHABLE
             assert await link.take(ride) is UNREACHABLE
         await until(link, lambda: link.state == "ok")  # Redis itself answers: recovered by the watcher

@@ -14,6 +14,7 @@ from frugal_proxy.state.redis_link import Unreachable
 from frugal_proxy.state.redis_spend import RedisSpend, RedisUsage
 from frugal_proxy.state.spend import MemorySpend, period_of, utc_day
 from frugal_proxy.state.usage import MemoryUsage, utc_month
+from tests.pace import deadline
 from tests.redis_server import RedisServer, backend, redis_server, replica, server, until
 
 __all__ = ["backend", "redis_server", "server"]
@@ -86,7 +87,7 @@ async def test_concurrent_reservations_from_several_replicas_never_pass_the_cap(
         async def one(number: int) -> None:
             granted.append(await books[number % 3].reserve("search/serper", 3000, 10_000))
 
-        with anyio.fail_after(30):
+        with deadline(30):
             async with anyio.create_task_group() as tg:
                 for number in range(100):
                     tg.start_soon(one, number)
@@ -103,7 +104,7 @@ async def test_free_quota_units_are_exact_over_several_replicas(backend: str, se
         async def one(number: int) -> None:
             months.append(await counters[number % 3].reserve("serper", 5))
 
-        with anyio.fail_after(30):
+        with deadline(30):
             async with anyio.create_task_group() as tg:
                 for number in range(20):
                     tg.start_soon(one, number)
@@ -217,7 +218,7 @@ async def test_a_reservation_raises_unreachable_when_redis_is_stopped_and_works_
         book = RedisSpend(link, Clock())
         await book.seed_period({}, DAY)
         with redis_server.stopped():
-            with anyio.fail_after(15):  # bounded by the command timeout, never a hang
+            with deadline(15):  # bounded by the command timeout, never a hang
                 with pytest.raises(Unreachable, match="state: redis unreachable"):
                     await book.reserve("search/a", 1, 10)
             assert link.state == "degraded"

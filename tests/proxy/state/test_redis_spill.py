@@ -8,11 +8,11 @@ from __future__ import annotations
 import hashlib
 import os
 
-import anyio
 import pytest
 
 from frugal_proxy.state.redis_spill import RedisSpillStore, operator_key
 from frugal_proxy.state.spill import ArtifactElsewhere, SpillUnavailable, UnknownArtifact
+from tests.pace import deadline
 from tests.proxy.governor.test_receipts import RECEIPT
 from tests.redis_server import RedisServer, redis_server, replica, until
 
@@ -28,7 +28,7 @@ async def test_an_artifact_put_on_one_replica_is_got_byte_for_byte_and_recalled_
     redis_server: RedisServer,
 ) -> None:
     payload = os.urandom(3 * 1024 * 1024)  # every byte value, several MiB
-    with anyio.fail_after(60):
+    with deadline(60):
         async with replica(redis_server.url) as one, replica(redis_server.url) as two:
             cutter, other = RedisSpillStore(one, "replica-1"), RedisSpillStore(two, "replica-2")
             artifact = await cutter.put("alice", payload, sha(payload), 600)
@@ -50,7 +50,7 @@ async def test_an_artifact_put_on_one_replica_is_got_byte_for_byte_and_recalled_
 
 
 async def test_an_artifact_over_the_cap_stays_on_its_replica_which_the_others_name(redis_server: RedisServer) -> None:
-    with anyio.fail_after(60):
+    with deadline(60):
         async with replica(redis_server.url) as one, replica(redis_server.url) as two:
             cutter = RedisSpillStore(one, "replica-1", max_bytes=4096)
             other = RedisSpillStore(two, "replica-2", max_bytes=4096)
@@ -78,7 +78,7 @@ async def test_while_redis_is_stopped_a_new_artifact_stays_local_and_a_shared_on
         store = RedisSpillStore(link, "replica-1")
         shared = await store.put("alice", b"shared", sha(b"shared"), 600)
         assert shared is not None and shared.held_by is None
-        with redis_server.stopped(), anyio.fail_after(30):  # one command timeout each, at most
+        with redis_server.stopped(), deadline(30):  # one command timeout each, at most
             kept = await store.put("alice", b"cut while down", sha(b"cut while down"), 600)
             assert kept is not None and kept.held_by == "replica-1"
             assert (await store.get("alice", kept.artifact_id)).payload == b"cut while down"
@@ -86,7 +86,7 @@ async def test_while_redis_is_stopped_a_new_artifact_stays_local_and_a_shared_on
                 await store.get("alice", shared.artifact_id)
             assert link.state == "degraded"
         await until(link, lambda: link.state == "ok", within=30)  # the watcher recovers by itself
-        with anyio.fail_after(30):
+        with deadline(30):
             assert (await store.get("alice", shared.artifact_id)).payload == b"shared"
             after = await store.put("alice", b"after", sha(b"after"), 600)
     assert after is not None and after.held_by is None
@@ -94,7 +94,7 @@ async def test_while_redis_is_stopped_a_new_artifact_stays_local_and_a_shared_on
 
 async def test_a_put_after_redis_lost_its_scripts_still_reaches_it(redis_server: RedisServer) -> None:
     async with replica(redis_server.url) as one, replica(redis_server.url) as two:
-        with anyio.fail_after(30):
+        with deadline(30):
             first = await RedisSpillStore(one, "replica-1").put("alice", b"one", sha(b"one"), 600)
             redis_server.command("SCRIPT", "FLUSH")
             second = await RedisSpillStore(one, "replica-1").put("alice", b"two", sha(b"two"), 600)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 
-import anyio
 import pytest
 
 from frugal_proxy.state.call_windows import MemoryCallWindows
 from frugal_proxy.state.redis_windows import RedisCallWindows
+from tests.pace import deadline
 from tests.redis_server import RedisServer, backend, redis_server, replica, server
 
 __all__ = ["backend", "redis_server", "server"]
@@ -47,6 +47,6 @@ async def test_while_redis_is_stopped_the_windows_count_on_this_replica(redis_se
     async with replica(redis_server.url) as link:
         windows = RedisCallWindows(link)
         with redis_server.stopped():
-            with anyio.fail_after(15):
+            with deadline(15):
                 assert len(await windows.note("k", 1.0, 60.0, 2)) == 1
                 assert len(await windows.note("k", 2.0, 60.0, 2)) == 2

@@ -9,13 +9,14 @@ import anyio
 import pytest
 
 from frugal_proxy.state.seeding import Seeding, StillSeeding
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
 
 async def test_wait_blocks_between_hold_and_done_only() -> None:
     seeding = Seeding()
-    with anyio.fail_after(1):
+    with deadline(1):
         await seeding.wait()  # nothing held: no wait
     seeding.hold()
     passed: list[int] = []
@@ -32,7 +33,7 @@ async def test_wait_blocks_between_hold_and_done_only() -> None:
         seeding.done()
     assert sorted(passed) == [0, 1, 2]
     seeding.done()  # a second done is harmless
-    with anyio.fail_after(1):
+    with deadline(1):
         await seeding.wait()
 
 
@@ -40,7 +41,7 @@ async def test_a_wait_with_a_deadline_gives_up_then_and_a_done_before_it_lets_it
     seeding = Seeding()
     seeding.hold()
     started = time.monotonic()
-    with anyio.fail_after(5), pytest.raises(StillSeeding, match="still being read"):
+    with deadline(5), pytest.raises(StillSeeding, match="still being read"):
         await seeding.wait(started + 0.05)
     assert time.monotonic() - started >= 0.05
 
@@ -50,7 +51,7 @@ async def test_a_wait_with_a_deadline_gives_up_then_and_a_done_before_it_lets_it
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(finish)
-        with anyio.fail_after(5):
+        with deadline(5):
             await seeding.wait(time.monotonic() + 30)  # done well before the deadline: no error
-    with anyio.fail_after(1):
+    with deadline(1):
         await seeding.wait(time.monotonic() - 1)  # nothing held: a deadline already passed does not matter

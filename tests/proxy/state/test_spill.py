@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import anyio
 import pytest
 
 from frugal_proxy.state.redis_spill import RedisSpillStore
@@ -19,6 +18,7 @@ from frugal_proxy.state.spill import (
     UnknownArtifact,
 )
 from tests.fake_clock import Clock
+from tests.pace import deadline
 from tests.redis_server import RedisServer, backend, redis_server, replica, server
 
 __all__ = ["backend", "redis_server", "server"]
@@ -43,7 +43,7 @@ def ids(artifacts: list[Artifact]) -> list[str]:
 
 
 async def test_another_operators_id_is_unknown(server: RedisServer | None) -> None:
-    with anyio.fail_after(20):
+    with deadline(20):
         async with spill_store(server) as store:
             artifact = await store.put("alice", b"payload", "sha", 60)
             assert artifact is not None and artifact.held_by is None

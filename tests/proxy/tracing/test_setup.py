@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 
 from frugal_proxy import __version__, tracing
 from frugal_proxy.tracing import setup
+from tests.pace import paced
 
 OTEL_VARIABLES = (
     "OTEL_SDK_DISABLED",
@@ -141,6 +142,8 @@ def test_off_no_opentelemetry_module_is_imported() -> None:
         "print(sorted(name for name in sys.modules if name.startswith('opentelemetry')))\n"
     )
     environ = {"PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30, env=environ)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=paced(30), env=environ
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

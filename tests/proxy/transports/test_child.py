@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 from frugal_proxy.transports.child import OFFER_LIMIT, ChildProcess, ChildStartError
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -26,7 +27,7 @@ async def spawn(code: str) -> ChildProcess:
 
 
 async def test_what_is_written_comes_back_and_closing_stdin_ends_it() -> None:
-    with anyio.fail_after(10):
+    with deadline(10):
         child = await spawn(ECHO)
         await child.write(b"hello\n")
         assert await child.read() == b"HELLO\n"
@@ -36,7 +37,7 @@ async def test_what_is_written_comes_back_and_closing_stdin_ends_it() -> None:
 
 async def test_stderr_is_copied_with_the_name_and_its_tail_kept(capfd: pytest.CaptureFixture[str]) -> None:
     code = "import os, sys\nsys.stderr.write(f'one\\ntwo {os.environ[\"KID\"]}\\nno newline')\nsys.exit(3)"
-    with anyio.fail_after(10):
+    with deadline(10):
         child = await spawn(code)
         await child.pump_stderr()
         assert await child.wait() == 3
@@ -46,7 +47,7 @@ async def test_stderr_is_copied_with_the_name_and_its_tail_kept(capfd: pytest.Ca
 
 
 async def test_a_child_that_ignores_stdin_and_sigterm_is_killed() -> None:
-    with anyio.fail_after(10):
+    with deadline(10):
         child = await spawn(STUBBORN)
         assert await child.read() == b"ready\n"
         status = await child.terminate(grace=0.2)
@@ -60,7 +61,7 @@ async def test_a_command_that_cannot_start_says_which() -> None:
 
 async def test_a_child_is_offered_bytes_at_once_until_too_many_wait() -> None:
     sleeper = "import sys, time\ntime.sleep(30)"  # never reads: what it is sent piles up
-    with anyio.fail_after(10):
+    with deadline(10):
         child = await spawn(sleeper)
         chunk = b"x" * (OFFER_LIMIT // 4)
         offered = [child.offer(chunk) for _ in range(40)]
@@ -74,7 +75,7 @@ async def test_a_child_is_offered_bytes_at_once_until_too_many_wait() -> None:
 
 
 async def test_a_write_to_a_child_that_has_exited_is_a_broken_resource() -> None:
-    with anyio.fail_after(10):
+    with deadline(10):
         child = await spawn("import sys\nsys.exit(0)")
         await child.wait()
         with pytest.raises(anyio.BrokenResourceError):
@@ -83,7 +84,7 @@ async def test_a_write_to_a_child_that_has_exited_is_a_broken_resource() -> None
 
 
 async def test_messages_offered_in_one_turn_reach_the_child_in_order() -> None:
-    with anyio.fail_after(10):
+    with deadline(10):
         child = await spawn(ECHO)
         for n in range(50):
             assert child.offer(b"line %d\n" % n) > 0
@@ -96,7 +97,7 @@ async def test_messages_offered_in_one_turn_reach_the_child_in_order() -> None:
 
 
 async def test_messages_held_for_a_turn_reach_the_child_together_and_in_order() -> None:
-    with anyio.fail_after(10):
+    with deadline(10):
         child = await spawn(ECHO)
         child.hold()  # the first message of the turn waits for the others
         for n in range(5):
@@ -117,7 +118,7 @@ async def test_the_childs_stdout_pipe_is_closed_once_read_to_its_end() -> None:
     """The child's stdout is a pipe this process reads itself: once the child has closed it and
     it is read to its end, our end is closed too (no descriptor is left behind per restart)."""
     before = open_fds()
-    with anyio.fail_after(10):
+    with deadline(10):
         child = await spawn("import sys\nsys.stdout.write('bye\\n')")
         assert await child.read() == b"bye\n"
         assert await child.read() == b""

@@ -7,6 +7,7 @@ import anyio
 import pytest
 
 from frugal_proxy.transports.coalesce import Coalescer
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -32,15 +33,15 @@ async def test_what_is_held_in_one_turn_goes_out_joined_and_in_order_when_it_end
         assert coalescer.corked
         coalescer.hold(data)
     assert pipe.sent == [] and coalescer.held_bytes == 6
-    with anyio.fail_after(5):
+    with deadline(5):
         await anyio.lowlevel.checkpoint()
     assert pipe.sent == [b"a\nb\nc\n"] and coalescer.held_bytes == 0
     assert coalescer.corked  # it went whole: what the next turn finishes is held too
     coalescer.hold(b"d\n")
-    with anyio.fail_after(5):
+    with deadline(5):
         await anyio.lowlevel.checkpoint()
     assert pipe.sent == [b"a\nb\nc\n", b"d\n"]
-    with anyio.fail_after(5):
+    with deadline(5):
         await anyio.lowlevel.checkpoint()
     assert not coalescer.corked  # a turn that held nothing ends the coalescing
 
@@ -50,7 +51,7 @@ async def test_a_send_that_did_not_go_whole_is_not_followed_by_another_cork() ->
     coalescer = Coalescer(pipe.send)
     coalescer.cork()
     coalescer.hold(b"a\n")
-    with anyio.fail_after(5):
+    with deadline(5):
         await anyio.lowlevel.checkpoint()
     assert pipe.sent == [b"a\n"] and not coalescer.corked
 
@@ -64,7 +65,7 @@ async def test_uncork_sends_what_is_held_at_once_for_a_write_that_must_follow_it
     coalescer.hold(b"a\n")
     coalescer.uncork()
     assert pipe.sent == [b"a\n"]
-    with anyio.fail_after(5):
+    with deadline(5):
         await anyio.lowlevel.checkpoint()
         await anyio.lowlevel.checkpoint()
     assert pipe.sent == [b"a\n"]  # the turn's end finds nothing more
@@ -79,6 +80,6 @@ async def test_a_turn_held_before_its_first_message_sends_them_all_in_one_when_i
     for data in (b"a\n", b"b\n"):
         coalescer.hold(data)
     assert pipe.sent == []
-    with anyio.fail_after(5):
+    with deadline(5):
         await anyio.lowlevel.checkpoint()
     assert pipe.sent == [b"a\nb\n"]

@@ -12,6 +12,7 @@ import pytest
 
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.transports.lines import SMALL_MESSAGE, BadLine, FrameReader, Frames, FrameWriter
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -42,7 +43,7 @@ class Sink:
 
 
 async def events(*chunks: bytes, max_line_bytes: int = 1024) -> list[Frames | BadLine]:
-    with anyio.fail_after(5):
+    with deadline(5):
         return [event async for event in FrameReader(Chunks(chunks), max_line_bytes)]
 
 
@@ -63,7 +64,7 @@ async def test_the_reader_says_whether_more_lines_of_a_read_are_ready() -> None:
     ping = b'{"jsonrpc":"2.0","id":%d,"method":"ping"}\n'
     reader = FrameReader(Chunks([ping % 1 + ping % 2 + ping % 3, ping % 4]))
     seen = []
-    with anyio.fail_after(5):
+    with deadline(5):
         async for event in reader:
             assert isinstance(event, Frames)
             seen.append((jsonrpc.id_of(event.frames[0]), reader.buffered))
@@ -79,7 +80,7 @@ async def test_the_reader_says_which_line_starts_a_burst() -> None:
     chunks = [ping % 1 + ping % 2 + ping % 3, ping % 4, split[:10], split[10:] + ping % 6]
     reader = FrameReader(Chunks(chunks))
     seen = []
-    with anyio.fail_after(5):
+    with deadline(5):
         async for event in reader:
             assert isinstance(event, Frames)
             seen.append((jsonrpc.id_of(event.frames[0]), reader.starts_burst))
@@ -128,7 +129,7 @@ async def test_writes_from_several_tasks_never_interleave() -> None:
     sink = Sink()
     writer = FrameWriter(sink)
     large = jsonrpc.result(1, "x" * (SMALL_MESSAGE + 1))
-    with anyio.fail_after(5):
+    with deadline(5):
         async with anyio.create_task_group() as tg:
             tg.start_soon(writer.send, large)
             tg.start_soon(writer.send, jsonrpc.notification("n", {}))
@@ -161,7 +162,7 @@ class Offering(Sink):
 async def test_a_sink_that_takes_a_message_at_once_is_written_without_the_lock() -> None:
     sink = Offering(room=10_000)
     writer = FrameWriter(sink)
-    with anyio.fail_after(5):
+    with deadline(5):
         for ident in range(3):
             await writer.send(jsonrpc.result(ident, {}))
     assert sink.offers == 3 and len(b"".join(sink.writes).split(b"\n")) == 4
@@ -170,7 +171,7 @@ async def test_a_sink_that_takes_a_message_at_once_is_written_without_the_lock()
 async def test_what_a_sink_does_not_take_at_once_follows_in_order() -> None:
     sink = Offering(room=25)
     writer = FrameWriter(sink)
-    with anyio.fail_after(5):
+    with deadline(5):
         async with anyio.create_task_group() as tg:
             for ident in range(4):
                 tg.start_soon(writer.send, jsonrpc.result(ident, "v" * 30))
@@ -188,7 +189,7 @@ async def test_on_writing_is_told_once_however_the_sink_takes_the_message(room: 
     sink = Offering(room=room)
     writer = FrameWriter(sink)
     told: list[int] = []
-    with anyio.fail_after(5):
+    with deadline(5):
         await writer.send(jsonrpc.request(1, "tools/call", {}), on_writing=lambda: told.append(1))
     assert told == [1]
     assert json.loads(b"".join(sink.writes))["id"] == 1

@@ -12,6 +12,7 @@ import pytest
 
 from frugal_proxy.transports.lines import READ_CHUNK
 from frugal_proxy.transports.stdio import PAUSE_BYTES, FdSink, FdSource
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -24,7 +25,7 @@ async def test_a_pipe_carries_more_than_it_holds_and_is_left_blocking() -> None:
         source, sink = FdSource(read_fd), FdSink(write_fd)
         assert not os.get_blocking(read_fd) and not os.get_blocking(write_fd)
         received = bytearray()
-        with anyio.fail_after(10):
+        with deadline(10):
             async with anyio.create_task_group() as tg:
 
                 async def write() -> None:
@@ -47,12 +48,12 @@ async def test_a_regular_file_is_read_and_written_off_the_loop(tmp_path: Path) -
     path = tmp_path / "frames.jsonl"
     with path.open("wb") as out:
         sink = FdSink(out.fileno())
-        with anyio.fail_after(5):
+        with deadline(5):
             await sink.write(b'{"jsonrpc":"2.0","method":"n"}\n')
         await sink.close()
     with path.open("rb") as given:
         source = FdSource(given.fileno())
-        with anyio.fail_after(5):
+        with deadline(5):
             assert await source.read() == b'{"jsonrpc":"2.0","method":"n"}\n'
             assert await source.read() == b""
         source.restore()
@@ -64,7 +65,7 @@ async def test_a_pipe_read_ahead_is_bounded_and_every_chunk_arrives_in_order() -
     sent = [bytes([n]) * 50_000 for n in range(40)]  # 2 MB: more than the read-ahead bound
     try:
         received = bytearray()
-        with anyio.fail_after(10):
+        with deadline(10):
             async with anyio.create_task_group() as tg:
 
                 async def write() -> None:
@@ -92,7 +93,7 @@ async def test_messages_offered_in_one_turn_arrive_whole_and_in_order_past_a_ful
     sink = FdSink(write_fd)
     messages = [b"%05d" % n + b"m" * 994 + b"\n" for n in range(300)]  # 300 KB: far over a pipe's 64 KiB
     try:
-        with anyio.fail_after(10):
+        with deadline(10):
             taken = [sink.offer(message) for message in messages]  # one turn: the first goes, the rest wait
             assert taken == [len(message) for message in messages]
             received = bytearray()
@@ -136,12 +137,12 @@ async def test_a_held_turn_writes_its_messages_together_when_it_ends_in_order_wi
         assert sink.offer(b"one\n") == 4 and sink.offer(b"two\n") == 4
         with pytest.raises(BlockingIOError):
             os.read(read_fd, 100)  # nothing written yet
-        with anyio.fail_after(5):
+        with deadline(5):
             await anyio.lowlevel.checkpoint()  # the turn ends
         assert os.read(read_fd, 100) == b"one\ntwo\n"  # in one write
         sink.hold()
         assert sink.offer(b"three\n") == 6
-        with anyio.fail_after(5):
+        with deadline(5):
             await sink.write(b"four\n")  # a write that must wait its turn goes after what is held
         assert os.read(read_fd, 100) == b"three\nfour\n"
     finally:
@@ -171,7 +172,7 @@ async def test_a_chunk_read_from_a_pipe_is_its_readers_own_and_close_ends_a_wait
     read_fd, write_fd = os.pipe()
     source = FdSource(read_fd)
     try:
-        with anyio.fail_after(5):
+        with deadline(5):
             os.write(write_fd, b"first\n")
             first = await source.read()
             os.write(write_fd, b"SECOND LONGER\n")

@@ -21,6 +21,7 @@ from frugal_proxy.upstream.fleet import Fleet, UpstreamSpec, connect, run
 from frugal_proxy.upstream.http import HttpUpstreamConnection
 from frugal_proxy.upstream.stdio import UpstreamConnection
 from tests.conftest import notes_command
+from tests.pace import deadline, paced
 
 pytestmark = pytest.mark.anyio
 
@@ -73,7 +74,7 @@ class FakeUpstream(UpstreamBase):
 async def test_each_is_started_in_the_background_unless_lazy_and_all_shut_down_at_the_end() -> None:
     hold = anyio.Event()
     eager, lazy = FakeUpstream("eager", hold=hold), FakeUpstream("lazy")
-    with anyio.fail_after(5):
+    with deadline(5):
         async with run([eager, lazy], lazy={"lazy"}) as running:
             assert eager.events == ["entered", "start"]  # entered, and its start is under way
             assert lazy.events == ["entered"]
@@ -92,7 +93,7 @@ async def test_leaving_the_block_ends_what_the_caller_started_in_its_task_group(
         finally:
             ended.set()
 
-    with anyio.fail_after(5):
+    with deadline(5):
         async with run([FakeUpstream("a")]) as running:
             running.task_group.start_soon(forever)
             await anyio.lowlevel.checkpoint()
@@ -101,7 +102,7 @@ async def test_leaving_the_block_ends_what_the_caller_started_in_its_task_group(
 
 async def test_a_failed_start_is_logged_and_leaves_the_others_running(caplog: pytest.LogCaptureFixture) -> None:
     broken, fine = FakeUpstream("broken", fail=True), FakeUpstream("fine")
-    with anyio.fail_after(5), caplog.at_level(logging.WARNING, "frugal_proxy.serve"):
+    with deadline(5), caplog.at_level(logging.WARNING, "frugal_proxy.serve"):
         async with run([broken, fine]) as running:
             failures = await running.started()
             assert list(failures) == ["broken"] and "it would not start" in str(failures["broken"])
@@ -112,7 +113,7 @@ async def test_a_failed_start_is_logged_and_leaves_the_others_running(caplog: py
 
 
 async def test_a_failed_start_can_be_left_to_the_caller(caplog: pytest.LogCaptureFixture) -> None:
-    with anyio.fail_after(5), caplog.at_level(logging.WARNING, "frugal_proxy.serve"):
+    with deadline(5), caplog.at_level(logging.WARNING, "frugal_proxy.serve"):
         async with run([FakeUpstream("broken", fail=True)], log_failures=False) as running:
             assert list(await running.started()) == ["broken"]
     assert caplog.records == []
@@ -120,7 +121,7 @@ async def test_a_failed_start_can_be_left_to_the_caller(caplog: pytest.LogCaptur
 
 async def test_an_error_in_the_block_still_shuts_every_connection_down() -> None:
     upstreams = [FakeUpstream("a"), FakeUpstream("b")]
-    with anyio.fail_after(5), pytest.RaisesGroup(pytest.RaisesExc(RuntimeError, match="boom")):
+    with deadline(5), pytest.RaisesGroup(pytest.RaisesExc(RuntimeError, match="boom")):
         async with run(upstreams) as running:
             await running.started()
             raise RuntimeError("boom")
@@ -129,7 +130,7 @@ async def test_an_error_in_the_block_still_shuts_every_connection_down() -> None
 
 async def test_a_real_stdio_server_runs_for_the_block_and_stops_after_it() -> None:
     (upstream,) = Fleet((UpstreamSpec(name="notes", command=tuple(notes_command())),)).connect()
-    with anyio.fail_after(30):
+    with deadline(30):
         async with run([upstream]) as running:
             assert await running.started() == {}
             state = upstream.state()
@@ -204,4 +205,4 @@ def test_a_stdio_fleet_does_not_import_the_http_client() -> None:
         "loaded = [name for name in ('httpx2', 'frugal_proxy.upstream.http') if name in sys.modules]\n"
         "assert not loaded, loaded\n"
     )
-    subprocess.run([sys.executable, "-c", script], check=True, timeout=30)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=paced(30))

@@ -17,6 +17,7 @@ from frugal_proxy.upstream.fleet import Fleet, UpstreamSpec
 from frugal_proxy.upstream.shared import SharedUpstreams, SharedView, share_key
 from tests.conftest import notes_command
 from tests.fake_peers import FakeCall, FakeUpstream, decoded
+from tests.pace import deadline
 
 pytestmark = pytest.mark.anyio
 
@@ -54,7 +55,7 @@ async def test_two_views_share_one_initialized_process_until_the_last_leaves() -
     fleet = Fleet((UpstreamSpec(name="notes", command=tuple(notes_command())),))
     key = share_key("notes", PARAMS, operator="a")
     assert key is not None
-    with anyio.fail_after(30):
+    with deadline(30):
         async with anyio.create_task_group() as tg:
             pool = SharedUpstreams(tg, fleet.connect_one, grace=0.1)
             first = await pool.acquire(key, PARAMS)
@@ -98,7 +99,7 @@ async def pool_of(upstream: FakeUpstream, params: dict[str, Any], count: int = 2
     """`count` initialized views of one shared connection to `upstream`."""
     key = share_key(upstream.name, params, operator="a", attributes_requests=True)
     assert key is not None
-    with anyio.fail_after(10):
+    with deadline(10):
         async with anyio.create_task_group() as tg:
             pool = SharedUpstreams(tg, lambda _name: upstream, grace=0)
             views = [await pool.acquire(key, params) for _ in range(count)]
