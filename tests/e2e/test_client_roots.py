@@ -19,7 +19,7 @@ from mcp_types import ListRootsResult, Root, TextContent
 
 from tests.e2e.test_http_downstream import Proxy, serve_config, start
 from tests.e2e.test_wrap_stdio import FILESYSTEM_JS
-from tests.pace import deadline
+from tests.pace import deadline, paced
 
 pytestmark = pytest.mark.anyio
 
@@ -142,7 +142,7 @@ async def test_root_sets_beyond_limits_root_sets_take_the_place_of_an_idle_one(t
 
 async def settle(proxy: Proxy, count: int, seconds: float = 30.0) -> set[int]:
     """The proxy's child processes once there are `count` of them (or after `seconds`)."""
-    for _ in range(int(seconds / 0.1)):
+    for _ in range(int(paced(seconds) / 0.1)):
         if len(proxy.children()) == count:
             break
         await anyio.sleep(0.1)

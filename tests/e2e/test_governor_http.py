@@ -62,7 +62,7 @@ def settle(proxy: Proxy, token: str) -> None:
     body = modern_body("tools/call", {"name": "echo_small", "arguments": {"text": "ready?"}})
     headers = {**modern_headers("tools/call", "echo_small"), **bearer(token)}
     with httpx2.Client(timeout=paced(20)) as http:
-        for _ in range(80):
+        for _ in range(int(paced(20) / 0.25)):
             reply = http.post(proxy.url, json=body, headers=headers)
             if reply.status_code == 200 and reply.json().get("result", {}).get("structuredContent"):
                 return

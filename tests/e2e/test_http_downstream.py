@@ -241,7 +241,7 @@ async def test_two_session_era_clients_get_their_own_upstream_processes(notes_pr
             assert "mine" in str((await first.call_tool("list_notes", {})).content)
             assert "mine" not in str((await second.call_tool("list_notes", {})).content)
         # Leaving the client sends DELETE: both sessions end and their processes exit.
-        for _ in range(100):
+        for _ in range(int(paced(10) / 0.1)):
             if notes_proxy.children() == before:
                 break
             await anyio.sleep(0.1)
@@ -356,8 +356,8 @@ class Cancellations:
         return int(reply["result"]["structuredContent"]["result"])
 
     async def rise_to(self, expected: int) -> None:
-        """Wait (at most 10 s) for the count to pass `expected` - 1, then check it is `expected`."""
-        for _ in range(100):
+        """Wait (at most 10 s, paced) for the count to pass `expected` - 1, then check it is `expected`."""
+        for _ in range(int(paced(10) / 0.1)):
             if await self.count() >= expected:
                 break
             await anyio.sleep(0.1)
@@ -754,7 +754,7 @@ async def test_serve_http_with_a_config(tmp_path: Path) -> None:
                     # On a loaded machine an upstream can outlast the 3 s discover probe: until
                     # its late answer arrives the proxy takes it for session-era, its listing
                     # fails and it is left out of that answer (logged). Ask until both are there.
-                    for _ in range(20):
+                    for _ in range(int(paced(5) / 0.25)):
                         names = {tool.name for tool in (await client.list_tools()).tools}
                         if {"notes__add", "other__add"} <= names:
                             break

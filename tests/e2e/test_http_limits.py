@@ -308,7 +308,7 @@ async def test_connections_that_showed_a_valid_token_are_kept_and_tokenless_ones
 
 async def initialize_until_it_succeeds(url: str, seconds: float) -> httpx2.Response:
     async with httpx2.AsyncClient(timeout=paced(20)) as http:
-        with anyio.move_on_after(seconds):
+        with anyio.move_on_after(paced(seconds)):
             while True:
                 reply = await http.post(url, json=INITIALIZE, headers=LEGACY_HEADERS)
                 if reply.status_code == 200:

@@ -440,7 +440,7 @@ async def test_http_sse_messages_are_checked(proxy: Proxy) -> None:
                 "id": 1,
                 "result": {},
             }
-        for _ in range(50):  # closing the stream ends the session
+        for _ in range(int(paced(5) / 0.1)):  # closing the stream ends the session
             if (await http.post(url, json={"jsonrpc": "2.0", "method": "x"})).status_code == 404:
                 break
             await anyio.sleep(0.1)

@@ -20,7 +20,7 @@ from mcp_types import CreateMessageResult, ElicitResult, TextContent
 from tests.conftest import everything_command, everything_js, notes_command
 from tests.e2e.test_http_downstream import Proxy, sdk_client, start
 from tests.e2e.test_http_upstream import LOOPBACK, _stop, _wait_for_line
-from tests.pace import deadline
+from tests.pace import deadline, paced
 
 pytestmark = pytest.mark.anyio
 
@@ -63,8 +63,8 @@ def proxy() -> Iterator[Proxy]:
 
 
 async def until(holds: Callable[[], bool], seconds: float = 15.0) -> None:
-    """Return once `holds()` is true; fail after `seconds`."""
-    for _ in range(int(seconds / 0.05)):
+    """Return once `holds()` is true; fail after `seconds` (paced: tests/pace.py)."""
+    for _ in range(int(paced(seconds) / 0.05)):
         if holds():
             return
         await anyio.sleep(0.05)
@@ -73,7 +73,7 @@ async def until(holds: Callable[[], bool], seconds: float = 15.0) -> None:
 
 async def settle(proxy: Proxy, expected: set[int], seconds: float = 15.0) -> set[int]:
     """The proxy's children once they equal `expected` (or after `seconds`)."""
-    for _ in range(int(seconds / 0.1)):
+    for _ in range(int(paced(seconds) / 0.1)):
         if proxy.children() == expected:
             break
         await anyio.sleep(0.1)

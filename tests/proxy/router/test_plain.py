@@ -17,7 +17,7 @@ from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.records import Exchange
 from frugal_proxy.upstream.stdio import UpstreamConnection
 from tests.conftest import FAULTY_SERVER, notes_command
-from tests.pace import deadline
+from tests.pace import deadline, paced
 from tests.proxy.router.test_router import Recorder, result, served
 
 pytestmark = pytest.mark.anyio
@@ -64,7 +64,7 @@ async def test_a_plain_call_without_a_task_of_its_own_keeps_every_rule_of_a_call
         return result(await wire.request(ident, "tools/call", {"name": name, "arguments": arguments}, modern=False))
 
     async def cancelled_upstream(count: int) -> None:
-        for _ in range(100):
+        for _ in range(int(paced(5) / 0.05)):
             if (await call(99, "cancellations"))["structuredContent"] == {"result": count}:
                 return
             await anyio.sleep(0.05)

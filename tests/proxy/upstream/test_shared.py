@@ -17,7 +17,7 @@ from frugal_proxy.upstream.fleet import Fleet, UpstreamSpec
 from frugal_proxy.upstream.shared import SharedUpstreams, SharedView, share_key
 from tests.conftest import notes_command
 from tests.fake_peers import FakeCall, FakeUpstream, decoded
-from tests.pace import deadline
+from tests.pace import deadline, paced
 
 pytestmark = pytest.mark.anyio
 
@@ -76,7 +76,7 @@ async def test_two_views_share_one_initialized_process_until_the_last_leaves() -
             await anyio.sleep(0.3)
             assert connection.running and len(pool) == 1  # the second still holds it
             await second.shutdown()
-            for _ in range(200):
+            for _ in range(int(paced(10) / 0.05)):
                 if not len(pool) and not connection.running:
                     break
                 await anyio.sleep(0.05)
