@@ -72,7 +72,7 @@ async def test_a_client_that_closes_stdin_mid_call_has_the_call_cancelled_upstre
         await client.initialize()
         pid = int(text(await call(client, 1, "pid")))
         await slow_calls(client, range(10, 11), 60)
-        await anyio.sleep(0.5)
+        await anyio.sleep(paced(0.5))  # long enough for the call to reach the upstream
         assert await client.close() == 0  # within 15 s: the drain waits 5 s, then cancels
         with deadline(5):
             while "faulty: cancelled" not in client.stderr_text():  # noqa: ASYNC110 - the pipe's last words
@@ -103,9 +103,9 @@ async def test_a_dropped_http_connection_cancels_its_call_and_others_go_on() -> 
                     "POST", url, json=dropped, headers=modern_headers("tools/call", "slow")
                 ) as stream:
                     assert stream.status_code == 200
-                    await anyio.sleep(0.3)
+                    await anyio.sleep(paced(0.3))  # long enough for the call to reach the upstream
                 # the connection is gone; the call it carried is cancelled upstream
-                for _ in range(100):
+                for _ in range(int(paced(10) / 0.1)):
                     after = json.loads(text((await http.post(url, json=cancellations, headers=count_headers)).json()))
                     if len(after) > len(before):
                         break

@@ -329,8 +329,8 @@ async def test_closing_the_stream_cancels_the_call_upstream(notes_proxy: Proxy) 
             before = (await http.post(url, json=count_call, headers=count_headers)).json()["result"]
             async with http.stream("POST", url, json=body, headers=modern_headers("tools/call", "sleep")) as stream:
                 assert stream.status_code == 200
-                await anyio.sleep(0.5)
-            for _ in range(100):
+                await anyio.sleep(paced(0.5))  # long enough for the call to reach the upstream
+            for _ in range(int(paced(10) / 0.1)):
                 after = (await http.post(url, json=count_call, headers=count_headers)).json()["result"]
                 if after["structuredContent"]["result"] > before["structuredContent"]["result"]:
                     break
@@ -421,7 +421,7 @@ async def test_a_session_era_plain_call_is_cancelled_by_its_clients_notification
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(call)
-                await anyio.sleep(0.5)
+                await anyio.sleep(paced(0.5))  # long enough for the call to reach the upstream
                 cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}}
                 assert (await http.post(url, json=cancel, headers=headers)).status_code == 202
             assert replies[0].status_code == 200
@@ -467,7 +467,8 @@ async def test_session_ids_are_required_and_checked(notes_proxy: Proxy) -> None:
 
 
 async def test_idle_sessions_expire() -> None:
-    proxy = start(notes_command(), "--session-idle-timeout", "0.5")
+    # 0.5 s, paced: a loaded machine's client may take that long between its first two requests.
+    proxy = start(notes_command(), "--session-idle-timeout", f"{paced(0.5):g}")
     try:
         async with httpx2.AsyncClient(timeout=paced(20)) as http:
             with deadline(30):
@@ -475,7 +476,7 @@ async def test_idle_sessions_expire() -> None:
                 headers = {**LEGACY_HEADERS, "Mcp-Session-Id": started.headers["mcp-session-id"]}
                 listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
                 assert (await http.post(proxy.url, json=listing, headers=headers)).status_code == 200
-                await anyio.sleep(1.5)
+                await anyio.sleep(paced(1.5))
                 assert (await http.post(proxy.url, json=listing, headers=headers)).status_code == 404
     finally:
         proxy.stop()
@@ -692,7 +693,7 @@ async def test_shutdown_drains_calls_in_flight() -> None:
                         )
 
                     tg.start_soon(call)
-                    await anyio.sleep(0.4)
+                    await anyio.sleep(paced(0.4))  # the call is in flight when the signal comes
                     proxy.process.send_signal(signal.SIGTERM)
         assert replies[0].status_code == 200
         assert "result" in replies[0].json()

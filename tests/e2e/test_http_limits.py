@@ -114,18 +114,20 @@ async def test_a_client_too_slow_to_send_its_request_gets_408_and_is_closed(
             await stream.send(sent) if sent else None
             began = anyio.current_time()
             response = await read_all(stream)
-            assert anyio.current_time() - began < 5
+            assert anyio.current_time() - began < paced(5)  # the 1 s deadline, not the test's
     assert response.startswith(b"HTTP/1.1 408 ")
     message = str(body_of(response)["message"])
     assert waiting_for in message and ("--header-timeout" in message or "--body-timeout" in message)
 
 
-@pytest.mark.parametrize("faulty_proxy", [("--header-timeout", "1")], indirect=True)
+@pytest.mark.parametrize("faulty_proxy", [("--header-timeout", f"{paced(1):g}")], indirect=True)
 async def test_the_header_deadline_restarts_for_each_request_on_a_kept_alive_connection(faulty_proxy: Proxy) -> None:
     with deadline(15):
         async with raw(faulty_proxy) as stream:
-            for _ in range(3):  # 0.7 s apart: over the deadline in all, within it for each request
-                await anyio.sleep(0.7)
+            # 0.7 s apart: over the 1 s deadline in all, within it for each request (both paced,
+            # so that a loaded machine's slow send does not take a request past it).
+            for _ in range(3):
+                await anyio.sleep(paced(0.7))
                 await stream.send(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
                 answer = await read_response(stream)
                 assert answer.startswith(b"HTTP/1.1 200 "), answer
@@ -319,7 +321,8 @@ async def initialize_until_it_succeeds(url: str, seconds: float) -> httpx2.Respo
 
 
 async def test_a_session_whose_client_never_completes_the_handshake_is_dropped() -> None:
-    proxy = start(FAULTY, "--max-sessions", "1", "--handshake-timeout", "1")
+    # A 1 s grace (paced: a loaded machine's client may take that long between its two messages).
+    proxy = start(FAULTY, "--max-sessions", "1", "--handshake-timeout", f"{paced(1):g}")
     try:
         with deadline(30):
             async with httpx2.AsyncClient(timeout=paced(20)) as http:
@@ -334,7 +337,7 @@ async def test_a_session_whose_client_never_completes_the_handshake_is_dropped()
                 headers = {**LEGACY_HEADERS, "Mcp-Session-Id": second.headers["mcp-session-id"]}
                 initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
                 assert (await http.post(proxy.url, json=initialized, headers=headers)).status_code == 202
-                await anyio.sleep(2)
+                await anyio.sleep(paced(2))  # past the grace
                 assert (await http.post(proxy.url, json=listing, headers=headers)).status_code == 200
         assert any("sent nothing after initialize" in line for line in proxy.lines)
     finally:

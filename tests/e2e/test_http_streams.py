@@ -265,7 +265,7 @@ async def test_the_request_timeout_answers_and_cancels_upstream() -> None:
                 assert reply["id"] == 9 and "result" in reply, reply
                 assert reply["result"]["isError"] is True
                 assert "--request-timeout" in reply["result"]["content"][0]["text"]
-                for _ in range(100):
+                for _ in range(int(paced(10) / 0.1)):
                     after = (await http.post(url, json=count, headers=count_headers)).json()["result"]
                     if after["structuredContent"]["result"] > before["structuredContent"]["result"]:
                         break
