@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from mcp import StdioServerParameters
+from mcp.client import session as sdk_session
 
 from tests import pace
 
@@ -163,6 +164,17 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if PACES:
         shown = ", ".join(f"{worker} {factor:.2f}" for worker, factor in sorted(PACES.items()))
         terminalreporter.write_line(f"pace (deadlines scaled by, tests/pace.py): {shown}")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def sdk_discover_timeout() -> Iterator[None]:
+    """The SDK client in `mode="auto"` waits DISCOVER_TIMEOUT_SECONDS (10 s) for its
+    `server/discover` probe, then settles on the session era: a proxy starting its upstreams on a
+    loaded machine can take that long to answer, and the client would test another era than
+    the test meant. The reference peer's probe is paced like every other wait here."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sdk_session, "DISCOVER_TIMEOUT_SECONDS", pace.paced(sdk_session.DISCOVER_TIMEOUT_SECONDS))
+        yield
 
 
 @pytest.fixture(params=["auto", "legacy"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import anyio
 import pytest
+from mcp.client import session as sdk_session
 
 from tests import pace
 
@@ -53,3 +54,7 @@ def test_the_ini_timeout_is_scaled_too(request: pytest.FixtureRequest) -> None:
     marker = request.node.get_closest_marker("timeout")
     ini = float(request.config.getini("timeout"))  # pyproject's 60 s
     assert marker is not None and marker.kwargs["timeout"] == pytest.approx(ini * pace.factor())
+
+
+def test_the_sdk_clients_discover_probe_is_paced() -> None:
+    assert sdk_session.DISCOVER_TIMEOUT_SECONDS == pytest.approx(10.0 * pace.factor())

@@ -112,7 +112,14 @@ async def stopped(pid: int) -> AsyncIterator[None]:
         os.kill(pid, signal.SIGCONT)
 
 
-def names_the_deadline(message: str, seconds: str = "1") -> bool:
+def call_deadline() -> float:
+    """The upstream call deadline these tests set: 1 s, paced (a loaded machine's answers to the
+    calls that must go through take longer), to a tenth of a second as the config writes it."""
+    return round(paced(1), 1)
+
+
+def names_the_deadline(message: str) -> bool:
+    seconds = f"{call_deadline():g}"
     return all(
         part in message
         for part in ("'faulty'", f"within {seconds} s", "upstreams.faulty.timeout", "limits.call_timeout")
@@ -121,12 +128,12 @@ def names_the_deadline(message: str, seconds: str = "1") -> bool:
 
 async def test_every_request_over_stdio_to_a_stopped_upstream_ends_at_its_deadline(tmp_path: Path) -> None:
     config = tmp_path / "frugal.toml"
-    config.write_text(f'[upstreams.faulty]\ncommand = {json.dumps(FAULTY)}\ntimeout = "1s"\n')
+    config.write_text(f'[upstreams.faulty]\ncommand = {json.dumps(FAULTY)}\ntimeout = "{call_deadline():g}s"\n')
     async with running([sys.executable, "-m", "frugal_proxy", "serve", "--config", str(config)]) as client:
         await client.initialize()
         pid = int(text(await call(client, 1, "pid")))
         async with stopped(pid):
-            with deadline(10):  # 1 s each; without a deadline these wait forever
+            with deadline(10):  # 1 s each (paced); without a deadline these wait forever
                 listed = await client.request(2, "tools/list", {}, wait=10)
                 prompts = await client.request(3, "prompts/list", {}, wait=10)
                 called = await call(client, 4, "echo", {"text": "anyone?"})
@@ -140,7 +147,7 @@ async def test_every_request_over_stdio_to_a_stopped_upstream_ends_at_its_deadli
 
 async def test_the_wrap_form_over_stdio_applies_the_config_files_call_timeout(tmp_path: Path) -> None:
     config = tmp_path / "frugal.toml"
-    config.write_text('[limits]\ncall_timeout = "1s"\n')
+    config.write_text(f'[limits]\ncall_timeout = "{call_deadline():g}s"\n')
     async with proxied("--config", str(config), "--name", "faulty") as client:
         await client.initialize()
         pid = int(text(await call(client, 1, "pid")))

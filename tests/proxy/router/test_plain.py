@@ -72,17 +72,18 @@ async def test_a_plain_call_without_a_task_of_its_own_keeps_every_rule_of_a_call
 
     upstream = UpstreamConnection(notes_command(), name="notes")
     upstream.follow_client()
-    async with upstream, served(upstream, seconds=40, timeouts={"notes": 2.0}) as (_, wire):
+    within = paced(2.0)  # the upstream's call deadline: every call here but the sleeps answers within it
+    async with upstream, served(upstream, seconds=40, timeouts={"notes": within}) as (_, wire):
         assert "result" in await wire.request(0, "initialize", session_era, modern=False)
         await wire.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         assert (await call(1, "add", a=2, b=3))["structuredContent"] == {"result": 5}
         sleep = {"name": "sleep", "arguments": {"seconds": 30}}
         await wire.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": sleep})
-        await anyio.sleep(0.3)
+        await anyio.sleep(paced(0.3))  # long enough for the call to reach the upstream
         await wire.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}})
         await cancelled_upstream(1)
         late = await call(3, "sleep", seconds=30)
-        assert late["isError"] is True and "did not answer within 2 s" in late["content"][0]["text"]
+        assert late["isError"] is True and f"did not answer within {within:g} s" in late["content"][0]["text"]
         assert "upstreams.notes.timeout" in late["content"][0]["text"]
         await cancelled_upstream(2)
         blob = await call(4, "blob", size=1_000_000)
