@@ -16,13 +16,13 @@ import signal
 import subprocess
 from pathlib import Path
 
-import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp_types import TextContent
 
 from tests.conftest import reserved_port
 from tests.e2e.test_http_downstream import Proxy
+from tests.pace import deadline, paced
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -53,7 +53,7 @@ async def test_the_wrap_snippet_serves_the_notes_server(tmp_path: Path) -> None:
     assert argv[:2] == [".venv/bin/frugal-proxy", "--"], line
     # The client launches it from the checkout, as a user's shell there would.
     params = StdioServerParameters(command=str(ROOT / argv[0]), args=argv[1:], cwd=ROOT, env=environment(tmp_path))
-    with anyio.fail_after(60):
+    with deadline(60):
         async with Client(params, mode="auto") as client:
             names = {tool.name for tool in (await client.list_tools()).tools}
             assert {"add", "echo", "blob"} <= names
@@ -74,7 +74,7 @@ def test_the_serve_snippet_answers_the_curl_snippets_routed_search(tmp_path: Pat
                 ["bash", "-c", call.replace(README_PORT, str(port))],
                 capture_output=True,
                 text=True,
-                timeout=60,
+                timeout=paced(60),
                 check=False,
             )
         finally:
