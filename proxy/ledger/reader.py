@@ -9,6 +9,8 @@ struct: the others are skipped at parse speed.
     month_files(month)         the month's files: one per replica (`YYYY-MM.<id>.jsonl`), and
                                the one file of a month written before replica ids (`YYYY-MM.jsonl`)
     lines(path, Kind)          every readable line, oldest first (batches of them: `batches`)
+    appended(path, Kind, at)   what a file gained since a read that ended at byte `at`, a chunk
+                               at a time (the status page's month, read incrementally)
     newest_first(path, Kind)   from the end backwards, for readers that want the recent tail
 """
 
@@ -21,7 +23,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import msgspec
 
@@ -118,34 +120,69 @@ def batches(path: Path, kind: type[T], damage: Damage | None = None) -> Iterator
         report.warn()
 
 
-def appended(path: Path, kind: type[T], start: int, damage: Damage | None = None) -> tuple[list[T], int]:
+class Replaced(Exception):
+    """The file is shorter than where the last read ended: it was replaced, read it from 0."""
+
+
+@dataclass
+class Appended(Generic[T]):
+    """One piece of what a file gained: its readable lines, the offset after its last newline
+    and the lines (readable or not) it held."""
+
+    found: list[T]
+    end: int
+    lines: int
+
+
+def appended(
+    path: Path, kind: type[T], start: int, damage: Damage | None = None, lines_before: int = 0
+) -> Iterator[Appended[T]]:
     """The readable whole lines of `path` from byte `start` on (what was appended since a read
-    that ended there), and where this read ended: after its last newline, so that a line still
-    being written is read next time. A missing file has none (and ends at 0); one shorter than
-    `start` (replaced) ends at -1, for the caller to read it again from 0."""
+    that ended there), a CHUNK_BYTES piece at a time cut at newlines, as `batches` reads: each
+    piece says where it ended, after its last newline, so that a line still being written is read
+    next time. `lines_before`: the lines before `start`, to number a damaged one in `damage`. A
+    missing file has none; one shorter than `start` raises Replaced."""
+    report = damage or Damage(path)
     try:
         handle = path.open("rb")
     except FileNotFoundError:
-        return [], 0
+        return
     with handle:
         size = os.fstat(handle.fileno()).st_size
         if size < start:
-            return [], -1
-        handle.seek(start)
-        data = handle.read(size - start)
-    end = data.rfind(b"\n") + 1
-    if end == 0:
-        return [], start
-    report = damage or Damage(path)
-    found = _decode(memoryview(data)[:end], kind, lambda: 0, report)  # damage numbered from `start`
+            raise Replaced(str(path))
+        if size == start:
+            return
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped, memoryview(mapped) as view:
+            size = min(size, len(mapped))
+            at, counted = start, lines_before
+            while at < size:
+                cut = mapped.rfind(b"\n", at, min(at + CHUNK_BYTES, size))
+                if cut < at:  # one line longer than a chunk, or the torn tail a writer is on
+                    cut = mapped.find(b"\n", at, size)
+                    if cut < 0:
+                        break
+                end = cut + 1
+                chunk = view[at:end]
+                try:
+                    found = _decode(chunk, kind, _fixed(counted), report)
+                    held = mapped[at:end].count(b"\n")  # a copy of one chunk at most
+                finally:
+                    chunk.release()
+                counted += held
+                at = end
+                yield Appended(found, end, held)
     if damage is None:
         report.warn()
-    return found, start + end
 
 
 def lines(path: Path, kind: type[T], damage: Damage | None = None) -> Iterator[T]:
     for batch in batches(path, kind, damage):
         yield from batch
+
+
+def _fixed(count: int) -> Callable[[], int]:
+    return lambda: count
 
 
 def _lines_in(mapped: mmap.mmap, end: int) -> int:

@@ -293,7 +293,9 @@ class MonthCache:
         self._at = float("-inf")
         self._view: Json | None = None
         self._month = ""
-        self._read: dict[Path, int] = {}  # each file's offset after its last whole line read
+        # each file's offset after its last whole line read, and the lines before it
+        self._read: dict[Path, tuple[int, int]] = {}
+        self._damage: dict[Path, reader.Damage] = {}  # each file's lines that did not decode, said once
         self._tally: tally.MonthTally | None = None
         self._lock = anyio.Lock()
 
@@ -311,21 +313,37 @@ class MonthCache:
             return self._view
 
     def catch_up(self, month: str) -> tally.MonthTally:
-        """The month's tally with every line written since the last call added (in a thread)."""
+        """The month's tally with every line written since the last call added (in a thread).
+        The offsets and the tally move together, once every file is read: a file that cannot be
+        read leaves both where they were, to be read again next time. A damaged line is said once,
+        numbered in its file."""
         if month != self._month or self._tally is None:
             self._month, self._read, self._tally = month, {}, tally.MonthTally(month)
-        parts = [self._tally]
+            self._damage = {}
+        read, parts = dict(self._read), [self._tally]
+        damages: dict[Path, reader.Damage] = {}
         for path in reader.month_files(month, self.directory):
-            start = self._read.get(path, 0)
-            lines, end = reader.appended(path, tally.Tallied, start, reader.Damage(path))
-            if end < 0:  # replaced by a shorter file: the whole month again
+            start, lines_before = read.get(path, (0, 0))
+            kept = self._damage.get(path)
+            damage = damages[path] = reader.Damage(path, list(kept.lines) if kept is not None else [])
+            pieces = reader.appended(path, tally.Tallied, start, damage, lines_before)
+            try:
+                for piece in pieces:
+                    parts.append(tally.tally(month, [piece.found]))
+                    start, lines_before = piece.end, lines_before + piece.lines
+            except reader.Replaced:  # replaced by a shorter file: the whole month again
                 self._month = ""
                 return self.catch_up(month)
-            self._read[path] = end
-            if lines:
-                parts.append(tally.tally(month, [lines]))
-        self._tally = tally.merged(month, parts) if len(parts) > 1 else self._tally
-        return self._tally
+            read[path] = (start, lines_before)
+        merged = tally.merged(month, parts) if len(parts) > 1 else self._tally
+        self._read, self._tally = read, merged
+        for path, damage in damages.items():
+            kept = self._damage.get(path)
+            said = len(kept.lines) if kept is not None else 0
+            if len(damage.lines) > said:  # only the lines this read found
+                reader.Damage(path, damage.lines[said:]).warn()
+            self._damage[path] = damage
+        return merged
 
 
 class LiveSource:

@@ -42,6 +42,37 @@ def test_torn_and_blank_lines_are_skipped_with_one_warning(
     assert caplog.records[0].getMessage().startswith("usage ledger: skipped 2 unreadable line(s)")
 
 
+def test_what_a_file_gained_is_read_a_chunk_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`appended` never holds more than a chunk of the rest of the file: a month's first read
+    walks it in CHUNK_BYTES pieces cut at newlines, each saying where it ended."""
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 700)
+    path = tmp_path / "2026-07.jsonl"
+    write(path, 40, tail=encode(usage_line(attempts=99))[:30])  # a line still being written
+    size = len(encode(usage_line(attempts=0)))
+    skip = 5 * size  # what an earlier read took (five lines)
+    pieces = list(reader.appended(path, UsageLine, skip))
+    assert len(pieces) > 3
+    assert all(len(piece.found) * size <= 700 for piece in pieces)
+    assert [line.attempts for piece in pieces for line in piece.found] == list(range(5, 40))
+    assert pieces[-1].end == path.stat().st_size - 30  # not past the torn tail: it is read once it ends
+    assert sum(piece.lines for piece in pieces) == 35
+    assert list(reader.appended(path, UsageLine, pieces[-1].end)) == []
+    with pytest.raises(reader.Replaced):
+        list(reader.appended(path, UsageLine, path.stat().st_size + 1))
+    assert list(reader.appended(tmp_path / "2026-08.jsonl", UsageLine, 0)) == []
+
+
+def test_a_damaged_appended_line_is_numbered_in_its_file(tmp_path: Path) -> None:
+    path = tmp_path / "2026-07.jsonl"
+    write(path, 3)
+    start = path.stat().st_size
+    with path.open("ab") as handle:
+        handle.write(encode(usage_line(attempts=7))[:40] + b"\n" + encode(usage_line(attempts=8)))
+    damage = reader.Damage(path)
+    found = [line.attempts for piece in reader.appended(path, UsageLine, start, damage, 3) for line in piece.found]
+    assert (found, damage.lines) == ([8], [4])
+
+
 def test_a_missing_month_has_no_lines(tmp_path: Path) -> None:
     assert list(reader.lines(tmp_path / "2026-01.jsonl", UsageLine)) == []
     assert list(reader.newest_first(tmp_path / "2026-01.jsonl", UsageLine)) == []

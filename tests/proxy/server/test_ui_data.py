@@ -5,6 +5,7 @@ upstream rows; a status file from before the page."""
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
@@ -250,6 +251,51 @@ def test_the_month_is_read_incrementally_and_agrees_with_stats(tmp_path: Path) -
     path.write_bytes(encode(usage_line(ts="2026-07-05T08:00:00.000Z")))  # replaced by a shorter file
     assert [(day.day, day.calls) for day in cache.catch_up("2026-07").days] == [("2026-07-05", 1)]
     assert cache.catch_up("2026-08").calls == 0  # a new month starts from nothing
+
+
+def test_a_file_that_cannot_be_read_loses_no_line_of_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The offsets move with the tally: an OSError on a later file leaves the earlier files' new
+    lines to be read again, never skipped."""
+    from frugal_proxy.ledger import reader
+
+    for replica in ("a", "b"):  # two replicas' files of nine lines each
+        write_month(tmp_path).rename(tmp_path / f"2026-07.{replica}.jsonl")
+    real = reader.appended
+    failing = {"2026-07.b.jsonl"}
+
+    def appended(path: Path, *args: object, **kwargs: object) -> object:
+        if path.name in failing:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(reader, "appended", appended)
+    cache = MonthCache(tmp_path)
+    with pytest.raises(OSError):
+        cache.catch_up("2026-07")
+    failing.clear()
+    assert cache.catch_up("2026-07").calls == 18 == tally_month("2026-07", tmp_path).calls
+
+
+def test_a_damaged_line_is_said_once_with_its_line_number(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = write_month(tmp_path)  # nine lines, then a torn one still being written
+    cache = MonthCache(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="frugal_proxy.ledger"):
+        cache.catch_up("2026-07")
+        assert caplog.records == []  # a line still being written is not damage
+        with path.open("ab") as handle:  # it ends unreadable: line 10
+            handle.write(b"\n" + encode(usage_line(ts="2026-07-03T08:00:00.000Z")))
+        assert cache.catch_up("2026-07").calls == 10
+        assert [(r.getMessage(), getattr(r, "lines", None)) for r in caplog.records] == [
+            ("usage ledger: skipped 1 unreadable line(s) (a crash mid-write leaves a torn one)", "10")
+        ]
+        cache.catch_up("2026-07")
+        assert len(caplog.records) == 1  # said once
+        with path.open("ab") as handle:
+            handle.write(b"{torn\n")  # line 12
+        cache.catch_up("2026-07")
+        assert [getattr(r, "lines", None) for r in caplog.records] == ["10", "12"]
 
 
 async def test_a_poll_never_blocks_the_loop(tmp_path: Path) -> None:
