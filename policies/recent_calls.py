@@ -3,7 +3,8 @@
 One `CallRecord` per finished tools/call, read off the sealed exchange as the metrics hook
 reads it: the route's name (the call's tool name when it matched no route the proxy knows is
 still the exposed name the client called, cut to 128 characters), the capability, the provider
-used, each attempt's outcome, latency and cost, what the governor cut. Never the arguments, the
+used, each attempt's outcome, latency and cost, what the governor cut, and the operator whose
+call it was (the status page shows an operator its own calls). Never the arguments, the
 result, nor an attempt's error text (an upstream's message may quote either).
 """
 
@@ -53,5 +54,6 @@ class RecentCallsPolicy(Policy):
                 latency_ms=round((time.monotonic() - exchange.call.started_at) * 1000, 2),
                 cut_bytes=cut,
                 attempts=attempts,
+                operator=exchange.operator,
             )
         )

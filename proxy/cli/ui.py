@@ -100,7 +100,7 @@ def ui_command(argv: list[str]) -> int:
     print(f"frugal-proxy ui: {url}", flush=True)
     if options.open:
         webbrowser.open(url)
-    app = Guard(Starlette(routes=ui_routes(StatusFiles().data)), settings)
+    app = Guard(Starlette(routes=ui_routes(StatusFiles().data, settings.operators)), settings)
     server = uvicorn.Server(
         uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", server_header=False, ws="none")
     )

@@ -76,7 +76,7 @@ def build_app(
             Route(HEALTH_PATH, endpoint.health, methods=["GET"]),
             Route(METRICS_PATH, scrape_handler(metrics), methods=["GET"]),
             *governor_routes(endpoint.shared.assembly.governor, settings.guard),
-            *(ui_routes(ui) if ui is not None else []),
+            *(ui_routes(ui, settings.guard.operators) if ui is not None else []),
             *legacy_routes,
         ],
         exception_handlers={HTTPException: http_error},

@@ -11,6 +11,7 @@ holds and what the usage ledger tallies.
     call_rows       the ring of recent calls (state.recent_calls), newest first
     month_view      this month's receipt per day (ledger.tally): calls, paid, rack, saved
     page_data       the whole answer: schema version, the serves, the month, the replicas seen
+    scoped          the answer as an operator who does not see everything sees it: its own calls
     MonthCache      the month's tally, read incrementally: each read adds only the lines the
                     ledger's files gained since the one before
     LiveSource      what `serve --http` answers /ui/data from: its own assembly and upstreams,
@@ -36,6 +37,7 @@ import anyio.to_thread
 
 from frugal_proxy import ledger
 from frugal_proxy.capabilities import CAPABILITIES
+from frugal_proxy.identities import LOCAL
 from frugal_proxy.ledger import reader, tally
 from frugal_proxy.money import format_usd
 from frugal_proxy.policies.routing import has_quota
@@ -184,6 +186,7 @@ def call_rows(calls: Sequence[CallRecord]) -> list[Json]:
             "cost": money(call.cost_micros),
             "latency_ms": call.latency_ms,
             "cut_bytes": call.cut_bytes,
+            "operator": call.operator,
             "attempts": [
                 {
                     "provider": a.provider,
@@ -274,11 +277,24 @@ def page_data(
     return {
         "schema": SCHEMA,
         "source": source,
+        "scope": "all",
         "generated_at": time.time() if now is None else now,
         "serves": serves,
         "month": month,
         "replicas": replicas,
     }
+
+
+def scoped(page: Json, operator: str) -> Json:
+    """`page` as an operator who does not see everything sees it (docs/ui.md, Security): its own
+    calls alone, and no month (the ledger's money is every operator's). The upstreams, the
+    providers (their spend, p50 and errors are the shared providers', naming no caller) and the
+    replicas are the same for everyone."""
+    serves = []
+    for serve in page["serves"]:
+        mine = [call for call in serve.get("calls", []) if call.get("operator", LOCAL) == operator]
+        serves.append(serve | {"calls": mine, "calls_total": None})
+    return page | {"scope": "operator", "serves": serves, "month": None}
 
 
 class MonthCache:

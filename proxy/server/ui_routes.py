@@ -1,7 +1,8 @@
 """The status page's routes: `GET /ui` (the page), its stylesheet and script, and `GET /ui/data`
 (the JSON it polls, server.ui_data). They sit behind the same Guard as the MCP endpoint (the
 bearer token when one is set, the Host and Origin checks), in `serve --http` and in
-`frugal-proxy ui` alike.
+`frugal-proxy ui` alike. An operator that does not see everything (`sees_everything`) gets
+its own calls and no month.
 
 The page is four files shipped in the wheel beside this module (`ui/status.html`, `.css`, `.js`
 and `favicon.svg`): nothing from elsewhere, no build step. Every answer here carries a
@@ -21,7 +22,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from frugal_proxy.server.ui_data import DATA_PATH, PAGE_PATH
+from frugal_proxy.identities import DEFAULT, LOCAL
+from frugal_proxy.server.guard import operator_of
+from frugal_proxy.server.operators import Operators
+from frugal_proxy.server.ui_data import DATA_PATH, PAGE_PATH, scoped
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
@@ -51,8 +55,19 @@ def asset(name: str) -> bytes:
     return (resources.files("frugal_proxy.server") / "ui" / name).read_bytes()
 
 
-def ui_routes(data: DataSource) -> list[Route]:
-    """The page's routes over `data`, what /ui/data answers."""
+def sees_everything(operator: str, operators: Operators | None) -> bool:
+    """Whether `operator` sees every operator's calls and the month on /ui/data: every client
+    without bearer auth (`local`), the holder of FRUGAL_AUTH_TOKEN (`default`), and the one
+    operator of `[auth.operators]` when it is the only one configured. Any other (one of several
+    configured, or one registered through POST /register) sees its own calls."""
+    if operators is None or not operators.required or operator in (LOCAL, DEFAULT):
+        return True
+    return set(operators.configured) == {operator}
+
+
+def ui_routes(data: DataSource, operators: Operators | None = None) -> list[Route]:
+    """The page's routes over `data`, what /ui/data answers (to each operator what it may see;
+    `operators`: the guard's, None without bearer auth)."""
 
     def serve_asset(path: str) -> Callable[[Request], Awaitable[Response]]:
         name, media_type = ASSETS[path]
@@ -64,7 +79,9 @@ def ui_routes(data: DataSource) -> list[Route]:
         return handler
 
     async def answer(request: Request) -> Response:
-        return Response(_encoder.encode(await data()), media_type="application/json", headers=HEADERS)
+        page, operator = await data(), operator_of(request)
+        shown = page if sees_everything(operator, operators) else scoped(page, operator)
+        return Response(_encoder.encode(shown), media_type="application/json", headers=HEADERS)
 
     routes = [Route(path, serve_asset(path), methods=["GET"]) for path in ASSETS]
     routes.append(Route(DATA_PATH, answer, methods=["GET"]))

@@ -1,8 +1,8 @@
 """What the status page shows of the calls this process served, in memory and bounded.
 
     CallRecord     one finished tools/call: tool, capability, provider used, outcome, cost,
-                   latency, the bytes the governor cut, each attempt; never the arguments or
-                   the result's text
+                   latency, the bytes the governor cut, each attempt, its operator; never the
+                   arguments or the result's text
     AttemptRecord  one provider tried within it: provider, outcome, latency, cost, retries
     RecentCalls    the last MAX_CALLS records (a ring), each provider's last MAX_SAMPLES
                    answered latencies (for a p50) and the times of its failed attempts in the
@@ -51,6 +51,7 @@ class CallRecord(msgspec.Struct, frozen=True):
     latency_ms: float
     cut_bytes: int  # what the size governor took out of the result (0: nothing)
     attempts: tuple[AttemptRecord, ...] = ()
+    operator: str = "local"  # whose call it was (the bearer token's operator; `local` without auth)
 
 
 class RecentCalls:

@@ -20,7 +20,7 @@ SECRET = "sk_live_canary_argument"
 
 def sealed() -> Exchange:
     params = {"name": jsonrpc.raw("frugal__search"), "arguments": jsonrpc.raw({"query": SECRET})}
-    ex = Exchange(Call(1, "frugal__search", params), Route("frugal__search", (), capability="search"))
+    ex = Exchange(Call(1, "frugal__search", params), Route("frugal__search", (), capability="search"), operator="alice")
     failed = Attempt("wikipedia", "rate_limited", 4.0, error=f"429 for {SECRET}", capability="search")
     served = Attempt("tavily", "ok", 80.5, cost_micros=8_000, capability="search")
     ex.attempts = [failed, served]
@@ -41,7 +41,7 @@ async def test_a_sealed_call_becomes_one_record_without_its_arguments_or_result(
         "tavily",
         "ok",
     )
-    assert record.cost_micros == 8_000 and record.cut_bytes == 7_500
+    assert record.cost_micros == 8_000 and record.cut_bytes == 7_500 and record.operator == "alice"
     assert record.attempts == (
         AttemptRecord("wikipedia", "rate_limited", 4.0),
         AttemptRecord("tavily", "ok", 80.5, 8_000),

@@ -152,14 +152,16 @@ function serveCard(serve) {
     el("h3", null, `serve ${who.join(" · ")}`),
     el("h4", null, "Upstreams"), upstreamTable(serve.upstreams),
     el("h4", null, "Providers"), providerTable(serve.providers),
-    el("h4", null, `Last calls (${serve.calls.length} of ${serve.calls_total} since start)`), callTable(serve.calls));
+    el("h4", null, serve.calls_total === null ? `Your last calls (${serve.calls.length})`
+      : `Last calls (${serve.calls.length} of ${serve.calls_total} since start)`), callTable(serve.calls));
 }
 
-function monthChart(month) {
+function monthChart(month, scope) {
   const box = document.getElementById("month-chart");
   const summary = document.getElementById("month-summary");
   if (!month) {
-    summary.textContent = "the usage ledger could not be read (or FRUGAL_STATS=off)";
+    summary.textContent = scope === "operator" ? "the month's totals are every operator's: shown to the proxy's admin"
+      : "the usage ledger could not be read (or FRUGAL_STATS=off)";
     box.replaceChildren();
     return;
   }
@@ -214,7 +216,7 @@ function render(data) {
   const body = document.getElementById("serves-body");
   body.replaceChildren(...(data.serves.length ? data.serves.map(serveCard)
     : [el("p", { class: "empty" }, "no frugal-proxy serve is running")]));
-  monthChart(data.month);
+  monthChart(data.month, data.scope);
   replicas(data.replicas);
 }
 

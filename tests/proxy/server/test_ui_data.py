@@ -129,6 +129,7 @@ def test_calls_carry_exact_money_and_no_more_than_the_record() -> None:
         "cost": {"micros": 2_500, "usd": "$0.0025"},
         "latency_ms": 3.5,
         "cut_bytes": 1_024,
+        "operator": "local",
         "attempts": [
             {
                 "provider": "notes",
@@ -193,6 +194,7 @@ def test_the_answer_names_its_schema_and_source() -> None:
     assert data == {
         "schema": SCHEMA,
         "source": "status files",
+        "scope": "all",
         "generated_at": 5.0,
         "serves": [],
         "month": None,
