@@ -49,6 +49,24 @@ log = logging.getLogger("frugal_proxy.serve")
 
 STATUS_INTERVAL = 2.0
 DRAIN_SECONDS = 5.0
+VIEWED_FILE = "ui-viewed"  # under run/: `frugal-proxy ui` touches it at each poll of its page
+VIEWED_WITHIN = 10.0  # seconds since that touch a serve still counts its page as viewed
+
+
+def mark_viewed() -> None:
+    """Say that a status page is being viewed now (`frugal-proxy ui`, at each poll)."""
+    path = home.run_dir() / VIEWED_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch()
+
+
+def page_viewed(now: float | None = None) -> bool:
+    """Whether `frugal-proxy ui`'s page was polled in the last VIEWED_WITHIN seconds."""
+    try:
+        touched = (home.run_dir() / VIEWED_FILE).stat().st_mtime
+    except OSError:
+        return False
+    return (time.time() if now is None else now) - touched <= VIEWED_WITHIN
 
 
 def _load(path_option: str | None, *, optional: bool = False) -> tuple[Path, Config] | int:
@@ -239,21 +257,28 @@ class StatusFile:
 
     async def keep_written(self) -> None:
         while True:
-            if self.page is not None:
-                await self._page_entry(self.page)
-            data = json.dumps(self.snapshot(), indent=1).encode()
-            try:
-                await anyio.to_thread.run_sync(home.write_private, self.path, data)
-            except OSError as exc:
-                log.warning("cannot write the status file", extra={"path": str(self.path), "reason": exc.strerror})
+            if not await self.write():
                 return
             await anyio.sleep(STATUS_INTERVAL)
 
-    async def _page_entry(self, page: LiveSource) -> None:
+    async def write(self) -> bool:
+        """Write the file once; False when it cannot be written (said, and not tried again).
+        The upstreams are probed for the page only while `frugal-proxy ui` is viewed."""
+        if self.page is not None:
+            await self._page_entry(self.page, await anyio.to_thread.run_sync(page_viewed))
+        data = json.dumps(self.snapshot(), indent=1).encode()
+        try:
+            await anyio.to_thread.run_sync(home.write_private, self.path, data)
+        except OSError as exc:
+            log.warning("cannot write the status file", extra={"path": str(self.path), "reason": exc.strerror})
+            return False
+        return True
+
+    async def _page_entry(self, page: LiveSource, viewed: bool = False) -> None:
         """The status page's view of this serve, for the file; one that cannot be made is left
         out (said once), and the upstreams are written as ever."""
         try:
-            self._entry = await page.entry("stdio")
+            self._entry = await page.entry("stdio", probe=viewed)
             if page.replicas is not None:  # on the shared Redis: the fleet it sees
                 self._entry["replicas"] = await page.replicas()
         except Exception as error:  # the page is a view: it must never stop the status file

@@ -11,6 +11,7 @@ address without a token exactly as `serve --http` is.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import webbrowser
 from typing import Any
@@ -22,7 +23,7 @@ from starlette.applications import Starlette
 
 from frugal_proxy import logs
 from frugal_proxy.cli.http_options import checked_bind
-from frugal_proxy.cli.serve import _load, running_records
+from frugal_proxy.cli.serve import _load, mark_viewed, running_records
 from frugal_proxy.server.app import listen_socket
 from frugal_proxy.server.guard import DEFAULT_BODY_CAP, Guard
 from frugal_proxy.server.ui_data import PAGE_PATH, MonthCache, page_data, status_entry
@@ -36,12 +37,22 @@ class StatusFiles:
         self.month = month or MonthCache()
 
     async def data(self) -> dict[str, Any]:
-        records = await anyio.to_thread.run_sync(running_records)
+        records = await anyio.to_thread.run_sync(_viewed_records)
         serves = [status_entry(record) for record in records]
         # A serve on the shared Redis wrote the replicas it sees: the most recent list of them.
         fleets = [serve.pop("replicas") for serve in sorted(serves, key=_updated) if "replicas" in serve]
         replicas = next((fleet for fleet in reversed(fleets) if fleet is not None), None)
         return page_data(serves, await self.month.view(), replicas, source="status files")
+
+
+def _viewed_records() -> list[dict[str, Any]]:
+    """The running serves' records, saying first that their page is being viewed (a serve then
+    probes its upstreams for it; one the page cannot mark still shows)."""
+    try:
+        mark_viewed()
+    except OSError as exc:
+        logging.getLogger("frugal_proxy.ui").debug("cannot mark the page viewed", extra={"reason": exc.strerror})
+    return running_records()
 
 
 def _updated(serve: dict[str, Any]) -> float:

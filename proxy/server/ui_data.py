@@ -364,7 +364,9 @@ class MonthCache:
 
 class LiveSource:
     """`serve --http`'s /ui/data: its own assembly and upstreams, probed at most every
-    PROBE_EVERY seconds (a poll never waits for a probe), and the month's tally."""
+    PROBE_EVERY seconds and only while a page polls (a poll never waits for a probe), and the
+    month's tally. A stdio serve's status file is built from one too, probing only while
+    `frugal-proxy ui` is being viewed (cli.serve)."""
 
     def __init__(
         self,
@@ -387,6 +389,7 @@ class LiveSource:
         self.answered: dict[str, bool] = {}
         self._due = float("-inf")  # when the next probe is due (monotonic)
         self._misses: dict[str, int] = {}
+        self._said: dict[str, bool] = {}  # the verdict last logged per upstream (absent: answering)
         self._probing = False
 
     async def probe(self) -> None:
@@ -402,7 +405,7 @@ class LiveSource:
                 nonlocal missed
                 if connection.running and connection.era is not None:
                     try:
-                        answered = await connection.answers(PROBE_WITHIN)
+                        answered = await connection.answers(PROBE_WITHIN, quiet=True)
                     except Exception as error:  # a probe must never take the serve down with it
                         log.debug("status page probe failed", extra={"upstream": connection.name, "error": str(error)})
                         answered = False
@@ -411,7 +414,8 @@ class LiveSource:
                     else:
                         missed = True
                         self._misses[connection.name] = self._misses.get(connection.name, 0) + 1
-                    found[connection.name] = self._misses.get(connection.name, 0) < MISSES_UNRESPONSIVE
+                    found[connection.name] = shown = self._misses.get(connection.name, 0) < MISSES_UNRESPONSIVE
+                    self._say(connection.name, shown)
 
             async with anyio.create_task_group() as tg:
                 for connection in self.connections:
@@ -421,9 +425,33 @@ class LiveSource:
             self._due = time.monotonic() + (PROBE_WITHIN if missed else PROBE_EVERY)
             self._probing = False
 
-    async def entry(self, transport: str = "http") -> Json:
-        """This serve's entry now (a due probe is started beside it, not awaited)."""
-        if not self._probing and time.monotonic() >= self._due:
+    def _say(self, name: str, answering: bool) -> None:
+        """Log an upstream's probe verdict when it changes, never once per probe."""
+        if self._said.get(name, True) == answering:
+            return
+        self._said[name] = answering
+        if answering:
+            log.info("upstream answers its health probes again", extra={"upstream": name})
+        else:
+            log.warning(
+                "upstream did not answer its health probes",
+                extra={"upstream": name, "probes": MISSES_UNRESPONSIVE, "seconds": PROBE_WITHIN},
+            )
+
+    def unwatched(self) -> None:
+        """No page is being viewed: the probes stop, and what they found is forgotten (stale
+        by the time a page opens again; the first poll then probes at once)."""
+        self.answered, self._misses, self._said = {}, {}, {}
+        self._due = float("-inf")
+
+    async def entry(self, transport: str = "http", *, probe: bool = True) -> Json:
+        """This serve's entry now (a due probe is started beside it, not awaited). `probe`:
+        whether a page is being viewed; without one no upstream is probed (a metered remote
+        upstream bills a probe as a call)."""
+        if not probe:
+            if not self._probing:
+                self.unwatched()
+        elif not self._probing and time.monotonic() >= self._due:
             if self.task_group is None:
                 await self.probe()
             else:

@@ -340,10 +340,11 @@ class UpstreamBase(abc.ABC):
             return {"state": "down", "reason": str(self._last_down), "retry_in_s": round(retry_in, 1)}
         return {"state": "not started"}
 
-    async def answers(self, within: float) -> bool:
+    async def answers(self, within: float, *, quiet: bool = False) -> bool:
         """Whether it answers a probe within `within` seconds: `ping` in the session era,
         `server/discover` (the era's own request) in 2026-07-28. An error reply is an answer;
-        a connection that is not running does not answer."""
+        a connection that is not running does not answer. A miss is logged unless `quiet` (a
+        caller that says only what changes)."""
         if not self.running or self.era is None:
             return False
         method, params = ("server/discover", self.discover_params()) if self.modern else ("ping", None)
@@ -353,7 +354,8 @@ class UpstreamBase(abc.ABC):
             except UpstreamError:
                 return False
             return True
-        log.warning("upstream did not answer a health probe", extra={"upstream": self.name, "seconds": within})
+        if not quiet:
+            log.warning("upstream did not answer a health probe", extra={"upstream": self.name, "seconds": within})
         return False
 
     # -- negotiation -----------------------------------------------------------------------------

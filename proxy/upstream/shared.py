@@ -384,8 +384,8 @@ class SharedView(UpstreamBase):
     async def started_or_down(self) -> Any:
         return await self._connection.started_or_down()
 
-    async def answers(self, within: float) -> bool:
-        return await self._connection.answers(within)
+    async def answers(self, within: float, *, quiet: bool = False) -> bool:
+        return await self._connection.answers(within, quiet=quiet)
 
     async def _start(self) -> None:
         await self._connection.ensure_ready()

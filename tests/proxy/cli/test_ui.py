@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
 from frugal_proxy import home
-from frugal_proxy.cli.serve import StatusFile
+from frugal_proxy.cli.serve import VIEWED_WITHIN, StatusFile, page_viewed
 from frugal_proxy.cli.ui import StatusFiles, ui_command
 
 pytestmark = pytest.mark.anyio
@@ -56,7 +57,7 @@ async def test_a_page_view_that_fails_leaves_the_status_file_as_it_was(caplog: p
     class Failing:
         replicas = None
 
-        async def entry(self, transport: str) -> dict[str, object]:
+        async def entry(self, transport: str, *, probe: bool = True) -> dict[str, object]:
             raise RuntimeError("a view that cannot be built")
 
     status = StatusFile([])
@@ -64,3 +65,25 @@ async def test_a_page_view_that_fails_leaves_the_status_file_as_it_was(caplog: p
     await status._page_entry(Failing())  # type: ignore[arg-type]
     assert "page" not in status.snapshot() and "upstreams" in status.snapshot()
     assert [record.message for record in caplog.records].count("the status page's view of this serve failed") == 1
+
+
+async def test_a_stdio_serve_probes_its_upstreams_only_while_the_ui_page_is_viewed() -> None:
+    from frugal_proxy.pipeline.assembly import assemble
+    from frugal_proxy.server.ui_data import LiveSource
+    from tests.proxy.server.test_ui_data import Upstream
+
+    notes = Upstream("notes")
+    status = StatusFile([])
+    status.page = LiveSource(assemble(), [notes], lambda name: None, "r1")  # type: ignore[list-item]
+    try:
+        assert not page_viewed()
+        assert await status.write()
+        assert await status.write()
+        assert notes.asked == 0  # no page open: no probe, not even one
+        await StatusFiles().data()  # frugal-proxy ui's page polls
+        assert page_viewed()
+        assert await status.write()
+        assert notes.asked == 1
+    finally:
+        status.remove()
+    assert not page_viewed(time.time() + VIEWED_WITHIN + 1)  # a page closed: the probes stop

@@ -212,7 +212,7 @@ class Upstream:
     def state(self) -> dict[str, object]:
         return {"state": "up", "era": self.era, "pid": 1, "restarts": 0}
 
-    async def answers(self, within: float) -> bool:
+    async def answers(self, within: float, *, quiet: bool = False) -> bool:
         self.asked += 1
         return self.answering
 
@@ -313,9 +313,45 @@ async def test_a_poll_never_blocks_the_loop(tmp_path: Path) -> None:
     assert data["serves"][0]["upstreams"][0]["tools"] == 3 and data["month"] is not None
 
 
+async def test_a_hung_upstream_is_said_once_per_change_not_once_per_probe(caplog: pytest.LogCaptureFixture) -> None:
+    hung = Upstream("hung")
+    hung.answering = False
+    source = LiveSource(assemble(), [hung], lambda name: None, "r1")  # type: ignore[list-item]
+    with caplog.at_level(logging.INFO, logger="frugal_proxy.ui"):
+        for _ in range(5):
+            await source.probe()
+        hung.answering = True
+        await source.probe()
+        await source.probe()
+        hung.answering = False
+        for _ in range(3):
+            await source.probe()
+    said = [(r.levelname, r.getMessage(), getattr(r, "upstream", None)) for r in caplog.records]
+    assert said == [
+        ("WARNING", "upstream did not answer its health probes", "hung"),
+        ("INFO", "upstream answers its health probes again", "hung"),
+        ("WARNING", "upstream did not answer its health probes", "hung"),
+    ]
+    assert hung.asked == 10
+
+
+async def test_no_upstream_is_probed_while_no_page_is_viewed() -> None:
+    hung = Upstream("hung")
+    hung.answering = False
+    source = LiveSource(assemble(), [hung], lambda name: None, "r1")  # type: ignore[list-item]
+    await source.probe()
+    await source.probe()
+    assert [row["state"] for row in (await source.entry(probe=False))["upstreams"]] == ["up"]  # not a stale verdict
+    for _ in range(3):
+        await source.entry(probe=False)
+    assert hung.asked == 2
+    await source.entry()  # a page polls again: probed at once
+    assert hung.asked == 3
+
+
 async def test_a_probe_that_raises_counts_as_a_miss_and_never_escapes() -> None:
     class Broken(Upstream):
-        async def answers(self, within: float) -> bool:
+        async def answers(self, within: float, *, quiet: bool = False) -> bool:
             raise RuntimeError("the connection went away mid-probe")
 
     broken = Broken("broken")
