@@ -178,6 +178,7 @@ def call_rows(calls: Sequence[CallRecord]) -> list[Json]:
     """The recent calls as the page lists them."""
     return [
         {
+            "id": call.number,
             "at": call.at,
             "tool": call.tool,
             "capability": call.capability,

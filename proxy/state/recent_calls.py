@@ -52,6 +52,7 @@ class CallRecord(msgspec.Struct, frozen=True):
     cut_bytes: int  # what the size governor took out of the result (0: nothing)
     attempts: tuple[AttemptRecord, ...] = ()
     operator: str = "local"  # whose call it was (the bearer token's operator; `local` without auth)
+    number: int = 0  # its place among the calls this process recorded (1 the first): a stable id
 
 
 class RecentCalls:
@@ -66,8 +67,9 @@ class RecentCalls:
 
     def add(self, record: CallRecord) -> None:
         """One finished call, and what each of its attempts says of its provider."""
-        self.calls.append(record)
         self.total += 1
+        record = msgspec.structs.replace(record, number=self.total)
+        self.calls.append(record)
         for attempt in record.attempts:
             if attempt.outcome == "ok":
                 samples = self._book(self._latencies, attempt.provider, MAX_SAMPLES)

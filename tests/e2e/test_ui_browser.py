@@ -106,8 +106,26 @@ async def test_the_page_shows_a_cooldown_a_routed_calls_cost_and_todays_bar(rout
     today = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     bar = page.locator(f'#month-chart rect[data-day="{today}"]')
     await expect(bar).to_have_attribute("data-calls", "1")
-    assert int(await bar.get_attribute("height") or 0) > 0
+    # The one day is the tallest bar (90 of the chart's 100 units), or 1 unit when nothing was saved.
+    saved = int(await bar.get_attribute("data-saved-micros") or "x")
+    await expect(bar).to_have_attribute("height", "90" if saved else "1")
     await expect(page.locator("#month-summary")).to_contain_text("1 calls, paid $0.0080")
+
+    # A redraw keeps what the reader did: the open attempts (by the call's id) and the focus.
+    first = page.locator('details[data-key^="call:"][data-key$=":1"]')
+    await expect(first).to_have_attribute("open", "")
+    await expect(first.locator("summary")).to_be_focused()
+    renders = int(await page.locator("body").get_attribute("data-renders") or "x")
+    polls = int(await page.locator("body").get_attribute("data-polls") or "x")
+    answer = await call_search(routed)  # the data change (a cached answer: no attempts): the page redraws
+    assert answer["isError"] is False, answer
+    await expect(page.locator('tr[data-call="frugal__search"]')).to_have_count(2)
+    assert int(await page.locator("body").get_attribute("data-renders") or "x") > renders
+    await expect(page.locator("body")).not_to_have_attribute("data-polls", str(polls))
+    await expect(page.locator("body")).not_to_have_attribute("data-polls", str(polls + 1))  # and a further poll
+    await expect(first).to_have_attribute("open", "")
+    await expect(first.locator("summary")).to_be_focused()
+    await expect(page.locator('details[data-key^="call:"][open]')).to_have_count(1)
 
     # Phone width: nothing makes the page itself scroll sideways (the tables scroll in their box).
     await page.set_viewport_size({"width": 360, "height": 740})

@@ -7,6 +7,8 @@ const SVG = "http://www.w3.org/2000/svg";
 let paused = false;
 let last = null; // the last answer, and the offset of the server's clock from ours
 let offset = 0;
+let drawn = null; // what the drawn page shows (the answer less its clocks): unchanged, nothing is redrawn
+let polls = 0, renders = 0; // counted on <body> as data-polls and data-renders (the tests wait on them)
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -27,9 +29,11 @@ function svg(tag, attrs, ...children) {
   return node;
 }
 
-function table(headers, rows, label) {
+function table(headers, rows, label, key) {
+  // `key`: the region's name across redraws, to give it back its scroll position and focus.
   const head = el("tr", null, ...headers.map(([text, cls]) => el("th", { scope: "col", class: cls }, text)));
-  const wrap = el("div", { class: "scroll", tabindex: "0", role: "region", "aria-label": label });
+  const wrap = el("div", { class: "scroll", tabindex: "0", role: "region", "aria-label": label,
+    "data-key": `region:${key}:${label}` });
   wrap.append(el("table", null, el("thead", null, head), el("tbody", null, ...rows)));
   return wrap;
 }
@@ -67,7 +71,7 @@ function budgetBar(spent, cap) {
   return el("span", null, bar, " ", `${spent.usd} / ${cap.usd}`);
 }
 
-function upstreamTable(upstreams) {
+function upstreamTable(upstreams, key) {
   if (!upstreams.length) return el("p", { class: "empty" }, "no upstreams configured");
   const rows = upstreams.map((up) => el("tr", { "data-upstream": up.name },
     el("th", { scope: "row" }, up.name),
@@ -76,10 +80,10 @@ function upstreamTable(upstreams) {
     el("td", { class: "num" }, up.restarts),
     el("td", null, up.era || "not chosen yet"),
     el("td", { class: "num" }, up.tools === null || up.tools === undefined ? "not listed yet" : up.tools)));
-  return table([["Upstream"], ["State"], ["Restarts", "num"], ["Era"], ["Tools", "num"]], rows, "Upstreams");
+  return table([["Upstream"], ["State"], ["Restarts", "num"], ["Era"], ["Tools", "num"]], rows, "Upstreams", key);
 }
 
-function providerTable(providers) {
+function providerTable(providers, key) {
   if (!providers.length) return el("p", { class: "empty" }, "no providers configured");
   const parts = [];
   const capabilities = [...new Set(providers.map((p) => p.capability))];
@@ -104,12 +108,13 @@ function providerTable(providers) {
     });
     if (rows.length) {
       parts.push(table([["#", "num"], ["Provider"], ["State"], ["Price", "num"], ["Spend today"],
-        ["Free left", "num"], ["p50", "num"], ["Errors 15 min", "num"]], rows, `${capability} providers`));
+        ["Free left", "num"], ["p50", "num"], ["Errors 15 min", "num"]], rows, `${capability} providers`, key));
     } else {
       parts.push(el("p", { class: "empty" }, `no ${capability} provider is on`));
     }
     if (off.length) {
-      parts.push(el("details", { class: "off-list" }, el("summary", null, `${off.length} off`),
+      parts.push(el("details", { class: "off-list", "data-key": `off:${key}:${capability}` },
+        el("summary", null, `${off.length} off`),
         el("ul", null, ...off.map((p) => el("li", { "data-provider": p.name, "data-capability": capability },
           el("span", { class: "off" }, p.name), `: ${p.why}`)))));
     }
@@ -121,11 +126,11 @@ function outcomeClass(outcome) {
   return outcome === "ok" || outcome === "cached" ? "outcome-" + outcome : "outcome-bad";
 }
 
-function callTable(calls) {
+function callTable(calls, key) {
   if (!calls.length) return el("p", { class: "empty" }, "no calls yet");
   const rows = calls.map((call) => {
     const attempts = call.attempts.length
-      ? el("details", null, el("summary", null, `${call.attempts.length} attempt${call.attempts.length > 1 ? "s" : ""}`),
+      ? el("details", { "data-key": `call:${key}:${call.id}` }, el("summary", null, `${call.attempts.length} attempt${call.attempts.length > 1 ? "s" : ""}`),
         el("ul", null, ...call.attempts.map((a) => el("li", null,
           `${a.provider}: `, el("span", { class: outcomeClass(a.outcome) }, a.outcome),
           `, ${ms(a.latency_ms)}, ${a.free_quota ? "free quota" : a.cost.usd}` + (a.retries ? `, ${a.retries} retries` : "")))))
@@ -142,18 +147,19 @@ function callTable(calls) {
       el("td", { class: "num" }, bytes(call.cut_bytes)));
   });
   return table([["Time", "wide"], ["Tool"], ["Capability", "wide"], ["Provider"], ["Outcome"], ["Attempts"],
-    ["Cost", "num"], ["Latency", "num"], ["Cut", "num"]], rows, "Recent calls");
+    ["Cost", "num"], ["Latency", "num"], ["Cut", "num"]], rows, "Recent calls", key);
 }
 
 function serveCard(serve) {
   const who = [`pid ${serve.pid}`, serve.replica ? `replica ${serve.replica}` : null, serve.transport,
-    serve.state ? `shared state ${serve.state}` : null, `as of ${clock(serve.updated_at)}`].filter(Boolean);
-  return el("article", { class: "serve", "aria-label": `serve ${serve.pid}` },
-    el("h3", null, `serve ${who.join(" · ")}`),
-    el("h4", null, "Upstreams"), upstreamTable(serve.upstreams),
-    el("h4", null, "Providers"), providerTable(serve.providers),
+    serve.state ? `shared state ${serve.state}` : null].filter(Boolean);
+  const key = String(serve.pid);
+  return el("article", { class: "serve", "aria-label": `serve ${serve.pid}`, "data-pid": key },
+    el("h3", null, `serve ${who.join(" · ")} · `, el("span", { class: "as-of" }, `as of ${clock(serve.updated_at)}`)),
+    el("h4", null, "Upstreams"), upstreamTable(serve.upstreams, key),
+    el("h4", null, "Providers"), providerTable(serve.providers, key),
     el("h4", null, serve.calls_total === null ? `Your last calls (${serve.calls.length})`
-      : `Last calls (${serve.calls.length} of ${serve.calls_total} since start)`), callTable(serve.calls));
+      : `Last calls (${serve.calls.length} of ${serve.calls_total} since start)`), callTable(serve.calls, key));
 }
 
 function monthChart(month, scope) {
@@ -209,15 +215,65 @@ function replicas(list) {
   body.replaceChildren(table([["Replica"], ["Last seen"]], list.map((r) =>
     el("tr", { "data-replica": r.replica }, el("th", { scope: "row" }, r.replica + (r.self ? " (this one)" : "")),
       el("td", null, clock(r.seen_at)))),
-    "Replicas"));
+    "Replicas", "fleet"));
+}
+
+function keyed(selector) {
+  return new Map([...document.querySelectorAll(selector)].map((node) => [node.getAttribute("data-key"), node]));
+}
+
+function held() {
+  // What the reader has done to the page that a redraw must not undo: open details, scrolled
+  // regions, the focused element (named by the nearest element with a data-key).
+  const active = document.activeElement;
+  const holder = active && active !== document.body ? active.closest("[data-key]") : null;
+  return {
+    open: new Set([...keyed("details[open][data-key]").keys()]),
+    scrolled: new Map([...keyed(".scroll[data-key]")].map(([key, node]) => [key, [node.scrollLeft, node.scrollTop]])),
+    focus: holder ? { key: holder.getAttribute("data-key"), summary: active.tagName === "SUMMARY" } : null,
+  };
+}
+
+function giveBack(state) {
+  for (const [key, node] of keyed("details[data-key]")) if (state.open.has(key)) node.open = true;
+  for (const [key, node] of keyed(".scroll[data-key]")) {
+    const at = state.scrolled.get(key);
+    if (at) [node.scrollLeft, node.scrollTop] = at;
+  }
+  if (state.focus) {
+    const holder = keyed("[data-key]").get(state.focus.key);
+    const target = holder && (state.focus.summary ? holder.querySelector("summary") : holder);
+    if (target && document.activeElement !== target) target.focus({ preventScroll: true });
+  }
+}
+
+function shownOf(data) {
+  // The answer less what changes at every poll (its clocks): equal, the page already shows it.
+  // A cooldown's seconds left shrink at every poll; the tick() counts them down from its end.
+  const providers = (list) => list.map((p) => ({ ...p, cooldown_s: null,
+    cooldown_until: p.cooldown_until ? Math.round(p.cooldown_until) : null }));
+  return JSON.stringify({ ...data, generated_at: 0,
+    serves: data.serves.map((s) => ({ ...s, updated_at: 0, providers: providers(s.providers || []) })) });
 }
 
 function render(data) {
+  const shown = shownOf(data);
+  if (shown === drawn) {
+    for (const serve of data.serves) {
+      const node = document.querySelector(`article[data-pid="${Number(serve.pid)}"] .as-of`);
+      if (node) node.textContent = `as of ${clock(serve.updated_at)}`;
+    }
+    return;
+  }
+  const state = held();
   const body = document.getElementById("serves-body");
   body.replaceChildren(...(data.serves.length ? data.serves.map(serveCard)
     : [el("p", { class: "empty" }, "no frugal-proxy serve is running")]));
   monthChart(data.month, data.scope);
   replicas(data.replicas);
+  giveBack(state);
+  drawn = shown;
+  document.body.setAttribute("data-renders", String(++renders));
 }
 
 async function poll() {
@@ -229,6 +285,7 @@ async function poll() {
       last = await reply.json();
       offset = last.generated_at - Date.now() / 1000;
       render(last);
+      document.body.setAttribute("data-polls", String(++polls));
       live.className = "";
       live.textContent = `live · updated ${clock(last.generated_at)}`;
     } catch (error) {

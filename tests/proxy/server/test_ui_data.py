@@ -121,6 +121,7 @@ def test_calls_carry_exact_money_and_no_more_than_the_record() -> None:
     record = CallRecord(1.0, "add", None, "notes", "ok", 2_500, 3.5, 1_024, (AttemptRecord("notes", "ok", 3.0, 2_500),))
     (row,) = call_rows([record])
     assert row == {
+        "id": 0,
         "at": 1.0,
         "tool": "add",
         "capability": None,

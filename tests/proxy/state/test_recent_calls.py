@@ -19,6 +19,7 @@ def test_the_ring_keeps_the_last_calls_newest_first() -> None:
     assert [record.tool for record in book.recent()] == ["tool4", "tool3", "tool2"]
     assert [record.tool for record in book.recent(1)] == ["tool4"]
     assert book.total == 5
+    assert [record.number for record in book.recent()] == [5, 4, 3]  # each call's stable id
 
 
 def test_p50_reads_answered_attempts_and_keeps_only_the_last_samples() -> None:
