@@ -272,9 +272,15 @@ def month_view(month: tally.MonthTally) -> Json:
 
 
 def page_data(
-    serves: list[Json], month: Json | None, replicas: list[Json] | None, *, source: str, now: float | None = None
+    serves: list[Json],
+    month: Json | None,
+    replicas: list[Json] | str | None,
+    *,
+    source: str,
+    now: float | None = None,
 ) -> Json:
-    """The whole /ui/data answer."""
+    """The whole /ui/data answer. `replicas`: those on the shared Redis, "unreachable" while it
+    does not answer, None with the memory backend (one process)."""
     return {
         "schema": SCHEMA,
         "source": source,
@@ -375,7 +381,7 @@ class LiveSource:
         connections: Sequence[UpstreamBase],
         tools: Callable[[str], int | None],
         replica: str | None,
-        replicas: Callable[[], Awaitable[list[Json] | None]] | None = None,
+        replicas: Callable[[], Awaitable[list[Json] | str]] | None = None,
         month: MonthCache | None = None,
         task_group: anyio.abc.TaskGroup | None = None,
     ) -> None:

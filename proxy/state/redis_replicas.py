@@ -8,7 +8,8 @@ page lists them.
 Bounded: a beat drops every replica not seen for FORGET_AFTER seconds, and the key expires
 after twice that, so a fleet that stops leaves nothing behind. Never on a call's path: one
 write every BEAT_EVERY seconds per replica, one read per poll of the page. While Redis does not
-answer, a beat is skipped and `seen` says None (the page says it cannot tell).
+answer, a beat is skipped and `seen` says UNKNOWN (the page says it cannot tell), never None
+(what the page reads as "one process: no shared backend").
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from frugal_proxy.state.redis_link import UNREACHABLE, RedisLink
 
 BEAT_EVERY = 5.0
 FORGET_AFTER = 60.0
+UNKNOWN = "unreachable"  # what `seen` says while Redis does not answer
 
 
 class RedisReplicas:
@@ -50,13 +52,13 @@ class RedisReplicas:
             await self.beat()
             await anyio.sleep(BEAT_EVERY)
 
-    async def seen(self) -> list[dict[str, Any]] | None:
+    async def seen(self) -> list[dict[str, Any]] | str:
         """Each replica seen in the last FORGET_AFTER seconds, the most recent first, with when
-        it last checked in; None when Redis does not answer."""
+        it last checked in; UNKNOWN when Redis does not answer."""
         since = repr(self.clock() - FORGET_AFTER)
         replies = await self.link.send(("ZRANGEBYSCORE", self.key, since, "+inf", "WITHSCORES"))
         if replies is UNREACHABLE:
-            return None
+            return UNKNOWN
         found = list(replies[0])
         if found and not isinstance(found[0], list | tuple):  # a flat reply: member, score, member …
             found = [found[n : n + 2] for n in range(0, len(found) - 1, 2)]

@@ -208,6 +208,10 @@ function replicas(list) {
     body.replaceChildren(el("p", { class: "empty" }, "one process: the shared state backend (redis) is off"));
     return;
   }
+  if (!Array.isArray(list)) {
+    body.replaceChildren(el("p", { class: "empty why" }, "replicas unknown: Redis unreachable"));
+    return;
+  }
   if (!list.length) {
     body.replaceChildren(el("p", { class: "empty" }, "no replica has checked in yet"));
     return;
