@@ -42,7 +42,6 @@ from frugal_proxy.upstream.base import UpstreamBase
 from frugal_proxy.upstream.fleet import Fleet, run
 
 if TYPE_CHECKING:
-    from frugal_proxy.pipeline.assembly import Assembly
     from frugal_proxy.server.ui_data import LiveSource
 
 log = logging.getLogger("frugal_proxy.serve")
@@ -175,6 +174,8 @@ def serve_command(argv: list[str]) -> int:
 
 
 async def serve_stdio(config: Config) -> int:
+    from frugal_proxy.server.ui_data import LiveSource
+
     source, sink = FdSource(sys.stdin.fileno()), FdSink(sys.stdout.fileno())
     downstream = DownstreamPeer(FrameWriter(sink))
     fleet = Fleet.from_config(config)
@@ -190,7 +191,7 @@ async def serve_stdio(config: Config) -> int:
             tg = running.task_group
             await assembly.start(tg)
             session = Router(upstreams, downstream, tg, **router_options)
-            status.page = page_source(assembly, upstreams, session, tg)
+            status.page = LiveSource.of(assembly, upstreams, session, tg)
             tg.start_soon(stop_on_signal, tg.cancel_scope)
             tg.start_soon(status.keep_written)
             await session.serve(FrameReader(source, config.limits.max_message_bytes))
@@ -205,29 +206,6 @@ async def serve_stdio(config: Config) -> int:
         sink.restore()
         status.remove()
     return 0
-
-
-def page_source(
-    assembly: Assembly, upstreams: list[UpstreamBase], session: Router, tg: anyio.abc.TaskGroup
-) -> LiveSource:
-    """What the status file's `page` is built from: the status page's view of this serve."""
-    from frugal_proxy.server.ui_data import LiveSource
-
-    catalog = session.catalog
-
-    def tool_count(name: str) -> int | None:
-        listed = catalog.tool_names(name)
-        return None if listed is None else len(listed)
-
-    name = replica.replica_id()
-    seen = None
-    if assembly.redis is not None:  # a stdio serve on the shared Redis is one of the fleet too
-        from frugal_proxy.state.redis_replicas import RedisReplicas
-
-        fleet = RedisReplicas(assembly.redis, name)
-        tg.start_soon(fleet.keep_beating)
-        seen = fleet.seen
-    return LiveSource(assembly, upstreams, tool_count, name, replicas=seen, task_group=tg)
 
 
 class StatusFile:

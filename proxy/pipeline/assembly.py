@@ -65,6 +65,7 @@ from frugal_proxy.state.redis_budgets import RedisBudgets
 from frugal_proxy.state.redis_cache import RedisResultCache
 from frugal_proxy.state.redis_cooldowns import RedisCooldowns
 from frugal_proxy.state.redis_link import RedisLink
+from frugal_proxy.state.redis_replicas import RedisReplicas
 from frugal_proxy.state.redis_spend import RedisSpend, RedisUsage
 from frugal_proxy.state.redis_spill import RedisSpillStore
 from frugal_proxy.state.redis_windows import RedisCallWindows
@@ -105,6 +106,9 @@ class Assembly:
     # feeds, and the routing policy whose order it shows.
     recent: RecentCalls = field(default_factory=RecentCalls)
     routing: Routing | None = None
+    # With the shared Redis: this replica's check-in and the fleet it sees, for the status page
+    # (server.ui_data.LiveSource.of starts its beat: only a serve checks in, never a test's pipeline).
+    replicas: RedisReplicas | None = None
 
     @property
     def provider_names(self) -> list[str]:
@@ -286,6 +290,8 @@ def _add_routed(assembly: Assembly, config: Config, environ: Mapping[str, str] |
     by_route = {name: tool_route.routing for name, tool_route in config.routes.items()}
     _say_denied(routing, specs)
     link = assembly.redis = _redis(config, environ)
+    if link is not None:  # one of a fleet: it checks in, and the status page lists the others
+        assembly.replicas = RedisReplicas(link, replica.replica_id(environ))
     usage: MemoryUsage | RedisUsage
     spend: MemorySpend | RedisSpend
     if link is None:

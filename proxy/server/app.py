@@ -23,7 +23,6 @@ from starlette.routing import Route
 
 from frugal_proxy import logs
 from frugal_proxy.bridge.downstream import ClientUnreachable, DownstreamPeer
-from frugal_proxy.ledger import replica
 from frugal_proxy.pipeline.assembly import assemble
 from frugal_proxy.protocol import jsonrpc
 from frugal_proxy.protocol.jsonrpc import Frame
@@ -38,7 +37,6 @@ from frugal_proxy.server.metrics import METRICS_PATH, HttpMetrics, Metrics, scra
 from frugal_proxy.server.sessions import HttpSessions, UpstreamSet
 from frugal_proxy.server.ui_data import LiveSource
 from frugal_proxy.server.ui_routes import DataSource, ui_routes
-from frugal_proxy.state.redis_replicas import RedisReplicas
 from frugal_proxy.upstream.base import UpstreamBase
 from frugal_proxy.upstream.fleet import run
 
@@ -153,19 +151,7 @@ async def serve_http(
             )
             tg.start_soon(sessions.expire_idle)
         endpoint = Endpoint(shared, sessions, settings)
-        catalog = shared.catalog
-
-        def tool_count(name: str) -> int | None:
-            listed = catalog.tool_names(name)
-            return None if listed is None else len(listed)
-
-        name = settings.replica or replica.replica_id()
-        fleet = None
-        if assembly.redis is not None:  # the replicas sharing this Redis, for the status page
-            fleet = RedisReplicas(assembly.redis, name)
-            tg.start_soon(fleet.keep_beating)
-        seen = fleet.seen if fleet is not None else None
-        page = LiveSource(assembly, connections, tool_count, name, replicas=seen, task_group=tg)
+        page = LiveSource.of(assembly, connections, shared, tg, settings.replica)
         config = uvicorn.Config(
             build_app(endpoint, settings, metrics, page.data),
             log_level="warning",

@@ -39,6 +39,7 @@ from frugal_proxy import ledger
 from frugal_proxy.capabilities import CAPABILITIES
 from frugal_proxy.identities import LOCAL
 from frugal_proxy.ledger import reader, tally
+from frugal_proxy.ledger.replica import replica_id
 from frugal_proxy.money import format_usd
 from frugal_proxy.policies.routing import has_quota
 from frugal_proxy.records import ProviderSpec
@@ -49,6 +50,7 @@ from frugal_proxy.upstream.base import UpstreamBase
 
 if TYPE_CHECKING:
     from frugal_proxy.pipeline.assembly import Assembly
+    from frugal_proxy.router.router import Router
 
 log = logging.getLogger("frugal_proxy.ui")
 
@@ -398,6 +400,32 @@ class LiveSource:
         self._misses: dict[str, int] = {}
         self._said: dict[str, bool] = {}  # the verdict last logged per upstream (absent: answering)
         self._probing = False
+
+    @classmethod
+    def of(
+        cls,
+        assembly: Assembly,
+        connections: Sequence[UpstreamBase],
+        router: Router,
+        task_group: anyio.abc.TaskGroup,
+        name: str | None = None,
+    ) -> LiveSource:
+        """A serve's page over its assembly and its router's catalog (the tools each upstream
+        listed); on the shared Redis, it starts the assembly's check-in (every few seconds, in
+        `task_group`) and lists the replicas it sees. `name`: this replica's otherwise (default:
+        the ledger's replica id)."""
+        catalog = router.catalog
+
+        def tools(name: str) -> int | None:
+            listed = catalog.tool_names(name)
+            return None if listed is None else len(listed)
+
+        fleet = assembly.replicas
+        if fleet is not None:
+            task_group.start_soon(fleet.keep_beating)
+        name = fleet.replica if fleet is not None else name or replica_id()
+        seen = fleet.seen if fleet is not None else None
+        return cls(assembly, connections, tools, name, replicas=seen, task_group=task_group)
 
     async def probe(self) -> None:
         """Ask each running upstream for an answer (ping or server/discover). One that missed

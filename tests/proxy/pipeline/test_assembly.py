@@ -551,3 +551,16 @@ async def test_a_plain_call_with_no_guard_taking_part_makes_no_redis_round_trip(
         async with assembled(redis_server) as (pipeline, phases):
             calls = [await phases.of(pipeline, plain()) for _ in range(5)]
     assert all(not writes for call in calls for writes in call.values()), calls
+
+
+def test_the_shared_redis_brings_the_replicas_check_in_and_memory_none(redis_server: RedisServer) -> None:
+    """The one place naming concrete stores builds the fleet's check-in too (the HTTP and stdio
+    serves read it off the assembly)."""
+    from frugal_proxy.state.redis_replicas import RedisReplicas
+
+    state = f'[state]\nbackend = "redis"\nurl = "{redis_server.url}"\n'
+    environ = {"FRUGAL_STATS": "off", "FRUGAL_REPLICA_ID": "replica-7"}
+    shared = assemble(config=config_module.loads(GUARDS + state), environ=environ)
+    assert isinstance(shared.replicas, RedisReplicas) and shared.replicas.link is shared.redis
+    assert shared.replicas.replica == "replica-7"
+    assert assemble(config=config_module.loads(GUARDS), environ=environ).replicas is None
