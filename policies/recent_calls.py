@@ -10,12 +10,15 @@ result, nor an attempt's error text (an upstream's message may quote either).
 
 from __future__ import annotations
 
+import logging
 import time
 
 from frugal_proxy.policies import Policy
 from frugal_proxy.policies.metrics import CACHED, outcome_of
 from frugal_proxy.records import Exchange
 from frugal_proxy.state.recent_calls import AttemptRecord, CallRecord, RecentCalls
+
+log = logging.getLogger("frugal_proxy.ui")
 
 MAX_TOOL_CHARS = 128
 
@@ -25,8 +28,19 @@ class RecentCallsPolicy(Policy):
 
     def __init__(self, book: RecentCalls) -> None:
         self.book = book
+        self._failed = False  # a failure was said (once: a broken ring would say it every call)
 
     async def seal(self, exchange: Exchange) -> None:
+        """Record the call; a record that cannot be made is said once and never raises into
+        the pipeline (the page is a view: the call and its ledger line go on)."""
+        try:
+            self.record(exchange)
+        except Exception as error:
+            if not self._failed:
+                self._failed = True
+                log.warning("the status page's ring could not record a call", extra={"error": repr(error)})
+
+    def record(self, exchange: Exchange) -> None:
         receipt = exchange.receipt
         attempts = tuple(
             AttemptRecord(a.provider, a.outcome, round(a.latency_ms, 2), a.cost_micros, a.retries, a.free_quota)

@@ -9,7 +9,7 @@ tools/call (routing, the size governor, budgets, the loop guard, the ledger, met
 here and nowhere else:
 
     loop guard → domains → cache → routing → ceiling → budget → cooldown → governor → metrics
-    → recent calls → ledger → (build_pipeline adds the call log; dispatch's deadline and retries come with it)
+    → ledger → recent calls → (build_pipeline adds the call log; dispatch's deadline and retries come with it)
 """
 
 from __future__ import annotations
@@ -255,10 +255,11 @@ def assemble(
             defined.append(EXECUTE_TOOL["name"])
         assembly.tool_names = ToolNames(defined)
         assembly.policies.append(CallMetrics(metrics, assembly.tool_names))
-    assembly.policies.append(RecentCallsPolicy(assembly.recent))  # the status page's last calls
     if ledger.enabled(environ):  # the usage ledger, unless FRUGAL_STATS=off
         rack = registry.rack_rates(config) if config is not None else {}
         assembly.policies.append(Ledger(writer_for(home.usage_dir(), replica.replica_id(environ)), rack))
+    # The status page's last calls, after the money's record: a view never costs the ledger a line.
+    assembly.policies.append(RecentCallsPolicy(assembly.recent))
     return assembly
 
 

@@ -67,3 +67,24 @@ async def test_a_tool_name_is_cut_to_128_characters() -> None:
     await RecentCallsPolicy(book).seal(ex)
     (record,) = book.recent()
     assert record.tool == "x" * 128 and record.outcome == "no_provider" and record.provider is None
+
+
+async def test_a_record_that_cannot_be_made_never_raises_into_the_pipeline(caplog: pytest.LogCaptureFixture) -> None:
+    class Broken(RecentCalls):
+        def add(self, record: object) -> None:
+            raise RuntimeError("a ring that cannot take it")
+
+    policy = RecentCallsPolicy(Broken(Clock()))
+    await policy.seal(sealed())
+    await policy.seal(sealed())
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert said == ["the status page's ring could not record a call"]  # once, not per call
+
+
+def test_the_ring_seals_after_the_ledger() -> None:
+    """The money's record comes first: whatever the page's hook does, the ledger has the line."""
+    from frugal_proxy.pipeline.assembly import assemble
+    from frugal_proxy.policies.ledger import Ledger
+
+    names = [type(policy) for policy in assemble(environ={}).policies]
+    assert names.index(Ledger) < names.index(RecentCallsPolicy)

@@ -84,7 +84,7 @@ async def large(exchange: Exchange) -> Outcome:
 
 def test_the_default_is_the_governor_with_its_tools_and_no_metrics() -> None:
     assembly = assemble()
-    policy, recent, ledger = assembly.policies
+    policy, ledger, recent = assembly.policies  # the money's line before the page's ring
     assert isinstance(policy, GovernorPolicy) and policy.governor is assembly.governor
     assert isinstance(recent, RecentCallsPolicy) and recent.book is assembly.recent  # the status page's ring
     assert isinstance(ledger, Ledger)
@@ -114,8 +114,8 @@ async def test_metrics_come_last_and_see_what_the_governor_cut() -> None:
     assert [type(policy) for policy in pipeline.policies] == [
         GovernorPolicy,
         CallMetrics,
-        RecentCallsPolicy,
         Ledger,
+        RecentCallsPolicy,
         CallLog,
     ]
     with deadline(10):
