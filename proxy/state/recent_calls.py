@@ -5,8 +5,8 @@
                    arguments or the result's text
     AttemptRecord  one provider tried within it: provider, outcome, latency, cost, retries
     RecentCalls    the last MAX_CALLS records (a ring), each provider's last MAX_SAMPLES
-                   answered latencies (for a p50) and the times of its failed attempts in the
-                   last ERROR_WINDOW seconds
+                   answered latencies (every outcome not in FAILED, `empty` too: for a
+                   p50) and the times of its failed attempts in the last ERROR_WINDOW seconds
 
 Per process, by choice (a replica's page shows its own calls; the ledger has everyone's). Fed
 from the pipeline's seal phase (policies.recent_calls) on the event loop's one thread, read by
@@ -71,14 +71,14 @@ class RecentCalls:
         record = msgspec.structs.replace(record, number=self.total)
         self.calls.append(record)
         for attempt in record.attempts:
-            if attempt.outcome == "ok":
-                samples = self._book(self._latencies, attempt.provider, MAX_SAMPLES)
-                if samples is not None:
-                    samples.append(attempt.latency_ms)
-            elif attempt.outcome in FAILED:
+            if attempt.outcome in FAILED:
                 times = self._book(self._errors, attempt.provider, MAX_ERRORS)
                 if times is not None:
                     times.append(record.at)
+            else:  # an answer (`ok` or `empty`): the provider's latency, whatever it found
+                samples = self._book(self._latencies, attempt.provider, MAX_SAMPLES)
+                if samples is not None:
+                    samples.append(attempt.latency_ms)
 
     @staticmethod
     def _book(books: dict[str, deque[float]], provider: str, size: int) -> deque[float] | None:

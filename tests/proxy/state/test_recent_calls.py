@@ -30,6 +30,8 @@ def test_p50_reads_answered_attempts_and_keeps_only_the_last_samples() -> None:
         book.add(call(clock, "s", AttemptRecord("wiki", "ok", latency)))
     book.add(call(clock, "s", AttemptRecord("wiki", "transient", 9000.0)))  # a failure is no sample
     assert book.p50_ms("wiki") == 20.0
+    book.add(call(clock, "s", AttemptRecord("wiki", "empty", 40.0), AttemptRecord("wiki", "empty", 50.0)))
+    assert book.p50_ms("wiki") == 30.0  # an empty answer is an answer: its latency is a sample
     for _ in range(MAX_SAMPLES):
         book.add(call(clock, "s", AttemptRecord("wiki", "ok", 100.0)))
     assert book.p50_ms("wiki") == 100.0  # the first three fell out of the window
