@@ -10,13 +10,15 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx2
 import pytest
 
+from frugal_proxy.cli.serve import STATUS_INTERVAL
 from tests.conftest import notes_command
 from tests.e2e.test_http_downstream import Proxy, modern_body, modern_headers, sdk_client, start
 from tests.e2e.test_serve import serve_command, serve_env
@@ -29,6 +31,24 @@ pytestmark = pytest.mark.anyio
 
 TOKEN = "ui-s3cret-token"
 PAGES = ("/ui", "/ui/status.css", "/ui/status.js", "/ui/favicon.svg", "/ui/data")
+
+
+async def data_until(
+    http: httpx2.AsyncClient, url: str, ready: Callable[[dict[str, Any]], bool], within: float = 60.0
+) -> dict[str, Any]:
+    """/ui/data once `ready` says it holds what a producer writes on its own clock (a status
+    file every 2 s, a check-in every 5 s): polled a few times per producer period, no longer
+    than `within` seconds; the deadline's failure shows the last answer."""
+    data: dict[str, Any] = {}
+    try:
+        with anyio.fail_after(within):
+            while True:
+                data = (await http.get(url)).json()
+                if ready(data):
+                    return data
+                await anyio.sleep(STATUS_INTERVAL / 8)
+    except TimeoutError:
+        pytest.fail(f"/ui/data did not get there within {within:g} s; its last answer: {data}")
 
 
 async def test_the_page_and_its_data_follow_the_mcp_endpoints_token_and_origin_rules() -> None:
@@ -135,13 +155,9 @@ async def test_the_ui_command_serves_the_stdio_serves_status_files(tmp_path: Pat
                 assert (
                     await http.get(f"{base}/ui/data", headers={"Origin": "https://evil.example"})
                 ).status_code == 403
-                with anyio.fail_after(60):
-                    while True:  # the status file is rewritten every 2 s: wait for one that holds the call
-                        data = (await http.get(f"{base}/ui/data")).json()
-                        calls = [call for serve in data["serves"] for call in serve["calls"]]
-                        if calls:
-                            break
-                        await anyio.sleep(0.2)
+                # The status file is rewritten every STATUS_INTERVAL: wait for one that holds the call.
+                data = await data_until(http, f"{base}/ui/data", lambda d: any(s["calls"] for s in d["serves"]))
+                calls = [call for serve in data["serves"] for call in serve["calls"]]
         finally:
             ui.stop()
         code = await client.close()
@@ -178,12 +194,8 @@ async def test_ui_data_lists_the_replicas_that_share_the_redis(tmp_path: Path, r
         first.wait_listening()
         second.wait_listening()
         async with httpx2.AsyncClient(timeout=20) as http:
-            with anyio.fail_after(60):
-                while True:  # each replica checks in at start, then every 5 s
-                    data = (await http.get(f"{first.base}/ui/data")).json()
-                    if len(data["replicas"] or []) == 2:
-                        break
-                    await anyio.sleep(0.2)
+            # Each replica checks in at start, then every BEAT_EVERY seconds.
+            data = await data_until(http, f"{first.base}/ui/data", lambda d: len(d["replicas"] or []) == 2)
         assert {(entry["replica"], entry["self"]) for entry in data["replicas"]} == {
             ("replica-1", True),
             ("replica-2", False),

@@ -46,8 +46,10 @@ async def test_with_no_serve_running_there_is_nothing_to_show() -> None:
     assert data["serves"] == [] and data["replicas"] is None
 
 
-def test_a_public_bind_without_a_token_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    os.environ.pop("FRUGAL_AUTH_TOKEN", None)
+def test_a_public_bind_without_a_token_is_refused(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("FRUGAL_AUTH_TOKEN", raising=False)
     assert ui_command(["--http", "0.0.0.0:0"]) == 2
     err = capsys.readouterr().err
     assert "refusing to listen on 0.0.0.0 without authentication" in err and "--allow-unauthenticated" in err
