@@ -320,7 +320,6 @@ class MonthCache:
         self._month = ""
         # each file's offset after its last whole line read, and the lines before it
         self._read: dict[Path, tuple[int, int]] = {}
-        self._damage: dict[Path, reader.Damage] = {}  # each file's lines that did not decode, said once
         self._tally: tally.MonthTally | None = None
         self._lock = anyio.Lock()
 
@@ -340,17 +339,16 @@ class MonthCache:
     def catch_up(self, month: str) -> tally.MonthTally:
         """The month's tally with every line written since the last call added (in a thread).
         The offsets and the tally move together, once every file is read: a file that cannot be
-        read leaves both where they were, to be read again next time. A damaged line is said once,
-        numbered in its file."""
+        read leaves both where they were, to be read again next time. A damaged line is said once
+        (a read starts after the last one that was said), numbered in its file."""
         if month != self._month or self._tally is None:
             self._month, self._read, self._tally = month, {}, tally.MonthTally(month)
-            self._damage = {}
         read, parts = dict(self._read), [self._tally]
-        damages: dict[Path, reader.Damage] = {}
+        damages = []
         for path in reader.month_files(month, self.directory):
             start, lines_before = read.get(path, (0, 0))
-            kept = self._damage.get(path)
-            damage = damages[path] = reader.Damage(path, list(kept.lines) if kept is not None else [])
+            damage = reader.Damage(path)
+            damages.append(damage)
             pieces = reader.appended(path, tally.Tallied, start, damage, lines_before)
             try:
                 for piece in pieces:
@@ -362,12 +360,8 @@ class MonthCache:
             read[path] = (start, lines_before)
         merged = tally.merged(month, parts) if len(parts) > 1 else self._tally
         self._read, self._tally = read, merged
-        for path, damage in damages.items():
-            kept = self._damage.get(path)
-            said = len(kept.lines) if kept is not None else 0
-            if len(damage.lines) > said:  # only the lines this read found
-                reader.Damage(path, damage.lines[said:]).warn()
-            self._damage[path] = damage
+        for damage in damages:
+            damage.warn()
         return merged
 
 
