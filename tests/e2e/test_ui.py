@@ -22,6 +22,7 @@ from frugal_proxy.cli.serve import STATUS_INTERVAL
 from tests.conftest import notes_command
 from tests.e2e.test_http_downstream import Proxy, modern_body, modern_headers, sdk_client, start
 from tests.e2e.test_serve import serve_command, serve_env
+from tests.pace import deadline, paced
 from tests.rawclient import RawClient
 from tests.redis_server import RedisServer, redis_server
 
@@ -41,7 +42,7 @@ async def data_until(
     than `within` seconds; the deadline's failure shows the last answer."""
     data: dict[str, Any] = {}
     try:
-        with anyio.fail_after(within):
+        with deadline(within):
             while True:
                 data = (await http.get(url)).json()
                 if ready(data):
@@ -55,7 +56,7 @@ async def test_the_page_and_its_data_follow_the_mcp_endpoints_token_and_origin_r
     proxy = start(notes_command(), env={"FRUGAL_AUTH_TOKEN": TOKEN})
     try:
         body, headers = modern_body("tools/list"), modern_headers("tools/list")
-        async with httpx2.AsyncClient(timeout=20) as http:
+        async with httpx2.AsyncClient(timeout=paced(20)) as http:
 
             async def statuses(**extra: str) -> list[int]:
                 mcp = await http.post(proxy.url, json=body, headers={**headers, **extra})
@@ -85,11 +86,11 @@ async def test_the_page_and_its_data_follow_the_mcp_endpoints_token_and_origin_r
 async def test_ui_data_lists_a_call_a_client_made() -> None:
     proxy = start(notes_command())
     try:
-        with anyio.fail_after(60):
+        with deadline(60):
             async with sdk_client(proxy.url, "auto") as client:
                 await client.list_tools()
                 assert not (await client.call_tool("add", {"a": 2, "b": 3})).is_error
-            async with httpx2.AsyncClient(timeout=20) as http:
+            async with httpx2.AsyncClient(timeout=paced(20)) as http:
                 data = (await http.get(f"{proxy.base}/ui/data")).json()
         assert data["schema"] == 1 and data["source"] == "serve" and data["replicas"] is None
         (serve,) = data["serves"]
@@ -125,7 +126,7 @@ class UiProcess:
     def stop(self) -> str:
         self.process.terminate()
         try:
-            _, err = self.process.communicate(timeout=15)
+            _, err = self.process.communicate(timeout=paced(15))
         except subprocess.TimeoutExpired:
             self.process.kill()
             _, err = self.process.communicate()
@@ -150,7 +151,7 @@ async def test_the_ui_command_serves_the_stdio_serves_status_files(tmp_path: Pat
         try:
             url = await ui.url()
             base = url.rsplit("/ui", 1)[0]
-            async with httpx2.AsyncClient(timeout=20) as http:
+            async with httpx2.AsyncClient(timeout=paced(20)) as http:
                 assert (await http.get(url)).status_code == 200
                 assert (
                     await http.get(f"{base}/ui/data", headers={"Origin": "https://evil.example"})
@@ -174,7 +175,7 @@ async def test_the_ui_command_asks_for_the_token_when_one_is_set(tmp_path: Path)
     ui = UiProcess(tmp_path / "home", env={"FRUGAL_AUTH_TOKEN": TOKEN})
     try:
         url = await ui.url()
-        async with httpx2.AsyncClient(timeout=20) as http:
+        async with httpx2.AsyncClient(timeout=paced(20)) as http:
             assert (await http.get(url)).status_code == 401
             assert (await http.get(url, headers={"Authorization": f"Bearer {TOKEN}"})).status_code == 200
             data = await http.get(url + "/data", headers={"Authorization": f"Bearer {TOKEN}"})
@@ -193,7 +194,7 @@ async def test_ui_data_lists_the_replicas_that_share_the_redis(tmp_path: Path, r
     try:
         first.wait_listening()
         second.wait_listening()
-        async with httpx2.AsyncClient(timeout=20) as http:
+        async with httpx2.AsyncClient(timeout=paced(20)) as http:
             # Each replica checks in at start, then every BEAT_EVERY seconds.
             data = await data_until(http, f"{first.base}/ui/data", lambda d: len(d["replicas"] or []) == 2)
         assert {(entry["replica"], entry["self"]) for entry in data["replicas"]} == {

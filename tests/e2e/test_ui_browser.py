@@ -20,11 +20,11 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import anyio
 import pytest
 
 from tests.e2e.test_http_downstream import Proxy
 from tests.e2e.test_metrics_routed import config
+from tests.pace import deadline, paced
 from tests.servers.fake_apis import fake_apis
 from tests.servers.search_apis import search_apis
 
@@ -77,7 +77,7 @@ async def test_the_page_shows_a_cooldown_a_routed_calls_cost_and_todays_bar(rout
     page = await context.new_page()
     errors: list[str] = []
     page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
-    expect.set_options(timeout=30_000)
+    expect.set_options(timeout=round(paced(30) * 1000))
     await page.goto(f"{routed.base}/ui")
     await expect(page.locator("#serves-body").get_by_text("no calls yet")).to_be_visible()
     await expect(page.locator("#serves-body").get_by_text("no extract provider is on")).to_be_visible()
@@ -143,8 +143,8 @@ async def call_search(proxy: Proxy) -> dict[str, object]:
 
     params = {"name": "frugal__search", "arguments": {"query": "protocol"}}
     headers = {**modern_headers("tools/call", "frugal__search"), "Authorization": f"Bearer {TOKEN}"}
-    with anyio.fail_after(60):
-        async with httpx2.AsyncClient(timeout=60) as http:
+    with deadline(60):
+        async with httpx2.AsyncClient(timeout=paced(60)) as http:
             reply = await http.post(proxy.url, json=modern_body("tools/call", params), headers=headers)
     assert reply.status_code == 200, reply.text
     result: dict[str, object] = reply.json()["result"]
