@@ -16,6 +16,7 @@ struct: the others are skipped at parse speed.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import mmap
@@ -95,15 +96,9 @@ def batches(path: Path, kind: type[T], damage: Damage | None = None) -> Iterator
     has none. Skipped lines go to `damage` (a warning is logged at the end when none is given).
     The file is mapped, not copied: each chunk is a view of it, up to its last whole line."""
     report = damage or Damage(path)
-    try:
-        handle = path.open("rb")
-    except FileNotFoundError:
-        return
-    with handle:
-        size = os.fstat(handle.fileno()).st_size
-        if size == 0:
-            return
-        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped, memoryview(mapped) as view:
+    with _mapped(path, 0) as opened:
+        if opened is not None:
+            mapped, view, size = opened
             start = 0
             while start < size:
                 end = min(start + CHUNK_BYTES, size)
@@ -143,18 +138,9 @@ def appended(
     next time. `lines_before`: the lines before `start`, to number a damaged one in `damage`. A
     missing file has none; one shorter than `start` raises Replaced."""
     report = damage or Damage(path)
-    try:
-        handle = path.open("rb")
-    except FileNotFoundError:
-        return
-    with handle:
-        size = os.fstat(handle.fileno()).st_size
-        if size < start:
-            raise Replaced(str(path))
-        if size == start:
-            return
-        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped, memoryview(mapped) as view:
-            size = min(size, len(mapped))
+    with _mapped(path, start) as opened:
+        if opened is not None:
+            mapped, view, size = opened
             at, counted = start, lines_before
             while at < size:
                 cut = mapped.rfind(b"\n", at, min(at + CHUNK_BYTES, size))
@@ -174,6 +160,27 @@ def appended(
                 yield Appended(found, end, held)
     if damage is None:
         report.warn()
+
+
+@contextlib.contextmanager
+def _mapped(path: Path, start: int) -> Iterator[tuple[mmap.mmap, memoryview, int] | None]:
+    """`path` mapped read-only with a view of it and its size, or None when it holds nothing
+    past byte `start` (a missing file too); a file shorter than `start` raises Replaced. The
+    file is mapped, not copied."""
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        yield None
+        return
+    with handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size < start:
+            raise Replaced(str(path))
+        if size == start:
+            yield None
+            return
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped, memoryview(mapped) as view:
+            yield mapped, view, min(size, len(mapped))
 
 
 def lines(path: Path, kind: type[T], damage: Damage | None = None) -> Iterator[T]:
