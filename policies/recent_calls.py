@@ -69,5 +69,6 @@ class RecentCallsPolicy(Policy):
                 cut_bytes=cut,
                 attempts=attempts,
                 operator=exchange.operator,
+                number=self.book.total + 1,
             )
         )

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import tomlkit
 
+from tests.pace import paced
+
 ROOT = Path(__file__).resolve().parents[1]
 STEP = re.compile(r"^setup: \[(\d+)/(\d+)\] ([^:]+): (.*)$")
 DURATION = re.compile(r"\(\d+\.\d s\)$")
@@ -53,7 +55,7 @@ def run(checkout: Path, *args: str, script: str = "setup.sh", timeout: float = 6
         cwd=checkout,
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=paced(timeout),
         env=env,
         check=False,
     )

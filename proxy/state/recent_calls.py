@@ -41,7 +41,7 @@ class AttemptRecord(msgspec.Struct, frozen=True, gc=False):
     free_quota: bool = False
 
 
-class CallRecord(msgspec.Struct, frozen=True):
+class CallRecord(msgspec.Struct, frozen=True, gc=False):
     at: float  # epoch seconds (time.time) the call was sealed
     tool: str
     capability: str | None
@@ -68,7 +68,8 @@ class RecentCalls:
     def add(self, record: CallRecord) -> None:
         """One finished call, and what each of its attempts says of its provider."""
         self.total += 1
-        record = msgspec.structs.replace(record, number=self.total)
+        if record.number != self.total:  # the policy numbers its records itself: no copy per call
+            record = msgspec.structs.replace(record, number=self.total)
         self.calls.append(record)
         for attempt in record.attempts:
             if attempt.outcome in FAILED:
